@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing mlx4rs needs on a Debian bookworm machine.
+# Idempotent and quick when everything is present. Never writes a host name anywhere:
+# deb-src is enabled by adding it to the Types: lines of the existing Debian sources.
+set -euo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The driver-SDK headers live in the Debian source package; keep it outside the work tree
+# so a clean clone stays clean, but in a fixed place so it is fetched once per machine.
+cache=${MLX4RS_CACHE:-/var/cache/mlx4rs}
+
+say() { echo "setup: $*"; }
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: must run as root to install packages ($*)" >&2
+    exit 1
+  fi
+}
+
+pkgs=(dpdk libdpdk-dev clang libclang-dev pkg-config dpkg-dev libpcap-dev
+      iproute2 tcpdump meson ninja-build valgrind python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+updated=0
+apt_update() {
+  if [ $updated = 0 ]; then
+    say "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    updated=1
+  fi
+}
+
+if [ ${#missing[@]} -gt 0 ]; then
+  need_root "${missing[*]}"
+  apt_update
+  say "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+ver=$(pkg-config --modversion libdpdk)
+src="$cache/dpdk-stable-$ver"
+if [ ! -f "$src/lib/ethdev/ethdev_driver.h" ]; then
+  need_root "dpdk source package"
+  # Enable deb-src on the existing Debian entries (deb822 format), once.
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    if grep -q '^Types: deb$' "$f"; then
+      sed -i 's/^Types: deb$/Types: deb deb-src/' "$f"
+      updated=0
+    fi
+  done
+  if [ -f /etc/apt/sources.list ] && grep -q '^deb ' /etc/apt/sources.list \
+     && ! grep -q '^deb-src ' /etc/apt/sources.list; then
+    sed -n 's/^deb \(.*\)$/deb-src \1/p' /etc/apt/sources.list > /etc/apt/sources.list.d/mlx4rs-src.list
+    updated=0
+  fi
+  apt_update
+  mkdir -p "$cache"
+  tmp=$(mktemp -d "$cache/fetch.XXXXXX")
+  chmod 755 "$tmp"  # apt-get source downloads as _apt
+  say "fetching the dpdk $ver source package for the driver-SDK headers"
+  (cd "$tmp" && apt-get source -qq --download-only "dpdk=$(dpkg-query -W -f='${Version}' libdpdk-dev)" >/dev/null)
+  (cd "$tmp" && dpkg-source -x --no-check ./*.dsc src >/dev/null)
+  if [ ! -f "$tmp/src/lib/ethdev/ethdev_driver.h" ]; then
+    echo "setup: the dpdk source package did not contain lib/ethdev/ethdev_driver.h" >&2
+    exit 1
+  fi
+  rm -rf "$src"
+  mv "$tmp/src" "$src"
+  rm -rf "$tmp"
+fi
+
+# Rust toolchain components used by the checks.
+if command -v rustup >/dev/null 2>&1; then
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt >/dev/null 2>&1 || true
+fi
+
+
+say "ok (DPDK $ver, SDK headers in $src)"
