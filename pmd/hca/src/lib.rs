@@ -1,0 +1,2 @@
+//! Software mlx4 HCA (work in progress).
+#![deny(unsafe_code)]
