@@ -1,2 +1,590 @@
-//! Software mlx4 HCA (work in progress).
+//! A software mlx4 (ConnectX-3) HCA: the hardware the mlx4rs driver runs on when no card is
+//! attached.
+//!
+//! The driver and this model meet only where a driver and a real HCA meet (DESIGN.md, "The
+//! hardware boundary"): device pages (a UAR page per send queue with the send doorbell at 0x14, a
+//! BlueFlame register of two halves), host memory the driver hands over at queue creation (SQ
+//! ring, CQ ring, RQ ring, CQ consumer index and RQ doorbell records), packet buffers named by
+//! virtual address and lkey, and a control channel playing the firmware (this crate's [`Hca`]
+//! methods). The data path never calls into the model: the device loop polls the doorbell words
+//! and BlueFlame halves and follows the rules of `mlx4-prm.md` section 10, including producing
+//! error CQEs for malformed WQEs rather than trusting them.
+//!
+//! Two ways to run the device loop: a thread of its own between [`Hca::start`] and [`Hca::stop`]
+//! (`HcaConfig::threaded`), or synchronously, one [`Hca::step`] at a time, for deterministic tests.
+
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod counters;
+mod device;
+mod dma;
+mod net;
+mod tap;
+mod wire;
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+pub use counters::Counters;
+pub use wire::{FrameSink, Wire};
+
+use device::DevState;
+use wire::RxPort;
+
+/// How the emulated adapter is built and how its device loop runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HcaConfig {
+    /// The platform maps the BlueFlame page write-combining: BF copies arrive as whole 64-byte
+    /// bursts and may be executed. Without it they arrive as 8-byte pieces and only act as
+    /// doorbells.
+    pub wc: bool,
+    /// BlueFlame register size in bytes, split into two halves; 0 = BlueFlame unusable.
+    /// Otherwise a power of two from 128 to 4096. Default 512.
+    pub bf_reg_size: u32,
+    /// BlueFlame registers per 4 KiB page (default 8); `bf_reg_size * bf_regs_per_page` must fit
+    /// in a page.
+    pub bf_regs_per_page: u32,
+    /// Run the device loop on its own thread between `start` and `stop`; false = step mode.
+    pub threaded: bool,
+    /// Spin without backing off when idle (lowest latency, burns a core).
+    pub busy_poll: bool,
+    /// Name other adapters use to cable to this one (`Wire::Peer`), e.g. `net_mlx4rs0`; must be
+    /// unique among open adapters. Empty = not reachable by name.
+    pub name: String,
+    /// Largest WQE the device accepts, in bytes: a multiple of 16 from 64 to 1008 (the 6-bit DS
+    /// limit, the default). Larger WQEs complete in error.
+    pub max_wqe_size: u32,
+    /// Frames the port buffers on receive before dropping (default 1024).
+    pub rx_inbox_frames: u32,
+}
+
+impl Default for HcaConfig {
+    fn default() -> Self {
+        HcaConfig {
+            wc: true,
+            bf_reg_size: 512,
+            bf_regs_per_page: 8,
+            threaded: true,
+            busy_poll: false,
+            name: String::new(),
+            max_wqe_size: 1008,
+            rx_inbox_frames: 1024,
+        }
+    }
+}
+
+/// What QUERY_DEV_CAP would report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// Ports of the adapter (one per `Hca`).
+    pub num_ports: u8,
+    /// Queue pairs (send and receive queues share the QPN space).
+    pub max_qps: u32,
+    /// Completion queues.
+    pub max_cqs: u32,
+    /// Largest SQ, in 64-byte TXBBs.
+    pub max_sq_wqes: u32,
+    /// Largest RQ, in WQEs.
+    pub max_rq_wqes: u32,
+    /// Largest CQ, in CQEs.
+    pub max_cqes: u32,
+    /// Largest send WQE in bytes.
+    pub max_wqe_size: u32,
+    /// Most inline bytes one WQE of `max_wqe_size` can carry (one 4-byte header per 64 bytes).
+    pub max_inline: u32,
+    /// BlueFlame register size in bytes; 0 means no BlueFlame.
+    pub bf_reg_size: u32,
+    /// BlueFlame registers per page.
+    pub bf_regs_per_page: u32,
+    /// Scatter entries per RX WQE.
+    pub max_rq_sges: u32,
+}
+
+/// Why a control-path request failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HcaError {
+    /// A parameter is out of range, misaligned, null or not a power of two.
+    InvalidArgument(String),
+    /// No such queue, CQ or memory region.
+    NotFound(&'static str, u32),
+    /// A limit from [`Caps`] was reached.
+    NoResources(&'static str),
+    /// The CQ still has queues reporting to it.
+    Busy(u32),
+    /// Another open adapter already uses this name.
+    NameInUse(String),
+    /// Opening a wire failed.
+    Io(String),
+}
+
+impl fmt::Display for HcaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HcaError::InvalidArgument(s) => write!(f, "invalid argument: {s}"),
+            HcaError::NotFound(what, n) => write!(f, "no {what} {n:#x}"),
+            HcaError::NoResources(what) => write!(f, "out of {what}"),
+            HcaError::Busy(cqn) => write!(f, "CQ {cqn:#x} still has queues attached"),
+            HcaError::NameInUse(n) => write!(f, "an adapter named {n:?} is already open"),
+            HcaError::Io(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for HcaError {}
+
+fn invalid(s: impl Into<String>) -> HcaError {
+    HcaError::InvalidArgument(s.into())
+}
+
+/// Queue state as the driver can observe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueState {
+    /// Executing WQEs.
+    Ready,
+    /// A WQE completed in error; nothing more is executed until the queue is recreated.
+    Error,
+}
+
+/// A completion queue on driver memory.
+#[derive(Debug, Clone, Copy)]
+pub struct CqAttr {
+    /// `cqe_cnt` 32-byte CQEs, 32-byte aligned. The device initialises every entry as
+    /// hardware-owned for pass 0.
+    pub buf: *mut u8,
+    /// Number of CQEs, a power of two.
+    pub cqe_cnt: u32,
+    /// Consumer-index record (BE32, 24 bits significant) the driver updates after polling;
+    /// 4-byte aligned. The device never writes more than `cqe_cnt` CQEs ahead of it.
+    pub set_ci_db: *mut u32,
+}
+
+/// A send queue on driver memory.
+#[derive(Debug, Clone, Copy)]
+pub struct SqAttr {
+    /// `txbb_cnt` 64-byte TXBBs, 64-byte aligned.
+    pub buf: *mut u8,
+    /// Number of TXBBs, a power of two.
+    pub txbb_cnt: u32,
+    /// CQ for send completions.
+    pub cqn: u32,
+}
+
+/// A BlueFlame register: two halves of `half_size` bytes at `reg` and `reg + half_size`, used
+/// alternately starting with the first.
+#[derive(Debug, Clone, Copy)]
+pub struct BfReg {
+    /// Start of the register (device memory).
+    pub reg: *mut u8,
+    /// Size of one half in bytes.
+    pub half_size: usize,
+}
+
+/// What the driver needs to post on a new send queue.
+#[derive(Debug, Clone, Copy)]
+pub struct SqInfo {
+    /// The queue's number, for doorbells, BF copies and CQEs.
+    pub qpn: u32,
+    /// The queue's 4 KiB UAR page; the send doorbell is at offset 0x14.
+    pub uar: *mut u8,
+    /// The queue's BlueFlame register, `None` when `Caps::bf_reg_size` is 0.
+    pub bf: Option<BfReg>,
+}
+
+/// A receive queue on driver memory.
+#[derive(Debug, Clone, Copy)]
+pub struct RqAttr {
+    /// `wqe_cnt` WQEs of `16 * sges` bytes, 16-byte aligned.
+    pub buf: *mut u8,
+    /// Number of WQEs, a power of two.
+    pub wqe_cnt: u32,
+    /// Scatter entries per WQE, a power of two.
+    pub sges: u32,
+    /// CQ for receive completions.
+    pub cqn: u32,
+    /// Doorbell record: BE32 producer count, low 16 bits significant; 4-byte aligned.
+    pub db_rec: *mut u32,
+}
+
+struct Inner {
+    state: Mutex<DevState>,
+    port: Arc<RxPort>,
+    stop: AtomicBool,
+    busy_poll: bool,
+}
+
+struct Shared {
+    inner: Arc<Inner>,
+    threaded: bool,
+    named: bool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn stop(&self) {
+        let mut t = self.thread.lock();
+        if let Some(h) = t.take() {
+            self.inner.stop.store(true, Ordering::Release);
+            let _ = h.join();
+            self.inner.stop.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.stop();
+        if self.named {
+            wire::unregister(&self.inner.port);
+        }
+    }
+}
+
+/// The adapter: a cheap, clonable handle. The device loop thread (if started) stops when
+/// [`Hca::stop`] is called or the last handle is dropped; device pages (UAR, BlueFlame) stay valid
+/// until then.
+#[derive(Clone)]
+pub struct Hca {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Hca {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hca")
+            .field("threaded", &self.shared.threaded)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Polls without work before the device loop starts yielding the CPU.
+const SPIN_POLLS: u32 = 2000;
+/// Polls spent yielding before it starts sleeping.
+const YIELD_POLLS: u32 = 200;
+/// The shortest idle sleep; it doubles up to [`MAX_IDLE_SLEEP`] while nothing happens.
+const MIN_IDLE_SLEEP: Duration = Duration::from_micros(50);
+const MAX_IDLE_SLEEP: Duration = Duration::from_micros(200);
+/// A bound on [`Hca::step`] so a driver that keeps posting cannot hang a test.
+const MAX_STEP_POLLS: usize = 1 << 20;
+
+fn device_loop(inner: Arc<Inner>) {
+    let mut idle: u32 = 0;
+    while !inner.stop.load(Ordering::Acquire) {
+        let work = inner.state.lock().poll();
+        if work > 0 {
+            idle = 0;
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        if inner.busy_poll || idle < SPIN_POLLS {
+            std::hint::spin_loop();
+        } else if idle < SPIN_POLLS + YIELD_POLLS {
+            std::thread::yield_now();
+        } else {
+            let doublings = ((idle - SPIN_POLLS - YIELD_POLLS) / 64).min(2);
+            std::thread::sleep((MIN_IDLE_SLEEP * (1 << doublings)).min(MAX_IDLE_SLEEP));
+        }
+    }
+}
+
+impl Hca {
+    /// Open an adapter.
+    pub fn open(cfg: HcaConfig) -> Result<Hca, HcaError> {
+        if cfg.bf_reg_size != 0 {
+            if !cfg.bf_reg_size.is_power_of_two() || !(128..=4096).contains(&cfg.bf_reg_size) {
+                return Err(invalid(format!(
+                    "bf_reg_size {} is not 0 or a power of two from 128 to 4096",
+                    cfg.bf_reg_size
+                )));
+            }
+            if cfg.bf_regs_per_page == 0
+                || cfg.bf_regs_per_page as usize * cfg.bf_reg_size as usize
+                    > mlx4_prm::UAR_PAGE_SIZE
+            {
+                return Err(invalid(format!(
+                    "{} BlueFlame registers of {} bytes do not fit a 4 KiB page",
+                    cfg.bf_regs_per_page, cfg.bf_reg_size
+                )));
+            }
+        }
+        if cfg.max_wqe_size % 16 != 0 || !(64..=1008).contains(&cfg.max_wqe_size) {
+            return Err(invalid(format!(
+                "max_wqe_size {} is not a multiple of 16 from 64 to 1008",
+                cfg.max_wqe_size
+            )));
+        }
+        if cfg.rx_inbox_frames == 0 {
+            return Err(invalid("rx_inbox_frames is 0"));
+        }
+        let w = cfg.max_wqe_size;
+        let caps = Caps {
+            num_ports: 1,
+            max_qps: 1024,
+            max_cqs: 1024,
+            max_sq_wqes: 16384,
+            max_rq_wqes: 16384,
+            max_cqes: 1 << 22,
+            max_wqe_size: w,
+            max_inline: w - 16 - 4 * w.div_ceil(64),
+            bf_reg_size: cfg.bf_reg_size,
+            bf_regs_per_page: if cfg.bf_reg_size == 0 {
+                0
+            } else {
+                cfg.bf_regs_per_page
+            },
+            max_rq_sges: 32,
+        };
+        let port = Arc::new(RxPort::new(cfg.rx_inbox_frames as usize));
+        let named = !cfg.name.is_empty();
+        if named {
+            wire::register(&cfg.name, &port)?;
+        }
+        let inner = Arc::new(Inner {
+            state: Mutex::new(DevState::new(caps, cfg.wc, port.clone())),
+            port,
+            stop: AtomicBool::new(false),
+            busy_poll: cfg.busy_poll,
+        });
+        Ok(Hca {
+            shared: Arc::new(Shared {
+                inner,
+                threaded: cfg.threaded,
+                named,
+                thread: Mutex::new(None),
+            }),
+        })
+    }
+
+    fn state(&self) -> parking_lot::MutexGuard<'_, DevState> {
+        self.shared.inner.state.lock()
+    }
+
+    /// Device capabilities.
+    pub fn caps(&self) -> Caps {
+        self.state().caps
+    }
+
+    /// Register `[addr, addr + len)` for DMA and return its lkey (never [`mlx4_prm::INVALID_LKEY`]).
+    ///
+    /// # Safety
+    /// The range must stay valid for reads and writes until [`Hca::dereg_mr`] returns (or the
+    /// adapter is dropped): the device reads gather buffers and writes received frames there,
+    /// from its own thread.
+    #[allow(unsafe_code)]
+    pub unsafe fn reg_mr(&self, addr: *const u8, len: usize) -> Result<u32, HcaError> {
+        if addr.is_null() || len == 0 || (addr as usize).checked_add(len).is_none() {
+            return Err(invalid(format!(
+                "memory region {addr:p}+{len:#x} is empty, null or wraps"
+            )));
+        }
+        // SAFETY: the caller keeps the range valid until deregistration, which removes this view.
+        let mem = unsafe { dma::HostMem::new(addr as *mut u8, len) };
+        self.state().reg_mr(mem)
+    }
+
+    /// Deregister a memory region; the device no longer touches it once this returns.
+    pub fn dereg_mr(&self, lkey: u32) -> Result<(), HcaError> {
+        self.state().dereg_mr(lkey)
+    }
+
+    /// Create a completion queue and return its CQN.
+    ///
+    /// # Safety
+    /// `attr.buf` (`cqe_cnt * 32` bytes) and `attr.set_ci_db` (4 bytes) must stay valid for reads
+    /// and writes until [`Hca::destroy_cq`] returns or the adapter is dropped.
+    #[allow(unsafe_code)]
+    pub unsafe fn create_cq(&self, attr: &CqAttr) -> Result<u32, HcaError> {
+        let n = attr.cqe_cnt;
+        if !n.is_power_of_two() || n < 2 {
+            return Err(invalid(format!(
+                "cqe_cnt {n} is not a power of two of at least 2"
+            )));
+        }
+        if n > self.caps().max_cqes {
+            return Err(invalid(format!("cqe_cnt {n} exceeds max_cqes")));
+        }
+        check_ptr(attr.buf, mlx4_prm::CQE_SIZE, "CQ buffer")?;
+        check_ptr(attr.set_ci_db as *mut u8, 4, "CQ set_ci_db record")?;
+        let len = n as usize * mlx4_prm::CQE_SIZE;
+        // SAFETY: the caller keeps both ranges valid until destroy_cq; `check_ptr` made sure
+        // they are non-null and aligned for the device's atomic accesses.
+        let (ring, db) = unsafe {
+            (
+                dma::HostMem::new(attr.buf, len),
+                dma::HostMem::new(attr.set_ci_db as *mut u8, 4),
+            )
+        };
+        self.state().create_cq(ring, n, db)
+    }
+
+    /// Create a send queue.
+    ///
+    /// # Safety
+    /// `attr.buf` (`txbb_cnt * 64` bytes) must stay valid for reads until [`Hca::destroy_sq`]
+    /// returns or the adapter is dropped.
+    #[allow(unsafe_code)]
+    pub unsafe fn create_sq(&self, attr: &SqAttr) -> Result<SqInfo, HcaError> {
+        let n = attr.txbb_cnt;
+        if !n.is_power_of_two() {
+            return Err(invalid(format!("txbb_cnt {n} is not a power of two")));
+        }
+        if n > self.caps().max_sq_wqes {
+            return Err(invalid(format!("txbb_cnt {n} exceeds max_sq_wqes")));
+        }
+        check_ptr(attr.buf, mlx4_prm::TXBB_SIZE, "SQ buffer")?;
+        // SAFETY: the caller keeps the ring valid until destroy_sq; it is non-null and aligned.
+        let ring = unsafe { dma::HostMem::new(attr.buf, n as usize * mlx4_prm::TXBB_SIZE) };
+        self.state().create_sq(ring, n, attr.cqn)
+    }
+
+    /// Create a receive queue and return its QPN.
+    ///
+    /// # Safety
+    /// `attr.buf` (`wqe_cnt * 16 * sges` bytes) and `attr.db_rec` (4 bytes) must stay valid for
+    /// reads until [`Hca::destroy_rq`] returns or the adapter is dropped.
+    #[allow(unsafe_code)]
+    pub unsafe fn create_rq(&self, attr: &RqAttr) -> Result<u32, HcaError> {
+        let caps = self.caps();
+        if !attr.wqe_cnt.is_power_of_two() || attr.wqe_cnt > caps.max_rq_wqes {
+            return Err(invalid(format!(
+                "wqe_cnt {} is not a power of two up to {}",
+                attr.wqe_cnt, caps.max_rq_wqes
+            )));
+        }
+        if !attr.sges.is_power_of_two() || attr.sges > caps.max_rq_sges {
+            return Err(invalid(format!(
+                "sges {} is not a power of two up to {}",
+                attr.sges, caps.max_rq_sges
+            )));
+        }
+        check_ptr(attr.buf, 16, "RQ buffer")?;
+        check_ptr(attr.db_rec as *mut u8, 4, "RQ doorbell record")?;
+        let len = attr.wqe_cnt as usize * attr.sges as usize * 16;
+        // SAFETY: the caller keeps both ranges valid until destroy_rq; they are non-null and
+        // aligned.
+        let (ring, db) = unsafe {
+            (
+                dma::HostMem::new(attr.buf, len),
+                dma::HostMem::new(attr.db_rec as *mut u8, 4),
+            )
+        };
+        self.state()
+            .create_rq(ring, attr.wqe_cnt, attr.sges, attr.cqn, db)
+    }
+
+    /// Destroy a send queue; the device stops reading its ring before this returns.
+    pub fn destroy_sq(&self, qpn: u32) -> Result<(), HcaError> {
+        self.state().destroy_sq(qpn)
+    }
+
+    /// Destroy a receive queue; the device stops using its ring before this returns.
+    pub fn destroy_rq(&self, qpn: u32) -> Result<(), HcaError> {
+        self.state().destroy_rq(qpn)
+    }
+
+    /// Destroy a completion queue (fails while queues still report to it).
+    pub fn destroy_cq(&self, cqn: u32) -> Result<(), HcaError> {
+        self.state().destroy_cq(cqn)
+    }
+
+    /// State of a send queue.
+    pub fn sq_state(&self, qpn: u32) -> Result<QueueState, HcaError> {
+        self.state().sq_state(qpn)
+    }
+
+    /// State of a receive queue.
+    pub fn rq_state(&self, qpn: u32) -> Result<QueueState, HcaError> {
+        self.state().rq_state(qpn)
+    }
+
+    /// Plug the port into a wire (replacing the previous one).
+    pub fn set_wire(&self, wire: Wire) -> Result<(), HcaError> {
+        let port = wire::WirePort::open(wire)?;
+        self.state().wire = port;
+        Ok(())
+    }
+
+    /// Describe the current wire (`null`, `loop`, `peer:<name>`, `pcap`, `tap:<if>`, `sink`).
+    pub fn wire(&self) -> String {
+        self.state().wire.describe()
+    }
+
+    /// Set the link state. While down, transmitted frames are dropped (their WQEs still
+    /// complete) and nothing is received.
+    pub fn set_port_up(&self, up: bool) {
+        let port = &self.shared.inner.port;
+        port.up.store(up, Ordering::Release);
+        if !up {
+            port.clear();
+        }
+    }
+
+    /// Link state.
+    pub fn port_up(&self) -> bool {
+        self.shared.inner.port.up.load(Ordering::Acquire)
+    }
+
+    /// Start the device loop thread (threaded mode; a no-op in step mode or when running).
+    pub fn start(&self) -> Result<(), HcaError> {
+        if !self.shared.threaded {
+            return Ok(());
+        }
+        let mut t = self.shared.thread.lock();
+        if t.is_none() {
+            let inner = self.shared.inner.clone();
+            let h = std::thread::Builder::new()
+                .name("mlx4-hca".into())
+                .spawn(move || device_loop(inner))
+                .map_err(|e| HcaError::Io(format!("spawning the device loop: {e}")))?;
+            *t = Some(h);
+        }
+        Ok(())
+    }
+
+    /// Stop the device loop thread and wait for it; idempotent.
+    pub fn stop(&self) {
+        self.shared.stop();
+    }
+
+    /// Run the device loop until it finds nothing to do; returns the work items done
+    /// (doorbells, BlueFlame writes, WQEs, received frames). Meant for step mode, safe in both.
+    pub fn step(&self) -> usize {
+        let mut total = 0;
+        for _ in 0..MAX_STEP_POLLS {
+            let n = self.state().poll();
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        total
+    }
+
+    /// A snapshot of the counters.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.state().counters.clone();
+        c.rx_drops_wire += self.shared.inner.port.drops.load(Ordering::Relaxed);
+        c
+    }
+
+    /// Zero all counters.
+    pub fn reset_counters(&self) {
+        let mut st = self.state();
+        st.counters = Counters::default();
+        self.shared.inner.port.drops.store(0, Ordering::Relaxed);
+    }
+}
+
+fn check_ptr(p: *mut u8, align: usize, what: &str) -> Result<(), HcaError> {
+    if p.is_null() {
+        return Err(invalid(format!("{what} is null")));
+    }
+    if p as usize % align != 0 {
+        return Err(invalid(format!("{what} {p:p} is not {align}-byte aligned")));
+    }
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! What a bus analyser on the PCIe link and a port counter block would show.
+
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
+        /// A snapshot of the device counters. Field names are stable: the driver exposes them as
+        /// xstats `hca_<name>`.
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $($(#[doc = $doc])* pub $name: u64,)*
+        }
+
+        impl Counters {
+            /// Every counter name, in [`Counters::iter`] order.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($name)),*];
+
+            /// `(name, value)` for every counter, in a stable order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$((stringify!($name), self.$name)),*].into_iter()
+            }
+        }
+    };
+}
+
+counters! {
+    /// UAR send-doorbell writes taken (two that land before the device looks count once).
+    doorbells,
+    /// Doorbells whose QPN did not match the queue owning the UAR page (ignored).
+    doorbells_bad_qpn,
+    /// BlueFlame writes seen, whole or torn.
+    bf_bursts,
+    /// BlueFlame writes that did not arrive as one whole copy (all of them without WC).
+    bf_torn,
+    /// 8-byte pieces of torn BlueFlame writes.
+    bf_pieces,
+    /// BlueFlame writes for another QPN, or for a WQE already consumed (used as nothing).
+    bf_ignored,
+    /// WQEs fetched from ring memory.
+    wqe_fetched,
+    /// WQEs taken from a BlueFlame copy instead of ring memory.
+    wqe_from_bf,
+    /// TXBBs consumed.
+    txbbs,
+    /// Frames put on the wire.
+    tx_frames,
+    /// Bytes of the frames put on the wire.
+    tx_bytes,
+    /// Frames the wire refused (peer inbox full or absent, TAP busy, port down).
+    tx_drops_wire,
+    /// Bytes read from host memory for frames (gather entries and nothing else).
+    dma_read_bytes,
+    /// Bytes written to host memory for received frames.
+    dma_write_bytes,
+    /// CQEs written (including error CQEs).
+    cqes,
+    /// Error CQEs written.
+    error_cqes,
+    /// Times a queue had to wait because its CQ was full.
+    cq_full_stalls,
+    /// Frames delivered to an RX queue.
+    rx_frames,
+    /// Bytes of the frames delivered to an RX queue.
+    rx_bytes,
+    /// Received frames dropped because no RX WQE was posted (or no RX queue exists).
+    rx_drops_no_wqe,
+    /// Received frames dropped before the RX queues: port buffer full or port down.
+    rx_drops_wire,
+    /// Received frames larger than the posted buffers (error CQE, queue stays usable).
+    rx_drops_too_long,
+    /// Received frames dropped on an RX queue in error (bad scatter entry).
+    rx_drops_error,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_fields() {
+        let c = Counters {
+            doorbells: 3,
+            rx_drops_error: 7,
+            ..Counters::default()
+        };
+        let v: Vec<_> = c.iter().collect();
+        assert_eq!(v.len(), Counters::NAMES.len());
+        assert_eq!(v[0], ("doorbells", 3));
+        assert_eq!(*v.last().unwrap(), ("rx_drops_error", 7));
+    }
+}

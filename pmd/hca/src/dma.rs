@@ -1,0 +1,235 @@
+//! The device's only access to raw memory: host memory the driver handed over (rings, doorbell
+//! records, registered regions) and the device pages the model owns (UAR and BlueFlame pages).
+//!
+//! Everything above this module works with offsets that these types bounds-check, so a bad
+//! descriptor can at worst produce an error CQE, never an access outside memory the driver gave us.
+#![allow(unsafe_code)]
+
+use std::alloc::{self, Layout};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+/// A range of memory the device may read and write by DMA.
+///
+/// Invariant: `[base, base + len)` was declared valid for reads and writes, for as long as this
+/// value exists, by the caller of [`HostMem::new`] (ultimately the driver, through the `unsafe`
+/// control-path functions of [`crate::Hca`]).
+#[derive(Debug)]
+pub(crate) struct HostMem {
+    base: usize,
+    len: usize,
+}
+
+impl HostMem {
+    /// # Safety
+    /// `[base, base + len)` must stay valid for reads and writes for the lifetime of the value.
+    /// Other threads may write it concurrently (that is what DMA memory is); the device tolerates
+    /// torn data, never out-of-range access.
+    pub(crate) unsafe fn new(base: *mut u8, len: usize) -> Self {
+        HostMem {
+            base: base as usize,
+            len,
+        }
+    }
+
+    pub(crate) fn base(&self) -> usize {
+        self.base
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn check(&self, off: usize, n: usize) -> Option<*mut u8> {
+        if off.checked_add(n)? <= self.len {
+            Some((self.base + off) as *mut u8)
+        } else {
+            None
+        }
+    }
+
+    /// Copy `dst.len()` bytes from offset `off`; false if out of range.
+    pub(crate) fn read(&self, off: usize, dst: &mut [u8]) -> bool {
+        let Some(p) = self.check(off, dst.len()) else {
+            return false;
+        };
+        // SAFETY: the range is inside the region (checked above), which the invariant makes
+        // valid for reads; `dst` is a distinct Rust buffer, so the two cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+        true
+    }
+
+    /// Copy `src` to offset `off`; false if out of range.
+    pub(crate) fn write(&self, off: usize, src: &[u8]) -> bool {
+        let Some(p) = self.check(off, src.len()) else {
+            return false;
+        };
+        // SAFETY: in range and valid for writes by the invariant; `src` is a distinct buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        true
+    }
+
+    /// Fill `n` bytes at `off` with `v`; false if out of range.
+    pub(crate) fn fill(&self, off: usize, n: usize, v: u8) -> bool {
+        let Some(p) = self.check(off, n) else {
+            return false;
+        };
+        // SAFETY: in range and valid for writes by the invariant.
+        unsafe { std::ptr::write_bytes(p, v, n) };
+        true
+    }
+
+    /// Acquire-load the 4 bytes at `off` as a big-endian value: the driver publishes ownership
+    /// and doorbells with a release store (or a barrier and a plain store) to this word, and what
+    /// it wrote before must be visible once we see it. `None` if out of range or misaligned.
+    pub(crate) fn load_be32(&self, off: usize) -> Option<u32> {
+        let p = self.check(off, 4)?;
+        if p as usize % 4 != 0 {
+            return None;
+        }
+        // SAFETY: in range, 4-aligned, valid for reads; the driver accesses the word with plain or
+        // atomic 32-bit stores, and an atomic view of memory shared with another thread is what
+        // `AtomicU32::from_ptr` is for.
+        let v = unsafe { AtomicU32::from_ptr(p as *mut u32) }.load(Ordering::Acquire);
+        Some(u32::from_be(v))
+    }
+
+    /// Take the 4 bytes at `off`, leaving zero: a doorbell is consumed exactly once even when the
+    /// driver rings again while we look.
+    pub(crate) fn take_be32(&self, off: usize) -> Option<u32> {
+        let p = self.check(off, 4)?;
+        if p as usize % 4 != 0 {
+            return None;
+        }
+        // SAFETY: as in `load_be32`; the swap is the device's single write to the word.
+        let v = unsafe { AtomicU32::from_ptr(p as *mut u32) }.swap(0, Ordering::AcqRel);
+        Some(u32::from_be(v))
+    }
+
+    /// Acquire-load the 8 bytes at `off` in memory order (as a byte array).
+    pub(crate) fn load_bytes8(&self, off: usize) -> Option<[u8; 8]> {
+        let p = self.check(off, 8)?;
+        if p as usize % 8 != 0 {
+            return None;
+        }
+        // SAFETY: in range, 8-aligned, valid for reads; see `load_be32`.
+        let v = unsafe { AtomicU64::from_ptr(p as *mut u64) }.load(Ordering::Acquire);
+        Some(v.to_ne_bytes())
+    }
+
+    /// Copy `dst.len()` bytes (a multiple of 8, 8-aligned `off`) with 8-byte atomic loads: a
+    /// BlueFlame half is written by the CPU in 8-byte or larger stores while we read it, and each
+    /// 8-byte piece must be seen whole or not at all.
+    pub(crate) fn read_qwords(&self, off: usize, dst: &mut [u8]) -> bool {
+        if dst.len() % 8 != 0 {
+            return false;
+        }
+        let Some(p) = self.check(off, dst.len()) else {
+            return false;
+        };
+        if p as usize % 8 != 0 {
+            return false;
+        }
+        for (i, chunk) in dst.chunks_exact_mut(8).enumerate() {
+            // SAFETY: `p + 8*i` is in range (whole span checked) and 8-aligned.
+            let v = unsafe { AtomicU64::from_ptr((p as *mut u64).add(i)) }.load(Ordering::Relaxed);
+            chunk.copy_from_slice(&v.to_ne_bytes());
+        }
+        fence(Ordering::Acquire);
+        true
+    }
+
+    /// Write `bytes` at `off`, publishing the last byte with a release store: a CQE's owner byte
+    /// must not become visible before the rest of the entry.
+    pub(crate) fn write_publish_last(&self, off: usize, bytes: &[u8]) -> bool {
+        let Some((&last, body)) = bytes.split_last() else {
+            return true;
+        };
+        let Some(p) = self.check(off, bytes.len()) else {
+            return false;
+        };
+        // SAFETY: in range and valid for writes; `bytes` is a distinct buffer.
+        unsafe { std::ptr::copy_nonoverlapping(body.as_ptr(), p, body.len()) };
+        // SAFETY: the last byte is in range (checked with the whole span); u8 has no alignment.
+        unsafe { AtomicU8::from_ptr(p.add(body.len())) }.store(last, Ordering::Release);
+        true
+    }
+}
+
+/// A zeroed, 4 KiB-aligned page of "device memory" (a UAR or BlueFlame page) that the driver maps
+/// by pointer and the device polls.
+#[derive(Debug)]
+pub(crate) struct DevPage {
+    ptr: *mut u8,
+}
+
+// SAFETY: the page is plain memory owned by this value; all device-side access goes through
+// `HostMem`-style atomic loads, and the pointer is only handed to the driver as an address.
+unsafe impl Send for DevPage {}
+// SAFETY: see `Send`; `&DevPage` only gives out the address and bounds-checked views.
+unsafe impl Sync for DevPage {}
+
+const PAGE: usize = mlx4_prm::UAR_PAGE_SIZE;
+
+impl DevPage {
+    pub(crate) fn new() -> Self {
+        let layout = Layout::from_size_align(PAGE, PAGE).expect("valid page layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        DevPage { ptr }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// A bounds-checked view of part of the page.
+    pub(crate) fn view(&self, off: usize, len: usize) -> HostMem {
+        assert!(off + len <= PAGE);
+        // SAFETY: the range is inside this page, which lives as long as the device state that
+        // holds both the page and the views (pages are freed only when the device is dropped).
+        unsafe { HostMem::new(self.ptr.add(off), len) }
+    }
+
+    /// Zero the page before it is handed out again, so a new queue never sees an old doorbell.
+    pub(crate) fn clear(&self) {
+        self.view(0, PAGE).fill(0, PAGE, 0);
+    }
+}
+
+impl Drop for DevPage {
+    fn drop(&mut self) {
+        let layout = Layout::from_size_align(PAGE, PAGE).expect("valid page layout");
+        // SAFETY: allocated in `new` with the same layout and not freed before.
+        unsafe { alloc::dealloc(self.ptr, layout) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_checked() {
+        let page = DevPage::new();
+        let m = page.view(64, 64);
+        let mut b = [0u8; 8];
+        assert!(m.read(56, &mut b));
+        assert!(!m.read(57, &mut b));
+        assert!(!m.read(usize::MAX, &mut b));
+        assert!(m.write(0, &[1, 2, 3, 4]));
+        assert_eq!(m.load_be32(0), Some(0x0102_0304));
+        assert_eq!(m.load_be32(2), None);
+        assert_eq!(m.take_be32(0), Some(0x0102_0304));
+        assert_eq!(m.load_be32(0), Some(0));
+        assert!(m.write_publish_last(32, &[9; 32]));
+        assert!(!m.write_publish_last(33, &[9; 32]));
+        let mut q = [0u8; 16];
+        assert!(m.read_qwords(32, &mut q));
+        assert_eq!(q, [9; 16]);
+        page.clear();
+        assert_eq!(m.load_bytes8(32), Some([0; 8]));
+    }
+}

@@ -1,0 +1,300 @@
+//! Just enough Ethernet/IP parsing for what the HCA's offloads do: fill TX checksums, classify
+//! received frames and verify their checksums for the RX CQE status word.
+
+use mlx4_prm::rx_status;
+
+const ETH_HDR: usize = 14;
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_IPV6: u16 = 0x86dd;
+const PROTO_TCP: u8 = 6;
+const PROTO_UDP: u8 = 17;
+
+/// TPIDs the parser steps over to find the L3 header.
+const VLAN_TPIDS: [u16; 3] = [0x8100, 0x88a8, 0x9100];
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum L3 {
+    V4 { ihl: usize, options: bool },
+    V6,
+}
+
+/// Where the headers of a frame are, as far as a NIC parser looks.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    l3_off: usize,
+    l3: L3,
+    fragment: bool,
+    /// L4 protocol and its span `[l4_off, l4_off + l4_len)`, when the packet is not a fragment.
+    l4: Option<(u8, usize, usize)>,
+}
+
+fn parse(frame: &[u8]) -> Option<Layout> {
+    if frame.len() < ETH_HDR {
+        return None;
+    }
+    let mut off = 12;
+    let mut ethertype = be16(frame, off);
+    while VLAN_TPIDS.contains(&ethertype) {
+        off += 4;
+        if frame.len() < off + 2 {
+            return None;
+        }
+        ethertype = be16(frame, off);
+    }
+    let l3_off = off + 2;
+    match ethertype {
+        ETHERTYPE_IPV4 => {
+            let h = frame.get(l3_off..l3_off + 20)?;
+            if h[0] >> 4 != 4 {
+                return None;
+            }
+            let ihl = usize::from(h[0] & 0xf) * 4;
+            let total = usize::from(be16(h, 2));
+            if ihl < 20 || total < ihl || frame.len() < l3_off + total {
+                return None;
+            }
+            let fragment = be16(h, 6) & 0x3fff != 0;
+            let proto = h[9];
+            let l4 = (!fragment).then_some((proto, l3_off + ihl, total - ihl));
+            Some(Layout {
+                l3_off,
+                l3: L3::V4 {
+                    ihl,
+                    options: ihl > 20,
+                },
+                fragment,
+                l4,
+            })
+        }
+        ETHERTYPE_IPV6 => {
+            let h = frame.get(l3_off..l3_off + 40)?;
+            if h[0] >> 4 != 6 {
+                return None;
+            }
+            let payload = usize::from(be16(h, 4));
+            let end = l3_off + 40 + payload;
+            if frame.len() < end {
+                return None;
+            }
+            let mut next = h[6];
+            let mut off = l3_off + 40;
+            let mut fragment = false;
+            loop {
+                match next {
+                    // Hop-by-hop, routing, destination options: 8-byte units after the first 8.
+                    0 | 43 | 60 => {
+                        let e = frame.get(off..off + 2)?;
+                        next = e[0];
+                        off += (usize::from(e[1]) + 1) * 8;
+                    }
+                    44 => {
+                        fragment = true;
+                        break;
+                    }
+                    _ => break,
+                }
+                if off > end {
+                    return None;
+                }
+            }
+            let l4 = (!fragment).then_some((next, off, end - off));
+            Some(Layout {
+                l3_off,
+                l3: L3::V6,
+                fragment,
+                l4,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// One's-complement sum of `data` added to `sum` (not folded).
+fn sum16(mut sum: u32, data: &[u8]) -> u32 {
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    if let [last] = chunks.remainder() {
+        sum += u32::from(*last) << 8;
+    }
+    sum
+}
+
+fn fold(mut sum: u32) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Internet checksum of `data` (the value to store in a zeroed checksum field).
+pub(crate) fn checksum(data: &[u8]) -> u16 {
+    !fold(sum16(0, data))
+}
+
+fn pseudo_sum(frame: &[u8], lay: &Layout, proto: u8, l4_len: usize) -> u32 {
+    match lay.l3 {
+        L3::V4 { .. } => {
+            let s = sum16(0, &frame[lay.l3_off + 12..lay.l3_off + 20]);
+            s + u32::from(proto) + l4_len as u32
+        }
+        L3::V6 => {
+            let s = sum16(0, &frame[lay.l3_off + 8..lay.l3_off + 40]);
+            s + u32::from(proto) + (l4_len as u32 >> 16) + (l4_len as u32 & 0xffff)
+        }
+    }
+}
+
+/// Offset of the checksum field within an L4 header of `len` bytes.
+fn l4_csum_field(proto: u8, len: usize) -> Option<usize> {
+    match proto {
+        PROTO_TCP if len >= 20 => Some(16),
+        PROTO_UDP if len >= 8 => Some(6),
+        _ => None,
+    }
+}
+
+/// TX offloads: fill the IPv4 header checksum and/or the TCP/UDP checksum of `frame` in place,
+/// from scratch, whatever the fields held (the hardware does not need a pseudo-header seed).
+/// Frames that are not IP, fragments and malformed headers are left as they are.
+pub(crate) fn fill_tx_checksums(frame: &mut [u8], ip: bool, l4: bool) {
+    let Some(lay) = parse(frame) else {
+        return;
+    };
+    if let (true, L3::V4 { ihl, .. }) = (ip, lay.l3) {
+        let h = &mut frame[lay.l3_off..lay.l3_off + ihl];
+        h[10] = 0;
+        h[11] = 0;
+        let c = checksum(h);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+    }
+    if !l4 {
+        return;
+    }
+    let Some((proto, off, len)) = lay.l4 else {
+        return;
+    };
+    let Some(field) = l4_csum_field(proto, len) else {
+        return;
+    };
+    frame[off + field] = 0;
+    frame[off + field + 1] = 0;
+    let sum = sum16(pseudo_sum(frame, &lay, proto, len), &frame[off..off + len]);
+    let mut c = !fold(sum);
+    if proto == PROTO_UDP && c == 0 {
+        // Zero means "no checksum" for UDP; a computed zero is sent as all ones.
+        c = 0xffff;
+    }
+    frame[off + field..off + field + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// RX classification: the CQE status word (spec 6.3) and the value for the CQE checksum field.
+pub(crate) fn rx_status(frame: &[u8]) -> (u32, u16) {
+    let Some(lay) = parse(frame) else {
+        return (0, 0);
+    };
+    let mut st = 0;
+    match lay.l3 {
+        L3::V4 { ihl, options } => {
+            st |= rx_status::IPV4;
+            if options {
+                st |= rx_status::IPV4OPT;
+            }
+            if lay.fragment {
+                st |= rx_status::IPV4F;
+            }
+            if fold(sum16(0, &frame[lay.l3_off..lay.l3_off + ihl])) == 0xffff {
+                st |= rx_status::IP_HDR_CSUM_OK;
+            }
+        }
+        L3::V6 => {
+            // No header checksum to get wrong: a well-formed header is "OK", as the NIC reports.
+            st |= rx_status::IPV6 | rx_status::IP_HDR_CSUM_OK;
+            if lay.fragment {
+                st |= rx_status::IPV6F;
+            }
+        }
+    }
+    let mut csum = 0;
+    if let Some((proto, off, len)) = lay.l4 {
+        if let Some(field) = l4_csum_field(proto, len) {
+            st |= if proto == PROTO_TCP {
+                rx_status::TCP
+            } else {
+                rx_status::UDP
+            };
+            let stored = be16(frame, off + field);
+            let no_udp_csum = proto == PROTO_UDP && stored == 0 && matches!(lay.l3, L3::V4 { .. });
+            let sum = sum16(pseudo_sum(frame, &lay, proto, len), &frame[off..off + len]);
+            if no_udp_csum || fold(sum) == 0xffff {
+                st |= rx_status::TCP_UDP_CSUM_OK;
+                csum = 0xffff;
+            }
+        }
+    }
+    (st, csum)
+}
+
+/// A flow hash for picking the receive queue (a stand-in for RSS): the IP addresses and L4
+/// ports when present, the MAC addresses otherwise.
+pub(crate) fn flow_hash(frame: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    let mut mix = |b: &[u8]| {
+        for &x in b {
+            h = (h ^ u32::from(x)).wrapping_mul(0x0100_0193);
+        }
+    };
+    match parse(frame) {
+        Some(lay) => {
+            let addrs = match lay.l3 {
+                L3::V4 { .. } => lay.l3_off + 12..lay.l3_off + 20,
+                L3::V6 => lay.l3_off + 8..lay.l3_off + 40,
+            };
+            mix(&frame[addrs]);
+            if let Some((PROTO_TCP | PROTO_UDP, off, len)) = lay.l4 {
+                if len >= 4 {
+                    mix(&frame[off..off + 4]);
+                }
+            }
+        }
+        None => mix(&frame[..frame.len().min(12)]),
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The classic worked example of an IPv4 header checksum: 0xb861.
+    const IP_HDR: [u8; 20] = [
+        0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00,
+        0x01, 0xc0, 0xa8, 0x00, 0xc7,
+    ];
+
+    #[test]
+    fn ipv4_header_checksum_known_value() {
+        let mut h = IP_HDR;
+        h[10] = 0;
+        h[11] = 0;
+        assert_eq!(checksum(&h), 0xb861);
+        assert_eq!(fold(sum16(0, &IP_HDR)), 0xffff);
+    }
+
+    #[test]
+    fn non_ip_is_left_alone() {
+        let mut f = [0u8; 60];
+        f[12] = 0x08;
+        f[13] = 0x06; // ARP
+        let copy = f;
+        fill_tx_checksums(&mut f, true, true);
+        assert_eq!(f, copy);
+        assert_eq!(rx_status(&f), (0, 0));
+        assert_eq!(rx_status(&f[..5]), (0, 0));
+    }
+}

@@ -1,0 +1,388 @@
+//! What is plugged into the port: the wire kinds, the port's receive inbox, the process-wide
+//! registry that lets two ports be cabled by name, and the pcap writer.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+use crate::tap::Tap;
+use crate::HcaError;
+
+/// A closure that sees every transmitted frame.
+pub type FrameSink = Box<dyn FnMut(&[u8]) + Send>;
+
+/// What the port is cabled to.
+pub enum Wire {
+    /// Nothing: transmitted frames are counted and dropped; nothing is received.
+    Null,
+    /// A loopback plug: transmitted frames come back on the same port's RX.
+    Loop,
+    /// A cable to the port of the `Hca` whose [`crate::HcaConfig::name`] is this; resolved when
+    /// the first frame is sent, so the peer may be opened later.
+    Peer(String),
+    /// Every transmitted frame is appended to this pcap file (created or truncated).
+    Pcap(PathBuf),
+    /// A Linux TAP interface of this name (created if absent; bringing it up is the caller's job).
+    Tap(String),
+    /// Every transmitted frame is handed to the closure (tests).
+    Sink(FrameSink),
+}
+
+impl fmt::Debug for Wire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Wire::Null => f.write_str("Null"),
+            Wire::Loop => f.write_str("Loop"),
+            Wire::Peer(n) => f.debug_tuple("Peer").field(n).finish(),
+            Wire::Pcap(p) => f.debug_tuple("Pcap").field(p).finish(),
+            Wire::Tap(n) => f.debug_tuple("Tap").field(n).finish(),
+            Wire::Sink(_) => f.write_str("Sink(..)"),
+        }
+    }
+}
+
+impl FromStr for Wire {
+    type Err = HcaError;
+
+    /// Parse the devarg form: `null`, `loop`, `peer:<name>`, `pcap:<path>`, `tap:<ifname>`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| {
+            HcaError::InvalidArgument(format!(
+                "wire {s:?}: {why}; expected null, loop, peer:<name>, pcap:<path> or tap:<ifname>"
+            ))
+        };
+        let (kind, arg) = match s.split_once(':') {
+            Some((k, a)) => (k, Some(a)),
+            None => (s, None),
+        };
+        match (kind, arg) {
+            ("null", None) => Ok(Wire::Null),
+            ("loop", None) => Ok(Wire::Loop),
+            ("null" | "loop", Some(_)) => Err(bad("takes no argument")),
+            ("peer" | "pcap" | "tap", None | Some("")) => Err(bad("missing argument after ':'")),
+            ("peer", Some(a)) => Ok(Wire::Peer(a.to_owned())),
+            ("pcap", Some(a)) => Ok(Wire::Pcap(PathBuf::from(a))),
+            ("tap", Some(a)) if a.len() >= libc::IFNAMSIZ => {
+                Err(bad("interface name longer than 15 bytes"))
+            }
+            ("tap", Some(a)) => Ok(Wire::Tap(a.to_owned())),
+            _ => Err(bad("unknown wire kind")),
+        }
+    }
+}
+
+/// Frames waiting in the port's receive buffer; buffers are recycled so steady traffic does not
+/// allocate.
+#[derive(Debug, Default)]
+struct Inbox {
+    frames: VecDeque<Vec<u8>>,
+    pool: Vec<Vec<u8>>,
+}
+
+/// The receive side of a port, shared with whoever may deliver frames to it (its own loop wire,
+/// a peer port on another thread).
+#[derive(Debug)]
+pub(crate) struct RxPort {
+    inbox: Mutex<Inbox>,
+    /// Frames in the inbox, readable without the lock so an idle poll stays cheap.
+    pending: AtomicUsize,
+    capacity: usize,
+    /// Frames lost before reaching an RX queue: inbox full or port down.
+    pub(crate) drops: AtomicU64,
+    pub(crate) up: AtomicBool,
+}
+
+impl RxPort {
+    pub(crate) fn new(capacity: usize) -> Self {
+        RxPort {
+            inbox: Mutex::new(Inbox::default()),
+            pending: AtomicUsize::new(0),
+            capacity,
+            drops: AtomicU64::new(0),
+            up: AtomicBool::new(true),
+        }
+    }
+
+    /// Deliver a frame; drops (and counts) when the port is down or its buffer is full, so a
+    /// sender is never blocked by a slow receiver.
+    pub(crate) fn deliver(&self, frame: &[u8]) -> bool {
+        if !self.up.load(Ordering::Relaxed) {
+            self.drops.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let mut ib = self.inbox.lock();
+        if ib.frames.len() >= self.capacity {
+            drop(ib);
+            self.drops.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let mut buf = ib.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(frame);
+        ib.frames.push_back(buf);
+        self.pending.store(ib.frames.len(), Ordering::Release);
+        true
+    }
+
+    pub(crate) fn has_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire) != 0
+    }
+
+    /// Offer the oldest frame to `f`; it is removed unless `f` returns false (try again later).
+    pub(crate) fn with_front(&self, f: impl FnOnce(&[u8]) -> bool) -> Option<bool> {
+        let mut ib = self.inbox.lock();
+        let consumed = f(ib.frames.front()?);
+        if consumed {
+            let buf = ib.frames.pop_front().expect("front exists");
+            ib.pool.push(buf);
+            self.pending.store(ib.frames.len(), Ordering::Release);
+        }
+        Some(consumed)
+    }
+
+    /// Drop everything queued (port reset).
+    pub(crate) fn clear(&self) {
+        let mut ib = self.inbox.lock();
+        while let Some(b) = ib.frames.pop_front() {
+            ib.pool.push(b);
+        }
+        self.pending.store(0, Ordering::Release);
+    }
+}
+
+/// Ports that can be cabled to by name.
+static REGISTRY: Mutex<Vec<(String, Weak<RxPort>)>> = parking_lot::const_mutex(Vec::new());
+
+pub(crate) fn register(name: &str, port: &Arc<RxPort>) -> Result<(), HcaError> {
+    let mut reg = REGISTRY.lock();
+    reg.retain(|(_, w)| w.strong_count() > 0);
+    if reg.iter().any(|(n, _)| n == name) {
+        return Err(HcaError::NameInUse(name.to_owned()));
+    }
+    reg.push((name.to_owned(), Arc::downgrade(port)));
+    Ok(())
+}
+
+pub(crate) fn unregister(port: &Arc<RxPort>) {
+    let weak = Arc::downgrade(port);
+    REGISTRY
+        .lock()
+        .retain(|(_, w)| !w.ptr_eq(&weak) && w.strong_count() > 0);
+}
+
+fn lookup(name: &str) -> Option<Weak<RxPort>> {
+    let reg = REGISTRY.lock();
+    reg.iter()
+        .find(|(n, w)| n == name && w.strong_count() > 0)
+        .map(|(_, w)| w.clone())
+}
+
+/// Appends frames to a pcap file (microsecond timestamps, LINKTYPE_ETHERNET).
+pub(crate) struct PcapWriter {
+    out: BufWriter<File>,
+    dirty: bool,
+}
+
+const PCAP_MAGIC: u32 = 0xa1b2_c3d4;
+const PCAP_SNAPLEN: u32 = 262_144;
+const LINKTYPE_ETHERNET: u32 = 1;
+
+impl PcapWriter {
+    pub(crate) fn create(path: &std::path::Path) -> io::Result<Self> {
+        let mut out = BufWriter::new(File::create(path)?);
+        let mut hdr = Vec::with_capacity(24);
+        hdr.extend_from_slice(&PCAP_MAGIC.to_le_bytes());
+        hdr.extend_from_slice(&2u16.to_le_bytes());
+        hdr.extend_from_slice(&4u16.to_le_bytes());
+        hdr.extend_from_slice(&0i32.to_le_bytes()); // thiszone
+        hdr.extend_from_slice(&0u32.to_le_bytes()); // sigfigs
+        hdr.extend_from_slice(&PCAP_SNAPLEN.to_le_bytes());
+        hdr.extend_from_slice(&LINKTYPE_ETHERNET.to_le_bytes());
+        out.write_all(&hdr)?;
+        out.flush()?;
+        Ok(PcapWriter { out, dirty: false })
+    }
+
+    pub(crate) fn write(&mut self, frame: &[u8]) -> io::Result<()> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let incl = frame.len().min(PCAP_SNAPLEN as usize);
+        let mut rec = [0u8; 16];
+        rec[0..4].copy_from_slice(&(now.as_secs() as u32).to_le_bytes());
+        rec[4..8].copy_from_slice(&now.subsec_micros().to_le_bytes());
+        rec[8..12].copy_from_slice(&(incl as u32).to_le_bytes());
+        rec[12..16].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+        self.out.write_all(&rec)?;
+        self.out.write_all(&frame[..incl])?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Push buffered records to the file so a concurrent reader sees every frame sent so far.
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
+        if self.dirty {
+            self.dirty = false;
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// The port's wire as the device loop drives it.
+pub(crate) enum WirePort {
+    Null,
+    Loop,
+    Peer {
+        name: String,
+        target: Option<Weak<RxPort>>,
+    },
+    Pcap(PcapWriter),
+    Tap(Tap),
+    Sink(FrameSink),
+}
+
+/// What happened to a transmitted frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxOutcome {
+    Sent,
+    Dropped,
+}
+
+impl WirePort {
+    pub(crate) fn open(wire: Wire) -> Result<Self, HcaError> {
+        Ok(match wire {
+            Wire::Null => WirePort::Null,
+            Wire::Loop => WirePort::Loop,
+            Wire::Peer(name) => WirePort::Peer { name, target: None },
+            Wire::Pcap(path) => WirePort::Pcap(
+                PcapWriter::create(&path)
+                    .map_err(|e| HcaError::Io(format!("pcap wire {}: {e}", path.display())))?,
+            ),
+            Wire::Tap(name) => WirePort::Tap(
+                Tap::open(&name).map_err(|e| HcaError::Io(format!("tap wire {name}: {e}")))?,
+            ),
+            Wire::Sink(f) => WirePort::Sink(f),
+        })
+    }
+
+    /// Whether transmitted frames need their bytes at all (the null wire only counts them, so
+    /// the device skips the copy and stays cheap on a TX benchmark).
+    pub(crate) fn wants_bytes(&self) -> bool {
+        !matches!(self, WirePort::Null)
+    }
+
+    pub(crate) fn transmit(&mut self, own: &RxPort, frame: &[u8]) -> TxOutcome {
+        let ok = match self {
+            WirePort::Null => true,
+            WirePort::Loop => own.deliver(frame),
+            WirePort::Peer { name, target } => {
+                let port = target.as_ref().and_then(Weak::upgrade).or_else(|| {
+                    *target = lookup(name);
+                    target.as_ref().and_then(Weak::upgrade)
+                });
+                match port {
+                    Some(p) => p.deliver(frame),
+                    None => false,
+                }
+            }
+            WirePort::Pcap(w) => w.write(frame).is_ok(),
+            WirePort::Tap(t) => t.send(frame),
+            WirePort::Sink(f) => {
+                f(frame);
+                true
+            }
+        };
+        if ok {
+            TxOutcome::Sent
+        } else {
+            TxOutcome::Dropped
+        }
+    }
+
+    /// Bring frames from the outside world into the port's inbox (TAP only); returns how many.
+    pub(crate) fn poll_rx(&mut self, own: &RxPort, scratch: &mut [u8], budget: usize) -> usize {
+        let WirePort::Tap(t) = self else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < budget {
+            let Some(len) = t.recv(scratch) else {
+                break;
+            };
+            own.deliver(&scratch[..len]);
+            n += 1;
+        }
+        n
+    }
+
+    /// End of a batch: make buffered output visible.
+    pub(crate) fn flush(&mut self) {
+        if let WirePort::Pcap(w) = self {
+            let _ = w.flush();
+        }
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            WirePort::Null => "null".into(),
+            WirePort::Loop => "loop".into(),
+            WirePort::Peer { name, .. } => format!("peer:{name}"),
+            WirePort::Pcap(_) => "pcap".into(),
+            WirePort::Tap(t) => format!("tap:{}", t.name()),
+            WirePort::Sink(_) => "sink".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_wires() {
+        assert!(matches!("null".parse::<Wire>(), Ok(Wire::Null)));
+        assert!(matches!("loop".parse::<Wire>(), Ok(Wire::Loop)));
+        assert!(
+            matches!("peer:net_mlx4rs1".parse::<Wire>(), Ok(Wire::Peer(n)) if n == "net_mlx4rs1")
+        );
+        assert!(
+            matches!("pcap:/tmp/a:b.pcap".parse::<Wire>(), Ok(Wire::Pcap(p)) if p == std::path::Path::new("/tmp/a:b.pcap"))
+        );
+        assert!(matches!("tap:mlx0".parse::<Wire>(), Ok(Wire::Tap(n)) if n == "mlx0"));
+        for bad in [
+            "",
+            "nul",
+            "peer",
+            "peer:",
+            "null:x",
+            "tap:0123456789abcdef",
+            "wire:x",
+        ] {
+            let e = bad.parse::<Wire>().unwrap_err().to_string();
+            assert!(e.contains("expected null, loop"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn inbox_bounded() {
+        let p = RxPort::new(2);
+        assert!(p.deliver(&[1]));
+        assert!(p.deliver(&[2]));
+        assert!(!p.deliver(&[3]));
+        assert_eq!(p.drops.load(Ordering::Relaxed), 1);
+        assert_eq!(p.with_front(|f| f == [1]), Some(true));
+        assert_eq!(p.with_front(|_| false), Some(false));
+        assert_eq!(p.with_front(|f| f == [2]), Some(true));
+        assert_eq!(p.with_front(|_| true), None);
+        assert!(!p.has_pending());
+    }
+}
