@@ -1,0 +1,378 @@
+//! A hand-rolled driver for tests: page-aligned memory, rings and WQEs written byte by byte from
+//! the spec with tiny big-endian helpers. Deliberately independent of `mlx4_prm`'s encoders so
+//! the device model is checked against the spec, not against our own code.
+#![allow(dead_code)]
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use mlx4_hca::{CqAttr, Hca, HcaConfig, RqAttr, SqAttr, SqInfo, Wire};
+use parking_lot::Mutex;
+
+/// Zeroed, page-aligned memory playing the driver's DMA memory.
+pub struct Mem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain owned memory; the device reaches it only through the pointers we hand it.
+unsafe impl Send for Mem {}
+// SAFETY: all access goes through volatile reads and writes of in-range bytes.
+unsafe impl Sync for Mem {}
+
+impl Mem {
+    pub fn new(len: usize) -> Mem {
+        let len = len.max(1).next_multiple_of(4096);
+        let layout = Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Mem { ptr, len }
+    }
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn put(&self, off: usize, bytes: &[u8]) {
+        assert!(off + bytes.len() <= self.len);
+        for (i, b) in bytes.iter().enumerate() {
+            // SAFETY: in range (asserted); volatile because the device thread may read it.
+            unsafe { self.ptr.add(off + i).write_volatile(*b) };
+        }
+    }
+    pub fn get(&self, off: usize, n: usize) -> Vec<u8> {
+        assert!(off + n <= self.len);
+        // SAFETY: in range (asserted); volatile because the device thread may write it.
+        (0..n)
+            .map(|i| unsafe { self.ptr.add(off + i).read_volatile() })
+            .collect()
+    }
+    /// Store a big-endian dword in one aligned 32-bit store (ownership words, doorbells).
+    pub fn put32(&self, off: usize, v: u32) {
+        assert!(off % 4 == 0 && off + 4 <= self.len);
+        fence(Ordering::Release);
+        // SAFETY: in range and aligned (asserted).
+        unsafe { (self.ptr.add(off) as *mut u32).write_volatile(v.to_be()) };
+    }
+    pub fn get32(&self, off: usize) -> u32 {
+        assert!(off % 4 == 0 && off + 4 <= self.len);
+        // SAFETY: in range and aligned (asserted).
+        let v = unsafe { (self.ptr.add(off) as *const u32).read_volatile() };
+        fence(Ordering::Acquire);
+        u32::from_be(v)
+    }
+    pub fn fill(&self, v: u8) {
+        self.put(0, &vec![v; self.len]);
+    }
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, Layout::from_size_align(self.len, 4096).unwrap()) };
+    }
+}
+
+// ------------------------------------------------------------------ WQE bytes (spec 1.2-1.4)
+
+/// owner_opcode dword: OWNER bit 31, opcode bits 4:0.
+pub const NOP: u8 = 0x00;
+pub const SEND: u8 = 0x0a;
+/// srcrb flags: C = 0b11 (bits 3:2) requests a CQE, bit 1 solicited, bit 4 IP csum, bit 5 L4.
+pub const SIGNALED: u8 = 0x0e;
+pub const UNSIGNALED: u8 = 0x02;
+pub const IP_CSUM: u8 = 0x10;
+pub const L4_CSUM: u8 = 0x20;
+
+/// Bytes 4-15 of a control segment: vlan_tag, ins_vlan, fence_size (DS), srcrb_flags, imm.
+pub fn ctrl_tail(ds: u8, srcrb: u8) -> Vec<u8> {
+    vec![0, 0, 0, ds, 0, 0, 0, srcrb, 0, 0, 0, 0]
+}
+
+/// Control segment tail with a VLAN insert (0x40 = C-VLAN).
+pub fn ctrl_tail_vlan(ds: u8, srcrb: u8, tci: u16) -> Vec<u8> {
+    let t = tci.to_be_bytes();
+    vec![t[0], t[1], 0x40, ds, 0, 0, 0, srcrb, 0, 0, 0, 0]
+}
+
+/// Inline segment header: BE32(0x80000000 | len).
+pub fn inline_hdr(len: usize) -> Vec<u8> {
+    let mut v = (0x8000_0000u32 | len as u32).to_be_bytes().to_vec();
+    v.truncate(4);
+    v
+}
+
+/// Data segment: BE32 byte_count, BE32 lkey, BE64 addr.
+pub fn dseg(len: u32, lkey: u32, addr: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(16);
+    v.extend_from_slice(&len.to_be_bytes());
+    v.extend_from_slice(&lkey.to_be_bytes());
+    v.extend_from_slice(&addr.to_be_bytes());
+    v
+}
+
+pub fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+pub fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+// ------------------------------------------------------------------ a tiny driver
+
+pub fn step_cfg() -> HcaConfig {
+    HcaConfig {
+        threaded: false,
+        ..HcaConfig::default()
+    }
+}
+
+pub type Frames = Arc<Mutex<Vec<Vec<u8>>>>;
+
+/// Attach a sink wire and return where its frames land.
+pub fn sink(hca: &Hca) -> Frames {
+    let frames: Frames = Arc::default();
+    let f = frames.clone();
+    hca.set_wire(Wire::Sink(Box::new(move |b: &[u8]| {
+        f.lock().push(b.to_vec())
+    })))
+    .unwrap();
+    frames
+}
+
+/// A CQ on test memory with a software consumer.
+pub struct TestCq {
+    pub ring: Mem,
+    pub db: Mem,
+    pub cnt: u32,
+    pub cqn: u32,
+    pub cons: u32,
+}
+
+impl TestCq {
+    pub fn new(hca: &Hca, cnt: u32) -> TestCq {
+        let ring = Mem::new(cnt as usize * 32);
+        let db = Mem::new(8);
+        let attr = CqAttr {
+            buf: ring.ptr(),
+            cqe_cnt: cnt,
+            set_ci_db: db.ptr() as *mut u32,
+        };
+        // SAFETY: the memory lives in the returned value, which tests keep past destroy/drop.
+        let cqn = unsafe { hca.create_cq(&attr) }.unwrap();
+        TestCq {
+            ring,
+            db,
+            cnt,
+            cqn,
+            cons: 0,
+        }
+    }
+
+    /// The next CQE if software owns it (owner bit == pass parity), consuming it.
+    pub fn poll(&mut self) -> Option<Vec<u8>> {
+        let off = (self.cons & (self.cnt - 1)) as usize * 32;
+        let owner = self.ring.get(off + 31, 1)[0] & 0x80 != 0;
+        if owner != (self.cons & self.cnt != 0) {
+            return None;
+        }
+        fence(Ordering::Acquire);
+        self.cons += 1;
+        Some(self.ring.get(off, 32))
+    }
+
+    pub fn drain(&mut self) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| self.poll()).collect()
+    }
+
+    /// Tell the device how far we consumed (BE32, 24 bits).
+    pub fn update_ci(&self) {
+        self.db.put32(0, self.cons & 0xff_ffff);
+    }
+}
+
+/// A send queue on test memory, posting hand-made WQEs.
+pub struct TestSq {
+    pub ring: Mem,
+    pub cnt: u32,
+    pub info: SqInfo,
+    /// Producer in TXBBs.
+    pub prod: u32,
+    /// Next BlueFlame half (0 or 1).
+    pub bf_half: usize,
+}
+
+impl TestSq {
+    pub fn new(hca: &Hca, cnt: u32, cqn: u32) -> TestSq {
+        let ring = Mem::new(cnt as usize * 64);
+        TestSq::on(hca, ring, cnt, cqn)
+    }
+
+    pub fn on(hca: &Hca, ring: Mem, cnt: u32, cqn: u32) -> TestSq {
+        let attr = SqAttr {
+            buf: ring.ptr(),
+            txbb_cnt: cnt,
+            cqn,
+        };
+        // SAFETY: the ring lives in the returned value.
+        let info = unsafe { hca.create_sq(&attr) }.unwrap();
+        TestSq {
+            ring,
+            cnt,
+            info,
+            prod: 0,
+            bf_half: 0,
+        }
+    }
+
+    pub fn owner(&self, counter: u32) -> u32 {
+        if counter & self.cnt != 0 {
+            0x8000_0000
+        } else {
+            0
+        }
+    }
+
+    /// Write a WQE at the producer: `tail` is every byte after dword 0 (so `tail[3]` is the DS
+    /// byte); dword 0 (owner | opcode) is written last. Returns its counter and advances.
+    pub fn write(&mut self, opcode: u8, tail: &[u8]) -> u32 {
+        let ds = tail[3] & 0x3f;
+        let counter = self.prod;
+        self.write_at(counter, self.owner(counter) | u32::from(opcode), tail);
+        self.prod += (u32::from(ds) * 16).div_ceil(64).max(1);
+        counter
+    }
+
+    /// Write raw WQE bytes at `counter` with the given dword 0.
+    pub fn write_at(&self, counter: u32, dw0: u32, tail: &[u8]) {
+        let size = self.cnt as usize * 64;
+        let off = (counter & (self.cnt - 1)) as usize * 64;
+        for (i, b) in tail.iter().enumerate() {
+            self.ring.put((off + 4 + i) % size, &[*b]);
+        }
+        self.ring.put32(off, dw0);
+    }
+
+    /// Ring the UAR doorbell: BE32(qpn << 8) at offset 0x14, one 32-bit store.
+    pub fn doorbell(&self) {
+        let v = (self.info.qpn << 8).to_be();
+        fence(Ordering::Release);
+        // SAFETY: the UAR page is 4 KiB of device memory valid while the Hca lives; 0x14 is
+        // 4-aligned.
+        unsafe { (self.info.uar.add(0x14) as *mut u32).write_volatile(v) };
+    }
+
+    /// The WQE at `counter` as it sits in ring memory (ALIGN(ds*16, 64) bytes).
+    pub fn wqe_bytes(&self, counter: u32) -> Vec<u8> {
+        let off = (counter & (self.cnt - 1)) as usize * 64;
+        let ds = self.ring.get(off + 7, 1)[0] & 0x3f;
+        let n = (usize::from(ds) * 16).next_multiple_of(64);
+        let size = self.cnt as usize * 64;
+        (0..n)
+            .map(|i| self.ring.get((off + i) % size, 1)[0])
+            .collect()
+    }
+
+    /// Copy `wqe` to the next BlueFlame half as the driver would: counter in owner_opcode bits
+    /// 23:8, QPN in bytes 4-6, DS in byte 7, in 8-byte stores, then a fence.
+    pub fn bf_copy(&mut self, counter: u32, mut wqe: Vec<u8>) {
+        let bf = self.info.bf.expect("BlueFlame register");
+        let dw0 = be32(&wqe, 0) | ((counter & 0xffff) << 8);
+        wqe[0..4].copy_from_slice(&dw0.to_be_bytes());
+        let ds = wqe[7] & 0x3f;
+        let q = self.info.qpn;
+        wqe[4..8].copy_from_slice(&[(q >> 16) as u8, (q >> 8) as u8, q as u8, ds]);
+        let dst = bf.reg.wrapping_add(self.bf_half * bf.half_size);
+        for (i, chunk) in wqe.chunks_exact(8).enumerate() {
+            let mut q = [0u8; 8];
+            q.copy_from_slice(chunk);
+            // SAFETY: the half is `half_size` bytes of device memory and the WQE fits in it;
+            // 8-aligned stores like __iowrite64_copy.
+            unsafe { (dst.add(i * 8) as *mut u64).write_volatile(u64::from_ne_bytes(q)) };
+        }
+        fence(Ordering::SeqCst);
+        self.bf_half ^= 1;
+    }
+}
+
+/// A receive queue on test memory with `sges` entries per WQE.
+pub struct TestRq {
+    pub ring: Mem,
+    pub db: Mem,
+    pub cnt: u32,
+    pub sges: u32,
+    pub qpn: u32,
+    pub prod: u32,
+}
+
+impl TestRq {
+    pub fn new(hca: &Hca, cnt: u32, sges: u32, cqn: u32) -> TestRq {
+        let ring = Mem::new(cnt as usize * sges as usize * 16);
+        let db = Mem::new(4);
+        let attr = RqAttr {
+            buf: ring.ptr(),
+            wqe_cnt: cnt,
+            sges,
+            cqn,
+            db_rec: db.ptr() as *mut u32,
+        };
+        // SAFETY: ring and record live in the returned value.
+        let qpn = unsafe { hca.create_rq(&attr) }.unwrap();
+        TestRq {
+            ring,
+            db,
+            cnt,
+            sges,
+            qpn,
+            prod: 0,
+        }
+    }
+
+    /// Post one WQE whose entries are `(size, lkey, addr)`; unused entries get lkey 0x100.
+    pub fn post(&mut self, entries: &[(u32, u32, u64)]) {
+        let base = (self.prod & (self.cnt - 1)) as usize * self.sges as usize * 16;
+        for i in 0..self.sges as usize {
+            let e = match entries.get(i) {
+                Some(&(n, k, a)) => dseg(n, k, a),
+                None => dseg(0, 0x100, 0),
+            };
+            self.ring.put(base + i * 16, &e);
+        }
+        self.prod += 1;
+        self.db.put32(0, self.prod & 0xffff);
+    }
+}
+
+/// Packet memory registered with the device.
+pub struct Pkts {
+    pub mem: Mem,
+    pub lkey: u32,
+}
+
+impl Pkts {
+    pub fn new(hca: &Hca, len: usize) -> Pkts {
+        let mem = Mem::new(len);
+        // SAFETY: the memory lives in the returned value; tests deregister or drop the Hca first.
+        let lkey = unsafe { hca.reg_mr(mem.ptr(), mem.len()) }.unwrap();
+        Pkts { mem, lkey }
+    }
+}
+
+/// A TCP/IPv4 frame with correct IPv4 (0x1490) and TCP (0x6d20) checksums, computed
+/// independently of this crate.
+pub const TCP4: &str = "02000000000202000000000108004500003212344000400614900a0000010a00000204d2005000000001000000005002ffff6d20000068656c6c6f206d6c7834";
+/// A VLAN 100 tagged UDP/IPv6 frame with a correct UDP checksum (0x0d23), computed independently.
+pub const UDP6_VLAN: &str = "0200000000020200000000018100006486dd6000000000111140fe800000000000000000000000000001fe8000000000000000000000000000021388177000110d23636865636b73756d21";
+
+pub fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
