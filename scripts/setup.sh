@@ -18,7 +18,7 @@ need_root() {
   fi
 }
 
-pkgs=(dpdk libdpdk-dev clang libclang-dev pkg-config dpkg-dev libpcap-dev
+pkgs=(dpdk dpdk-dev libdpdk-dev clang libclang-dev pkg-config dpkg-dev libpcap-dev
       iproute2 tcpdump meson ninja-build valgrind python3)
 missing=()
 for p in "${pkgs[@]}"; do

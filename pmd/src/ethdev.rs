@@ -1,0 +1,629 @@
+//! The binding between DPDK's ethdev/vdev C interfaces and the driver.
+//!
+//! This is the one place that converts raw `rte_eth_dev`, `rte_vdev_device` and queue pointers
+//! into Rust references, registers the driver with EAL, and maps `Result`s to negative errno.
+//! Everything it calls is ordinary Rust in `port`, `txq` and `rxq`.
+
+use std::ffi::{c_char, c_int, CStr};
+use std::mem::size_of;
+use std::ptr;
+use std::sync::LazyLock;
+
+use dpdk_sys as sys;
+
+use crate::devargs::Devargs;
+use crate::mbuf::Mbuf;
+use crate::mem::MemSource;
+use crate::pmd_log;
+use crate::port::{self, Port};
+use crate::rxq::RxQueue;
+use crate::txq::TxQueue;
+
+type TxQ = TxQueue<Mbuf>;
+
+/// Driver name as EAL matches it against `--vdev net_mlx4rs<N>`.
+pub const DRIVER_NAME: &CStr = c"net_mlx4rs";
+
+/// The vdev driver record. EAL links it into its driver list, so it must live for the whole
+/// process and have a stable address.
+static mut VDEV_DRIVER: sys::rte_vdev_driver = sys::rte_vdev_driver {
+    next: sys::rte_vdev_driver__bindgen_ty_1 {
+        tqe_next: ptr::null_mut(),
+        tqe_prev: ptr::null_mut(),
+    },
+    driver: sys::rte_driver {
+        next: sys::rte_driver__bindgen_ty_1 {
+            tqe_next: ptr::null_mut(),
+            tqe_prev: ptr::null_mut(),
+        },
+        name: DRIVER_NAME.as_ptr(),
+        alias: ptr::null(),
+    },
+    probe: Some(vdev_probe),
+    remove: Some(vdev_remove),
+    dma_map: None,
+    dma_unmap: None,
+    drv_flags: 0,
+};
+
+/// Runs when the library is loaded (by `-d`, from EAL's plugin directory, or linked into an
+/// application), which is always before EAL scans the vdev bus.
+#[ctor::ctor]
+fn register_driver() {
+    crate::log::register();
+    // SAFETY: runs once, single-threaded, at load time; `VDEV_DRIVER` is a static that lives
+    // as long as the process and nothing else touches it.
+    unsafe { sys::rte_vdev_register(ptr::addr_of_mut!(VDEV_DRIVER)) };
+}
+
+static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_dev_ops {
+    dev_configure: Some(dev_configure),
+    dev_start: Some(dev_start),
+    dev_stop: Some(dev_stop),
+    dev_close: Some(dev_close),
+    dev_infos_get: Some(dev_infos_get),
+    link_update: Some(link_update),
+    stats_get: Some(stats_get),
+    stats_reset: Some(stats_reset),
+    promiscuous_enable: Some(promiscuous_enable),
+    rx_queue_setup: Some(rx_queue_setup),
+    rx_queue_release: Some(rx_queue_release),
+    tx_queue_setup: Some(tx_queue_setup),
+    tx_queue_release: Some(tx_queue_release),
+    tx_done_cleanup: Some(tx_done_cleanup),
+    xstats_get: Some(xstats_get),
+    xstats_get_names: Some(xstats_get_names),
+    xstats_reset: Some(xstats_reset),
+    ..Default::default()
+});
+
+fn c_str<'a>(p: *const c_char) -> &'a str {
+    if p.is_null() {
+        return "";
+    }
+    // SAFETY: EAL hands us NUL-terminated strings that live as long as the device.
+    unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("")
+}
+
+/// # Safety
+/// `dev` must be a live ethdev of this driver whose `dev_private` holds an initialised `Port`.
+unsafe fn port_of<'a>(dev: *mut sys::rte_eth_dev) -> &'a mut Port {
+    // SAFETY: guaranteed by the caller; ethdev serialises control ops on a port.
+    unsafe { &mut *((*(*dev).data).dev_private as *mut Port) }
+}
+
+/// # Safety
+/// `dev` must be a live ethdev.
+unsafe fn data<'a>(dev: *mut sys::rte_eth_dev) -> &'a mut sys::rte_eth_dev_data {
+    // SAFETY: every ethdev has its data attached from allocation to release.
+    unsafe { &mut *(*dev).data }
+}
+
+unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
+    // SAFETY: EAL passes a live vdev device.
+    let (name, args, socket) = unsafe {
+        (
+            c_str(sys::mlx4rs_vdev_name(vdev)).to_owned(),
+            c_str(sys::mlx4rs_vdev_args(vdev)).to_owned(),
+            sys::mlx4rs_vdev_numa_node(vdev),
+        )
+    };
+    let devargs: Devargs = match args.parse() {
+        Ok(d) => d,
+        Err(e) => {
+            pmd_log!(ERR, "{name}: {e}");
+            return -libc::EINVAL;
+        }
+    };
+    pmd_log!(INFO, "{name}: probing with devargs {args:?}");
+    let mem = memseg_ranges();
+    let port = match Port::open(&name, devargs, MemSource::Dpdk { socket }, &mem) {
+        Ok(p) => p,
+        Err(e) => {
+            pmd_log!(ERR, "{name}: cannot open: {e}");
+            return e.errno();
+        }
+    };
+    // SAFETY: the name outlives the call; on success ethdev returns a zeroed slot we own.
+    unsafe { attach_port(vdev, &name, socket, port) }
+}
+
+/// Allocates the ethdev and moves `port` into DPDK memory as its private data.
+///
+/// # Safety
+/// `vdev` must be the live device being probed.
+unsafe fn attach_port(
+    vdev: *mut sys::rte_vdev_device,
+    name: &str,
+    socket: c_int,
+    port: Port,
+) -> c_int {
+    let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
+    // SAFETY: plain ethdev call with a valid C string.
+    let dev = unsafe { sys::rte_eth_dev_allocate(cname.as_ptr()) };
+    if dev.is_null() {
+        pmd_log!(
+            ERR,
+            "{name}: cannot allocate an ethdev (name taken or no free port id)"
+        );
+        return -libc::ENOMEM;
+    }
+    // SAFETY: `dev` is freshly allocated and ours; the memory we attach comes from rte_zmalloc,
+    // because rte_eth_dev_release_port frees `dev_private` and `mac_addrs` with rte_free.
+    unsafe {
+        let d = data(dev);
+        let private =
+            sys::rte_zmalloc_socket(c"mlx4rs_port".as_ptr(), size_of::<Port>(), 64, socket)
+                as *mut Port;
+        let macs = sys::rte_zmalloc_socket(
+            c"mlx4rs_mac".as_ptr(),
+            size_of::<sys::rte_ether_addr>(),
+            0,
+            socket,
+        ) as *mut sys::rte_ether_addr;
+        if private.is_null() || macs.is_null() {
+            sys::rte_free(private.cast());
+            sys::rte_free(macs.cast());
+            sys::rte_eth_dev_release_port(dev);
+            pmd_log!(ERR, "{name}: out of DPDK memory");
+            return -libc::ENOMEM;
+        }
+        (*macs).addr_bytes = port.mac;
+        ptr::write(private, port);
+        d.dev_private = private.cast();
+        d.mac_addrs = macs;
+        d.numa_node = socket;
+        d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
+        (*dev).device = ptr::addr_of_mut!((*vdev).device);
+        (*dev).dev_ops = &*OPS;
+        (*dev).rx_pkt_burst = Some(crate::rxq::rx_burst);
+        (*dev).tx_pkt_burst = Some(tx_burst);
+        sys::rte_eth_dev_probing_finish(dev);
+        pmd_log!(
+            INFO,
+            "{name}: port {} ready, MAC {}",
+            d.port_id,
+            fmt_mac(&(*macs).addr_bytes)
+        );
+    }
+    0
+}
+
+/// Every memseg list's virtual range: where mbufs can live. Registered once per port so the
+/// data path never registers memory.
+fn memseg_ranges() -> Vec<(usize, usize)> {
+    unsafe extern "C" fn cb(msl: *const sys::rte_memseg_list, arg: *mut std::ffi::c_void) -> c_int {
+        // SAFETY: EAL passes a live list and our Vec as `arg`.
+        unsafe {
+            let v = &mut *(arg as *mut Vec<(usize, usize)>);
+            let base = (*msl).__bindgen_anon_1.base_va as usize;
+            if base != 0 && (*msl).len > 0 {
+                v.push((base, base + (*msl).len));
+            }
+        }
+        0
+    }
+    let mut v: Vec<(usize, usize)> = Vec::new();
+    // SAFETY: the callback only appends to `v`, which outlives the walk.
+    unsafe { sys::rte_memseg_list_walk(Some(cb), (&mut v as *mut Vec<(usize, usize)>).cast()) };
+    v
+}
+
+/// `tx_pkt_burst`.
+unsafe extern "C" fn tx_burst(
+    q: *mut std::ffi::c_void,
+    pkts: *mut *mut sys::rte_mbuf,
+    n: u16,
+) -> u16 {
+    if n == 0 {
+        return 0;
+    }
+    // SAFETY: `q` is the queue tx_queue_setup stored, used by one lcore at a time (ethdev's
+    // contract); `pkts` holds `n` valid mbuf pointers, and `Mbuf` is a transparent pointer.
+    unsafe {
+        let q = &mut *(q as *mut TxQ);
+        let pkts = std::slice::from_raw_parts(pkts as *const Mbuf, usize::from(n));
+        q.burst(pkts) as u16
+    }
+}
+
+unsafe extern "C" fn tx_done_cleanup(q: *mut std::ffi::c_void, free_cnt: u32) -> c_int {
+    // SAFETY: as for tx_burst.
+    let q = unsafe { &mut *(q as *mut TxQ) };
+    q.done_cleanup(free_cnt) as c_int
+}
+
+pub fn fmt_mac(m: &[u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+unsafe extern "C" fn vdev_remove(vdev: *mut sys::rte_vdev_device) -> c_int {
+    // SAFETY: EAL passes a live vdev device.
+    let name = unsafe { sys::mlx4rs_vdev_name(vdev) };
+    // SAFETY: lookup by name; NULL when the port was already closed and released.
+    let dev = unsafe { sys::rte_eth_dev_allocated(name) };
+    if dev.is_null() {
+        return 0;
+    }
+    // SAFETY: `dev` is live; closing runs our dev_close and releases the port.
+    unsafe { sys::rte_eth_dev_close(data(dev).port_id) }
+}
+
+unsafe extern "C" fn dev_configure(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: ethdev calls ops only on live ports of this driver.
+    let (p, d) = unsafe { (port_of(dev), data(dev)) };
+    if d.nb_rx_queues > port::MAX_QUEUES || d.nb_tx_queues > port::MAX_QUEUES {
+        pmd_log!(
+            ERR,
+            "{}: {} RX / {} TX queues requested, at most {} each",
+            p.name,
+            d.nb_rx_queues,
+            d.nb_tx_queues,
+            port::MAX_QUEUES
+        );
+        return -libc::EINVAL;
+    }
+    0
+}
+
+unsafe extern "C" fn dev_start(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: ethdev calls ops only on live ports of this driver.
+    let (p, d) = unsafe { (port_of(dev), data(dev)) };
+    if let Err(e) = p.start() {
+        pmd_log!(ERR, "{}: start failed: {e}", p.name);
+        return e.errno();
+    }
+    for i in 0..d.nb_rx_queues as usize {
+        // SAFETY: ethdev sized the state arrays with nb_rx_queues / nb_tx_queues.
+        unsafe { *d.rx_queue_state.as_mut_ptr().add(i) = sys::RTE_ETH_QUEUE_STATE_STARTED as u8 };
+    }
+    for i in 0..d.nb_tx_queues as usize {
+        // SAFETY: as above.
+        unsafe { *d.tx_queue_state.as_mut_ptr().add(i) = sys::RTE_ETH_QUEUE_STATE_STARTED as u8 };
+    }
+    // SAFETY: live port.
+    unsafe { set_link(dev, p.link_up()) };
+    0
+}
+
+unsafe extern "C" fn dev_stop(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: ethdev calls ops only on live ports of this driver.
+    let (p, d) = unsafe { (port_of(dev), data(dev)) };
+    p.stop();
+    // With the device stopped, every buffer still in flight is reclaimed and each queue
+    // starts afresh at the next start.
+    // SAFETY: live port.
+    unsafe {
+        for_each_txq(dev, |i, q| {
+            if let Err(e) = q.reset() {
+                pmd_log!(ERR, "{}: TX queue {i}: reset failed: {e}", p.name);
+            }
+        })
+    };
+    for i in 0..d.nb_rx_queues as usize {
+        // SAFETY: ethdev sized the state arrays with nb_rx_queues / nb_tx_queues.
+        unsafe { *d.rx_queue_state.as_mut_ptr().add(i) = sys::RTE_ETH_QUEUE_STATE_STOPPED as u8 };
+    }
+    for i in 0..d.nb_tx_queues as usize {
+        // SAFETY: as above.
+        unsafe { *d.tx_queue_state.as_mut_ptr().add(i) = sys::RTE_ETH_QUEUE_STATE_STOPPED as u8 };
+    }
+    // SAFETY: live port.
+    unsafe { set_link(dev, false) };
+    0
+}
+
+unsafe extern "C" fn dev_close(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: ethdev calls ops only on live ports of this driver.
+    let d = unsafe { data(dev) };
+    if d.dev_private.is_null() {
+        return 0;
+    }
+    for q in 0..d.nb_rx_queues {
+        // SAFETY: live port, queue index in range.
+        unsafe { rx_queue_release(dev, q) };
+    }
+    for q in 0..d.nb_tx_queues {
+        // SAFETY: live port, queue index in range.
+        unsafe { tx_queue_release(dev, q) };
+    }
+    // SAFETY: dev_private holds the Port written at probe from rte_zmalloc memory; it is
+    // dropped and freed exactly once here, and the NULL left behind tells a second close (and
+    // ethdev's release, which rte_free()s it) that nothing is left.
+    let name = unsafe {
+        let private = d.dev_private as *mut Port;
+        let name = std::mem::take(&mut (*private).name);
+        ptr::drop_in_place(private);
+        sys::rte_free(private.cast());
+        d.dev_private = ptr::null_mut();
+        name
+    };
+    pmd_log!(INFO, "{name}: closed");
+    0
+}
+
+unsafe extern "C" fn dev_infos_get(
+    dev: *mut sys::rte_eth_dev,
+    info: *mut sys::rte_eth_dev_info,
+) -> c_int {
+    // SAFETY: ethdev passes a live port and a zeroed info struct.
+    let (p, info) = unsafe { (port_of(dev), &mut *info) };
+    info.max_rx_queues = port::MAX_QUEUES;
+    info.max_tx_queues = port::MAX_QUEUES;
+    info.max_mac_addrs = 1;
+    info.min_rx_bufsize = 32;
+    info.max_rx_pktlen = u32::from(port::MAX_MTU) + 18;
+    info.min_mtu = port::MIN_MTU;
+    info.max_mtu = port::MAX_MTU;
+    info.speed_capa = sys::bits::RTE_ETH_LINK_SPEED_40G;
+    let lim = sys::rte_eth_desc_lim {
+        nb_max: port::MAX_DESC,
+        nb_min: port::MIN_DESC,
+        nb_align: 1,
+        ..Default::default()
+    };
+    info.rx_desc_lim = lim;
+    info.tx_desc_lim = lim;
+    let conf = sys::rte_eth_dev_portconf {
+        burst_size: port::DEFAULT_BURST,
+        ring_size: port::DEFAULT_RING,
+        nb_queues: 1,
+    };
+    info.default_rxportconf = conf;
+    info.default_txportconf = conf;
+    info.tx_offload_capa = TX_OFFLOAD_CAPA;
+    info.tx_desc_lim.nb_seg_max = crate::wqe::MAX_GATHER_SEGS as u16;
+    info.tx_desc_lim.nb_mtu_seg_max = crate::wqe::MAX_GATHER_SEGS as u16;
+    info.tx_queue_offload_capa = 0;
+    info.rx_offload_capa = crate::rxq::offload_capa(p);
+    info.rx_queue_offload_capa = 0;
+    0
+}
+
+/// # Safety
+/// `dev` must be a live port.
+unsafe fn set_link(dev: *mut sys::rte_eth_dev, up: bool) -> c_int {
+    let mut link = sys::rte_eth_link::default();
+    if up {
+        link.link_speed = port::LINK_SPEED_MBPS;
+        link.set_link_duplex(sys::RTE_ETH_LINK_FULL_DUPLEX as u16);
+        link.set_link_autoneg(sys::RTE_ETH_LINK_AUTONEG as u16);
+        link.set_link_status(sys::RTE_ETH_LINK_UP as u16);
+    } else {
+        link.set_link_status(sys::RTE_ETH_LINK_DOWN as u16);
+    }
+    // SAFETY: live port; the glue only reads `link`.
+    unsafe { sys::mlx4rs_linkstatus_set(dev, &link) }
+}
+
+unsafe extern "C" fn link_update(dev: *mut sys::rte_eth_dev, _wait: c_int) -> c_int {
+    // SAFETY: ethdev calls ops only on live ports of this driver.
+    let up = unsafe { port_of(dev) }.link_up();
+    // SAFETY: live port.
+    unsafe { set_link(dev, up) }
+}
+
+/// # Safety
+/// `dev` must be a live port; the closure sees each configured TX queue.
+unsafe fn for_each_txq(dev: *mut sys::rte_eth_dev, mut f: impl FnMut(usize, &mut TxQ)) {
+    // SAFETY: live port.
+    let d = unsafe { data(dev) };
+    for i in 0..d.nb_tx_queues as usize {
+        // SAFETY: the array has nb_tx_queues entries, each NULL or a queue we set up.
+        let q = unsafe { *d.tx_queues.add(i) } as *mut TxQ;
+        if !q.is_null() {
+            // SAFETY: set by tx_queue_setup; control ops do not race the data path on a queue.
+            f(i, unsafe { &mut *q });
+        }
+    }
+}
+
+/// # Safety
+/// `dev` must be a live port; the closure sees each configured RX queue.
+unsafe fn for_each_rxq(dev: *mut sys::rte_eth_dev, mut f: impl FnMut(usize, &mut RxQueue)) {
+    // SAFETY: live port.
+    let d = unsafe { data(dev) };
+    for i in 0..d.nb_rx_queues as usize {
+        // SAFETY: the array has nb_rx_queues entries, each NULL or a queue we set up.
+        let q = unsafe { *d.rx_queues.add(i) } as *mut RxQueue;
+        if !q.is_null() {
+            // SAFETY: set by rx_queue_setup.
+            f(i, unsafe { &mut *q });
+        }
+    }
+}
+
+unsafe extern "C" fn stats_get(dev: *mut sys::rte_eth_dev, st: *mut sys::rte_eth_stats) -> c_int {
+    // SAFETY: ethdev passes a zeroed stats struct.
+    let st = unsafe { &mut *st };
+    let n = sys::RTE_ETHDEV_QUEUE_STAT_CNTRS as usize;
+    // SAFETY: live port.
+    unsafe {
+        for_each_txq(dev, |i, q| {
+            let s = q.stats();
+            st.opackets += s.packets;
+            st.obytes += s.bytes;
+            st.oerrors += s.errors;
+            if i < n {
+                st.q_opackets[i] = s.packets;
+                st.q_obytes[i] = s.bytes;
+            }
+        });
+        for_each_rxq(dev, |i, q| {
+            let s = q.stats();
+            st.ipackets += s.packets;
+            st.ibytes += s.bytes;
+            st.ierrors += s.errors;
+            st.rx_nombuf += s.nombuf;
+            if i < n {
+                st.q_ipackets[i] = s.packets;
+                st.q_ibytes[i] = s.bytes;
+                st.q_errors[i] = s.errors;
+            }
+        });
+    }
+    0
+}
+
+unsafe extern "C" fn stats_reset(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: live port.
+    unsafe {
+        for_each_txq(dev, |_, q| q.reset_stats());
+        for_each_rxq(dev, |_, q| q.reset_stats());
+    }
+    0
+}
+
+unsafe extern "C" fn promiscuous_enable(_dev: *mut sys::rte_eth_dev) -> c_int {
+    // The device delivers every frame on the wire; there is no filter to open.
+    0
+}
+
+/// TX offloads the WQE carries (checksums, VLAN insertion) or the queue implements.
+const TX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_TX_OFFLOAD_VLAN_INSERT
+    | sys::bits::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM
+    | sys::bits::RTE_ETH_TX_OFFLOAD_UDP_CKSUM
+    | sys::bits::RTE_ETH_TX_OFFLOAD_TCP_CKSUM
+    | sys::bits::RTE_ETH_TX_OFFLOAD_MULTI_SEGS
+    | sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+
+unsafe extern "C" fn tx_queue_setup(
+    dev: *mut sys::rte_eth_dev,
+    qid: u16,
+    nb_desc: u16,
+    socket: u32,
+    conf: *const sys::rte_eth_txconf,
+) -> c_int {
+    // SAFETY: live port; ethdev released any previous queue at this index and passes a
+    // valid conf.
+    let (p, d, conf) = unsafe { (port_of(dev), data(dev), &*conf) };
+    let offloads = conf.offloads | d.dev_conf.txmode.offloads;
+    let fast_free = offloads & sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0;
+    let cfg = p.tx_config(fast_free, socket as i32);
+    match TxQ::new(&p.hca, p.name.clone(), qid, nb_desc, cfg, p.mrs.clone()) {
+        Ok(q) => {
+            // SAFETY: qid < nb_tx_queues, checked by ethdev.
+            unsafe { *d.tx_queues.add(qid as usize) = Box::into_raw(Box::new(q)).cast() };
+            0
+        }
+        Err(e) => {
+            pmd_log!(ERR, "{}: TX queue {qid}: {e}", p.name);
+            -libc::ENOMEM
+        }
+    }
+}
+
+unsafe extern "C" fn tx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
+    // SAFETY: live port, qid in range.
+    let d = unsafe { data(dev) };
+    // SAFETY: the slot holds NULL or a Box<TxQueue> from tx_queue_setup.
+    unsafe {
+        let slot = d.tx_queues.add(qid as usize);
+        let q = *slot as *mut TxQ;
+        if !q.is_null() {
+            drop(Box::from_raw(q));
+            *slot = ptr::null_mut();
+        }
+    }
+}
+
+unsafe extern "C" fn rx_queue_setup(
+    dev: *mut sys::rte_eth_dev,
+    qid: u16,
+    nb_desc: u16,
+    socket: u32,
+    _conf: *const sys::rte_eth_rxconf,
+    mp: *mut sys::rte_mempool,
+) -> c_int {
+    // SAFETY: live port; ethdev released any previous queue at this index.
+    let (p, d) = unsafe { (port_of(dev), data(dev)) };
+    match RxQueue::new(p, qid, nb_desc, socket as i32, mp) {
+        Ok(q) => {
+            // SAFETY: qid < nb_rx_queues, checked by ethdev.
+            unsafe { *d.rx_queues.add(qid as usize) = Box::into_raw(q).cast() };
+            0
+        }
+        Err(e) => {
+            pmd_log!(ERR, "{}: RX queue {qid}: {e}", p.name);
+            e.errno()
+        }
+    }
+}
+
+unsafe extern "C" fn rx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
+    // SAFETY: live port, qid in range.
+    let d = unsafe { data(dev) };
+    // SAFETY: the slot holds NULL or a Box<RxQueue> from rx_queue_setup.
+    unsafe {
+        let slot = d.rx_queues.add(qid as usize);
+        let q = *slot as *mut RxQueue;
+        if !q.is_null() {
+            drop(Box::from_raw(q));
+            *slot = ptr::null_mut();
+        }
+    }
+}
+
+/// # Safety
+/// `dev` must be a live port.
+unsafe fn xstats_of(dev: *mut sys::rte_eth_dev) -> Vec<(String, u64)> {
+    let mut txqs = Vec::new();
+    // SAFETY: live port.
+    unsafe { for_each_txq(dev, |_, q| txqs.push(q.stats())) };
+    // SAFETY: live port.
+    unsafe { port_of(dev) }.xstats(&txqs)
+}
+
+unsafe extern "C" fn xstats_get_names(
+    dev: *mut sys::rte_eth_dev,
+    names: *mut sys::rte_eth_xstat_name,
+    size: u32,
+) -> c_int {
+    // SAFETY: live port.
+    let x = unsafe { xstats_of(dev) };
+    if names.is_null() || (size as usize) < x.len() {
+        return x.len() as c_int;
+    }
+    for (i, (name, _)) in x.iter().enumerate() {
+        // SAFETY: `names` has room for `size` >= x.len() entries.
+        let slot = unsafe { &mut (*names.add(i)).name };
+        let n = name.len().min(slot.len() - 1);
+        for (d, s) in slot.iter_mut().zip(name.as_bytes()[..n].iter()) {
+            *d = *s as c_char;
+        }
+        slot[n] = 0;
+    }
+    x.len() as c_int
+}
+
+unsafe extern "C" fn xstats_get(
+    dev: *mut sys::rte_eth_dev,
+    stats: *mut sys::rte_eth_xstat,
+    n: u32,
+) -> c_int {
+    // SAFETY: live port.
+    let x = unsafe { xstats_of(dev) };
+    if stats.is_null() || (n as usize) < x.len() {
+        return x.len() as c_int;
+    }
+    for (i, (_, v)) in x.iter().enumerate() {
+        // SAFETY: `stats` has room for `n` >= x.len() entries.
+        unsafe {
+            (*stats.add(i)).id = i as u64;
+            (*stats.add(i)).value = *v;
+        }
+    }
+    x.len() as c_int
+}
+
+unsafe extern "C" fn xstats_reset(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: live port.
+    unsafe {
+        for_each_txq(dev, |_, q| q.reset_stats());
+        port_of(dev).hca.reset_counters();
+    }
+    0
+}

@@ -1,0 +1,42 @@
+//! mlx4rs: a DPDK poll-mode driver for mlx4-class NICs (ConnectX-3).
+//!
+//! `tx_burst` writes inline WQEs either into a write-combining BlueFlame page or into the send
+//! ring followed by one UAR doorbell per burst; a capability check at device init decides which
+//! path is live. The hardware is, on our machines, the software HCA of [`mlx4_hca`], which the
+//! driver cannot tell from a card.
+//!
+//! Layout: [`devargs`] and [`port`] are ordinary Rust; `ethdev` is the only bridge to DPDK's C
+//! interfaces; the queues own their rings.
+#![deny(unsafe_code)]
+
+pub mod devargs;
+#[allow(unsafe_code)]
+pub mod hw;
+#[allow(unsafe_code)]
+pub mod log;
+#[allow(unsafe_code)]
+pub mod mbuf;
+#[allow(unsafe_code)]
+pub mod mem;
+#[allow(unsafe_code)]
+pub mod mmio;
+pub mod port;
+#[allow(unsafe_code)]
+pub mod ring;
+pub mod rxq;
+pub mod txq;
+pub mod wc;
+pub mod wqe;
+
+#[allow(unsafe_code)]
+mod ethdev;
+
+pub use ethdev::DRIVER_NAME;
+pub use mlx4_hca as hca;
+pub use mlx4_prm as prm;
+
+/// Keeps the driver (and its EAL constructor) in an application that links this crate as an
+/// rlib: call it once, before `rte_eal_init`, or reference it from `main`.
+pub fn link() -> &'static std::ffi::CStr {
+    DRIVER_NAME
+}

@@ -1,0 +1,207 @@
+//! Stores to device pages: the UAR send doorbell and the BlueFlame register.
+//!
+//! On a card these are uncached (UAR) and write-combining (BF) mappings of PCI BAR 2; on the
+//! software HCA they are pages the device polls. The driver cannot tell, which is the point:
+//! it does exactly the stores it would do to hardware.
+
+use std::sync::atomic::{fence, Ordering};
+
+use mlx4_prm::{SEND_DOORBELL_OFFSET, TXBB_SIZE};
+
+/// Store fence: orders all earlier stores, including write-combining ones, before later ones
+/// (x86 `sfence`, as `rte_wmb` and rdma-core's `mmio_flush_writes`).
+#[inline(always)]
+pub fn wmb() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sfence has no preconditions.
+    unsafe {
+        core::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    fence(Ordering::SeqCst);
+}
+
+/// Orders earlier stores to coherent (ring) memory before later ones: the owner word is
+/// written after the rest of the WQE. A compiler barrier on x86, a `dmb` elsewhere.
+#[inline(always)]
+pub fn io_wmb() {
+    fence(Ordering::Release);
+}
+
+/// The send doorbell register of one UAR page.
+pub struct SendDoorbell {
+    reg: *mut u32,
+    /// `BE32(qpn << 8)`, precomputed as mlx4 drivers do.
+    value: u32,
+}
+
+// SAFETY: the register is a device page owned by the queue; ringing is a single store.
+unsafe impl Send for SendDoorbell {}
+
+impl SendDoorbell {
+    /// # Safety
+    /// `uar` must point to a mapped UAR page that outlives this value.
+    pub unsafe fn new(uar: *mut u8, qpn: u32) -> SendDoorbell {
+        SendDoorbell {
+            // SAFETY: the offset lies inside the 4 KiB page, 4-byte aligned.
+            reg: unsafe { uar.add(SEND_DOORBELL_OFFSET) }.cast(),
+            value: mlx4_prm::doorbell_value(qpn).to_be(),
+        }
+    }
+
+    /// Rings: one plain 32-bit store, after a store fence so that every WQE is visible first.
+    #[inline(always)]
+    pub fn ring(&self) {
+        wmb();
+        // SAFETY: `reg` is a valid, aligned device register for the life of `self`.
+        unsafe { self.reg.write_volatile(self.value) };
+    }
+}
+
+/// How a 64-byte block reaches the BF register, chosen once at init from the CPU's features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Copy64 {
+    /// `movdir64b`: one 64-byte direct store.
+    Movdir64b,
+    /// One AVX-512 64-byte vector store.
+    Avx512,
+    /// Eight 64-bit stores, ascending, as rdma-core's `mmio_memcpy_x64`.
+    Qwords,
+}
+
+impl Copy64 {
+    pub fn best() -> Copy64 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if cpu_has_movdir64b() {
+                return Copy64::Movdir64b;
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Copy64::Avx512;
+            }
+        }
+        Copy64::Qwords
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Copy64::Movdir64b => "movdir64b",
+            Copy64::Avx512 => "avx512 64-byte store",
+            Copy64::Qwords => "8 x 64-bit stores",
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpuid_7_ecx() -> u32 {
+    core::arch::x86_64::__cpuid_count(7, 0).ecx
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_movdir64b() -> bool {
+    cpuid_7_ecx() & (1 << 28) != 0
+}
+
+/// Whether the CPU has a Page Attribute Table, without which x86 cannot map a page
+/// write-combining (the check the OFED-era mlx4 `wc.c` made before enabling BlueFlame).
+pub fn cpu_has_pat() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        core::arch::x86_64::__cpuid(1).edx & (1 << 16) != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    true
+}
+
+/// One BlueFlame register: two halves written alternately.
+pub struct BfReg {
+    base: *mut u8,
+    half: usize,
+    offset: usize,
+    copy: Copy64,
+}
+
+// SAFETY: the register belongs to one queue, used by one lcore at a time.
+unsafe impl Send for BfReg {}
+
+impl BfReg {
+    /// # Safety
+    /// `base` must point to a mapped BF register of `2 * half` bytes, 64-byte aligned, that
+    /// outlives this value.
+    pub unsafe fn new(base: *mut u8, half: usize, copy: Copy64) -> BfReg {
+        BfReg {
+            base,
+            half,
+            offset: 0,
+            copy,
+        }
+    }
+
+    /// Bytes one BF write can carry.
+    pub fn half_size(&self) -> usize {
+        self.half
+    }
+
+    /// Copies a whole WQE (whole TXBBs) to the current half, flushes, and flips halves.
+    /// The copy is the doorbell: no UAR write follows.
+    #[inline]
+    pub fn write(&mut self, wqe: &[u8]) {
+        debug_assert!(wqe.len() % TXBB_SIZE == 0 && wqe.len() <= self.half);
+        // The ring copy (with the owner word) must be visible before the device can act on
+        // the BF copy, and the BF copy must leave the write-combining buffer now.
+        io_wmb();
+        // SAFETY: `dst` stays inside the current half (len <= half, checked by the caller's
+        // eligibility test), both sides 64-byte aligned.
+        unsafe {
+            let dst = self.base.add(self.offset);
+            for (i, block) in wqe.chunks_exact(TXBB_SIZE).enumerate() {
+                copy64(self.copy, dst.add(i * TXBB_SIZE), block.as_ptr());
+            }
+        }
+        wmb();
+        self.offset ^= self.half;
+    }
+}
+
+/// # Safety
+/// `dst` must be valid for a 64-byte write, `src` for a 64-byte read, both 64-byte aligned
+/// for the vector forms (8-byte aligned suffices for `Qwords`).
+#[inline(always)]
+unsafe fn copy64(how: Copy64, dst: *mut u8, src: *const u8) {
+    match how {
+        #[cfg(target_arch = "x86_64")]
+        Copy64::Movdir64b => {
+            // SAFETY: the CPU reported MOVDIR64B; dst is 64-byte aligned as the instruction
+            // requires; src is readable for 64 bytes.
+            unsafe {
+                core::arch::asm!(
+                    "movdir64b {dst}, [{src}]",
+                    dst = in(reg) dst,
+                    src = in(reg) src,
+                    options(nostack, preserves_flags)
+                )
+            };
+        }
+        #[cfg(target_arch = "x86_64")]
+        Copy64::Avx512 => {
+            // SAFETY: selected only when the CPU reports AVX-512F; pointers valid for 64 bytes.
+            unsafe { copy64_avx512(dst, src) };
+        }
+        _ => {
+            let s = src.cast::<u64>();
+            let d = dst.cast::<u64>();
+            for i in 0..8 {
+                // SAFETY: 8 qwords inside the 64-byte block on each side.
+                unsafe { d.add(i).write_volatile(s.add(i).read()) };
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn copy64_avx512(dst: *mut u8, src: *const u8) {
+    use core::arch::x86_64::{_mm512_loadu_si512, _mm512_storeu_si512};
+    // SAFETY: both pointers valid for 64 bytes (caller).
+    unsafe { _mm512_storeu_si512(dst.cast(), _mm512_loadu_si512(src.cast())) };
+}

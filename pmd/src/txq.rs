@@ -1,0 +1,578 @@
+//! TX queues: inline or gather WQEs in a TXBB ring, then one doorbell per burst, or a
+//! BlueFlame copy of the burst's last WQE when that path is live.
+//!
+//! The queue is generic over the packet buffer ([`TxBuf`]): `rte_mbuf` chains under DPDK,
+//! plain buffers in tests, so the whole path runs against the software HCA without EAL.
+//! Nothing here allocates, locks or calls C per packet; buffers are released in bulk.
+
+use std::sync::Arc;
+
+use mlx4_hca::Hca;
+use mlx4_prm::{
+    cqe_opcode, opcode, owner_opcode, CtrlSeg, SQ_HEADROOM_BYTES, TXBB_SHIFT, TXBB_SIZE,
+};
+
+use crate::mem::{MemSource, Mr};
+use crate::mmio::{BfReg, Copy64, SendDoorbell};
+use crate::pmd_log;
+use crate::ring::{txbbs_for, CqRing, SqRing};
+use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
+
+/// What the TX path needs from a packet buffer.
+pub trait TxBuf: Copy + Default {
+    /// Total bytes over all segments.
+    fn pkt_len(&self) -> u32;
+    /// The segments' bytes, in order.
+    fn segs(&self) -> impl Iterator<Item = &[u8]>;
+    fn offloads(&self) -> TxOffloads;
+    /// Returns buffers to their pools, once per batch.
+    fn free_bulk(bufs: &[Self]);
+    /// As `free_bulk`, under the application's promise of `MBUF_FAST_FREE` (one pool,
+    /// reference count 1).
+    fn free_bulk_fast(bufs: &[Self]) {
+        Self::free_bulk(bufs)
+    }
+}
+
+/// Which transmit path is live on a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxPath {
+    Doorbell,
+    BlueFlame,
+}
+
+/// Queue parameters fixed at setup.
+#[derive(Debug, Clone)]
+pub struct TxConfig {
+    /// Inline threshold in bytes; 0 disables inlining.
+    pub inline_max: u16,
+    pub path: TxPath,
+    pub copy: Copy64,
+    pub fast_free: bool,
+    pub source: MemSource,
+}
+
+/// Per-queue counters (basic stats and xstats).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TxStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub errors: u64,
+    pub doorbells: u64,
+    pub bf_writes: u64,
+    pub inline_packets: u64,
+    pub gather_packets: u64,
+    pub ring_full: u64,
+    pub completions: u64,
+    pub error_cqes: u64,
+}
+
+/// Fields only `tx_burst`'s posting side writes: one cache line of their own.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct Producer {
+    /// Next TXBB (free-running).
+    prod: u32,
+    /// Next slot in `elts` (free-running).
+    elts_head: u32,
+    /// Next slot in `marks`.
+    marks_head: u32,
+    /// WQEs and TXBBs posted since the last one that asked for a completion.
+    since_comp: u32,
+    txbbs_since_comp: u32,
+    mr_cache: Option<Mr>,
+    packets: u64,
+    bytes: u64,
+    errors: u64,
+    doorbells: u64,
+    bf_writes: u64,
+    inline_packets: u64,
+    gather_packets: u64,
+    ring_full: u64,
+}
+
+/// Fields only the completion side writes: another cache line.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct Completion {
+    /// First TXBB not yet completed (free-running).
+    cons: u32,
+    elts_tail: u32,
+    marks_tail: u32,
+    completions: u64,
+    error_cqes: u64,
+    error_logged: bool,
+}
+
+/// Where a requested completion ends: everything before these counters is done when its CQE
+/// arrives. CQEs come in order, one per signaled WQE.
+#[derive(Debug, Default, Clone, Copy)]
+struct CompMark {
+    txbb_end: u32,
+    elts_end: u32,
+    wqe_index: u16,
+}
+
+/// The queue's objects on the device.
+struct HwQueue {
+    sq: SqRing,
+    cq: CqRing,
+    qpn: u32,
+    cqn: u32,
+    doorbell: SendDoorbell,
+    bf: Option<BfReg>,
+}
+
+/// The posted-but-not-yet-published last WQE of a burst: its owner word waits until we know
+/// whether it goes out through BlueFlame (which changes the control segment).
+#[derive(Clone, Copy)]
+struct Pending {
+    start: u32,
+    txbbs: u32,
+    ds: u8,
+    bf_ok: bool,
+}
+
+/// Packets freed in one bulk call.
+const FREE_BATCH: usize = 64;
+
+pub struct TxQueue<B: TxBuf> {
+    prod: Producer,
+    comp: Completion,
+    hw: HwQueue,
+    // Read-mostly below.
+    hca: Hca,
+    cfg: TxConfig,
+    pub qid: u16,
+    name: Arc<str>,
+    txbb_cnt: u32,
+    /// TXBBs kept free so the device can prefetch past the producer (2 KB + one WQE).
+    headroom: u32,
+    comp_every: u32,
+    comp_txbbs: u32,
+    bf_live: bool,
+    /// Buffers of gather WQEs, held until their completion.
+    elts: Box<[B]>,
+    marks: Box<[CompMark]>,
+    mrs: Arc<[Mr]>,
+}
+
+/// Largest WQE we build: 63 DS in 16 TXBBs.
+const MAX_WQE_TXBBS: u32 = 16;
+
+impl<B: TxBuf> TxQueue<B> {
+    /// A queue for `nb_desc` packets in flight.
+    pub fn new(
+        hca: &Hca,
+        name: Arc<str>,
+        qid: u16,
+        nb_desc: u16,
+        cfg: TxConfig,
+        mrs: Arc<[Mr]>,
+    ) -> Result<TxQueue<B>, String> {
+        let elts_n = u32::from(nb_desc).max(64).next_power_of_two();
+        let per_pkt = txbbs_for(wqe::inline_wqe_bytes(usize::from(cfg.inline_max))).max(1);
+        let headroom = (SQ_HEADROOM_BYTES >> TXBB_SHIFT) as u32 + MAX_WQE_TXBBS;
+        let txbb_cnt = (elts_n * per_pkt + headroom + MAX_WQE_TXBBS)
+            .next_power_of_two()
+            .min(1 << 16);
+        let comp_every = 64.min(elts_n / 4).max(1);
+        let comp_txbbs = (txbb_cnt / 4).max(MAX_WQE_TXBBS);
+        // At most one mark per comp_every WQEs or comp_txbbs TXBBs in flight, plus slack.
+        let marks_n = (txbb_cnt / comp_every.min(comp_txbbs) + 4).next_power_of_two();
+        let hw = create_hw(hca, txbb_cnt, marks_n, &cfg)?;
+        let bf_live = cfg.path == TxPath::BlueFlame && hw.bf.is_some();
+        Ok(TxQueue {
+            prod: Producer::default(),
+            comp: Completion::default(),
+            hw,
+            hca: hca.clone(),
+            cfg,
+            qid,
+            name,
+            txbb_cnt,
+            headroom,
+            comp_every,
+            comp_txbbs,
+            bf_live,
+            elts: vec![B::default(); elts_n as usize].into_boxed_slice(),
+            marks: vec![CompMark::default(); marks_n as usize].into_boxed_slice(),
+            mrs,
+        })
+    }
+
+    pub fn qpn(&self) -> u32 {
+        self.hw.qpn
+    }
+
+    pub fn path(&self) -> TxPath {
+        if self.bf_live {
+            TxPath::BlueFlame
+        } else {
+            TxPath::Doorbell
+        }
+    }
+
+    pub fn stats(&self) -> TxStats {
+        let p = &self.prod;
+        TxStats {
+            packets: p.packets,
+            bytes: p.bytes,
+            errors: p.errors,
+            doorbells: p.doorbells,
+            bf_writes: p.bf_writes,
+            inline_packets: p.inline_packets,
+            gather_packets: p.gather_packets,
+            ring_full: p.ring_full,
+            completions: self.comp.completions,
+            error_cqes: self.comp.error_cqes,
+        }
+    }
+
+    pub fn reset_stats(&mut self) {
+        let p = &mut self.prod;
+        (p.packets, p.bytes, p.errors, p.doorbells, p.bf_writes) = (0, 0, 0, 0, 0);
+        (p.inline_packets, p.gather_packets, p.ring_full) = (0, 0, 0);
+        (self.comp.completions, self.comp.error_cqes) = (0, 0);
+    }
+
+    /// Buffers posted and not yet completed.
+    pub fn outstanding(&self) -> u32 {
+        self.prod.elts_head.wrapping_sub(self.comp.elts_tail)
+    }
+
+    fn room(&self, txbbs: u32, gather: bool) -> bool {
+        let used = self.prod.prod.wrapping_sub(self.comp.cons);
+        let elts_ok = !gather || self.outstanding() < self.elts.len() as u32;
+        let marks_ok =
+            self.prod.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32;
+        used + txbbs + self.headroom <= self.txbb_cnt && elts_ok && marks_ok
+    }
+
+    /// Finds the lkey covering `[addr, addr+len)`: a one-entry cache in front of the
+    /// registered regions, so the common case is two compares.
+    #[inline]
+    fn lkey(&mut self, addr: usize, len: usize) -> Option<u32> {
+        if let Some(mr) = self.prod.mr_cache {
+            if mr.contains(addr, len) {
+                return Some(mr.lkey);
+            }
+        }
+        let mr = *self.mrs.iter().find(|m| m.contains(addr, len))?;
+        self.prod.mr_cache = Some(mr);
+        Some(mr.lkey)
+    }
+
+    /// Posts as many of `pkts` as fit; returns how many were taken. Taken packets belong to
+    /// the queue (sent, or dropped and counted in `errors` if they can never be sent).
+    pub fn burst(&mut self, pkts: &[B]) -> usize {
+        self.complete();
+        let mut done = [B::default(); FREE_BATCH];
+        let mut n_done = 0;
+        let mut pending: Option<Pending> = None;
+        let mut taken = 0;
+        let mut segs = [(0u64, 0u32, 0u32); MAX_GATHER_SEGS];
+        for &pkt in pkts {
+            let len = pkt.pkt_len() as usize;
+            let off = pkt.offloads();
+            let inline = len <= usize::from(self.cfg.inline_max) && len > 0;
+            let mut nsegs = 0;
+            let bytes = if inline {
+                wqe::inline_wqe_bytes(len)
+            } else {
+                let mut ok = len > 0;
+                for s in pkt.segs().filter(|s| !s.is_empty()) {
+                    if nsegs == MAX_GATHER_SEGS {
+                        ok = false;
+                        break;
+                    }
+                    match self.lkey(s.as_ptr() as usize, s.len()) {
+                        Some(lkey) => segs[nsegs] = (s.as_ptr() as u64, s.len() as u32, lkey),
+                        None => {
+                            ok = false;
+                            break;
+                        }
+                    }
+                    nsegs += 1;
+                }
+                if !ok {
+                    // Empty, too many segments, or memory the device cannot reach: it can
+                    // never go out, so it is dropped and counted rather than retried forever.
+                    self.prod.errors += 1;
+                    push_done::<B>(&mut done, &mut n_done, pkt, self.cfg.fast_free);
+                    taken += 1;
+                    continue;
+                }
+                wqe::gather_wqe_bytes(nsegs)
+            };
+            let txbbs = txbbs_for(bytes);
+            let slot = self.prod.prod & (self.txbb_cnt - 1);
+            let pad = if slot + txbbs > self.txbb_cnt {
+                self.txbb_cnt - slot
+            } else {
+                0
+            };
+            if !self.room(pad + txbbs, !inline) {
+                self.complete();
+                if !self.room(pad + txbbs, !inline) {
+                    self.prod.ring_full += 1;
+                    break;
+                }
+            }
+            if let Some(p) = pending.take() {
+                self.publish(p, false);
+            }
+            if pad > 0 {
+                self.post_nop_pad(pad);
+            }
+            let start = self.prod.prod;
+            let signaled = self.prod.since_comp + 1 >= self.comp_every
+                || self.prod.txbbs_since_comp + txbbs >= self.comp_txbbs;
+            let ds = wqe::ds_of(bytes);
+            {
+                let w = self.hw.sq.wqe_mut(start, txbbs);
+                wqe::write_ctrl(w, ds, off, signaled);
+                if inline {
+                    wqe::write_inline(w, len, pkt.segs());
+                } else {
+                    wqe::write_gather(w, &segs[..nsegs]);
+                }
+            }
+            self.prod.prod = start.wrapping_add(txbbs);
+            if inline {
+                self.prod.inline_packets += 1;
+                push_done::<B>(&mut done, &mut n_done, pkt, self.cfg.fast_free);
+            } else {
+                self.prod.gather_packets += 1;
+                let mask = self.elts.len() as u32 - 1;
+                self.elts[(self.prod.elts_head & mask) as usize] = pkt;
+                self.prod.elts_head = self.prod.elts_head.wrapping_add(1);
+            }
+            if signaled {
+                self.push_mark(start);
+            } else {
+                self.prod.since_comp += 1;
+                self.prod.txbbs_since_comp += txbbs;
+            }
+            self.prod.packets += 1;
+            self.prod.bytes += len as u64;
+            pending = Some(Pending {
+                start,
+                txbbs,
+                ds,
+                bf_ok: off.vlan.is_none(),
+            });
+            taken += 1;
+        }
+        if let Some(p) = pending {
+            self.publish(p, true);
+        }
+        if n_done > 0 {
+            free::<B>(&done[..n_done], self.cfg.fast_free);
+        }
+        taken
+    }
+
+    fn push_mark(&mut self, start: u32) {
+        let mask = self.marks.len() as u32 - 1;
+        self.marks[(self.prod.marks_head & mask) as usize] = CompMark {
+            txbb_end: self.prod.prod,
+            elts_end: self.prod.elts_head,
+            wqe_index: start as u16,
+        };
+        self.prod.marks_head = self.prod.marks_head.wrapping_add(1);
+        self.prod.since_comp = 0;
+        self.prod.txbbs_since_comp = 0;
+    }
+
+    /// A NOP filling the ring up to its end, so that no WQE wraps (a wrapped WQE could not go
+    /// through BlueFlame, and building it would need a bounce buffer).
+    fn post_nop_pad(&mut self, txbbs: u32) {
+        let start = self.prod.prod;
+        let ds = (txbbs * 4).min(u32::from(mlx4_prm::MAX_WQE_DS)) as u8;
+        wqe::write_ctrl(
+            self.hw.sq.wqe_mut(start, 1),
+            ds,
+            TxOffloads::default(),
+            false,
+        );
+        self.prod.prod = start.wrapping_add(txbbs);
+        self.prod.txbbs_since_comp += txbbs;
+        let owner = if self.hw.sq.owner(start) {
+            owner_opcode::OWNER
+        } else {
+            0
+        };
+        self.hw.sq.publish(start, u32::from(opcode::NOP) | owner);
+    }
+
+    /// Hands a WQE to the device. For the last WQE of a burst, also tells the device: a
+    /// BlueFlame copy when that path is live and the WQE fits a half, else the doorbell.
+    #[inline]
+    fn publish(&mut self, p: Pending, last: bool) {
+        let owner = if self.hw.sq.owner(p.start) {
+            owner_opcode::OWNER
+        } else {
+            0
+        };
+        let word = u32::from(opcode::SEND) | owner;
+        if !last {
+            self.hw.sq.publish(p.start, word);
+            return;
+        }
+        if self.bf_live && p.bf_ok {
+            if let Some(bf) = self.hw.bf.as_mut() {
+                if (p.txbbs as usize) * TXBB_SIZE <= bf.half_size() {
+                    let counter = (p.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
+                    CtrlSeg::new_unchecked(self.hw.sq.wqe_mut(p.start, 1))
+                        .set_bf_qpn_ds(self.hw.qpn, p.ds);
+                    self.hw.sq.publish(p.start, word | counter);
+                    bf.write(self.hw.sq.wqe(p.start, p.txbbs));
+                    self.prod.bf_writes += 1;
+                    return;
+                }
+            }
+        }
+        self.hw.sq.publish(p.start, word);
+        self.hw.doorbell.ring();
+        self.prod.doorbells += 1;
+    }
+
+    /// Consumes available CQEs: stamps the completed TXBBs and frees the completed buffers in
+    /// bulk. Returns the number of buffers freed.
+    pub fn complete(&mut self) -> usize {
+        let mut freed = 0;
+        let mut cqes = 0;
+        while let Some(cqe) = self.hw.cq.poll() {
+            if cqe.opcode() == cqe_opcode::ERROR {
+                self.on_error_cqe(cqe.syndrome(), cqe.vendor_err(), cqe.wqe_index());
+                return freed;
+            }
+            let mask = self.marks.len() as u32 - 1;
+            let m = self.marks[(self.comp.marks_tail & mask) as usize];
+            self.comp.marks_tail = self.comp.marks_tail.wrapping_add(1);
+            debug_assert_eq!(cqe.wqe_index(), m.wqe_index, "CQEs arrive in WQE order");
+            // The producer line is written before it is read here: counters only move forward.
+            self.hw.sq.stamp(self.comp.cons, m.txbb_end);
+            self.comp.cons = m.txbb_end;
+            freed += self.free_elts(m.elts_end);
+            cqes += 1;
+        }
+        if cqes > 0 {
+            self.hw.cq.update_ci();
+            self.comp.completions += cqes;
+        }
+        freed
+    }
+
+    /// Frees `elts[tail..end)` in at most two contiguous bulk calls.
+    fn free_elts(&mut self, end: u32) -> usize {
+        let n = end.wrapping_sub(self.comp.elts_tail) as usize;
+        if n == 0 {
+            return 0;
+        }
+        let size = self.elts.len();
+        let first = (self.comp.elts_tail as usize) & (size - 1);
+        let run = n.min(size - first);
+        free::<B>(&self.elts[first..first + run], self.cfg.fast_free);
+        if run < n {
+            free::<B>(&self.elts[..n - run], self.cfg.fast_free);
+        }
+        self.comp.elts_tail = end;
+        n
+    }
+
+    /// An error CQE: the device moved the SQ to the error state. Count, log once per queue,
+    /// drop what was in flight, and recreate the queue on the device.
+    fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
+        self.comp.error_cqes += 1;
+        self.prod.errors += 1;
+        if !self.comp.error_logged {
+            self.comp.error_logged = true;
+            pmd_log!(
+                ERR,
+                "{}: TX queue {}: error CQE syndrome {syndrome:#04x} vendor {vendor_err:#04x} at WQE {wqe_index}; recreating the queue",
+                self.name,
+                self.qid
+            );
+        }
+        if let Err(e) = self.reset() {
+            pmd_log!(
+                ERR,
+                "{}: TX queue {}: recovery failed: {e}",
+                self.name,
+                self.qid
+            );
+        }
+    }
+
+    /// Frees every outstanding buffer and gives the device a fresh queue. Used after an error
+    /// and when the port stops (the device no longer executes anything then).
+    pub fn reset(&mut self) -> Result<(), String> {
+        self.destroy_hw();
+        self.free_elts(self.prod.elts_head);
+        let hw = create_hw(&self.hca, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
+        self.bf_live = self.cfg.path == TxPath::BlueFlame && hw.bf.is_some();
+        self.hw = hw;
+        let (head, tail) = (self.prod.elts_head, self.comp.elts_tail);
+        debug_assert_eq!(head, tail);
+        (self.prod.prod, self.prod.marks_head, self.prod.since_comp) = (0, 0, 0);
+        self.prod.txbbs_since_comp = 0;
+        (self.comp.cons, self.comp.marks_tail) = (0, 0);
+        Ok(())
+    }
+
+    fn destroy_hw(&mut self) {
+        let _ = self.hca.destroy_sq(self.hw.qpn);
+        let _ = self.hca.destroy_cq(self.hw.cqn);
+    }
+
+    /// `tx_done_cleanup`: reclaims completed buffers; returns how many were freed.
+    pub fn done_cleanup(&mut self, _free_cnt: u32) -> usize {
+        self.complete()
+    }
+}
+
+impl<B: TxBuf> Drop for TxQueue<B> {
+    fn drop(&mut self) {
+        // The device must stop reading the ring and the buffers before either goes away.
+        self.destroy_hw();
+        self.free_elts(self.prod.elts_head);
+    }
+}
+
+fn create_hw(hca: &Hca, txbb_cnt: u32, cqe_cnt: u32, cfg: &TxConfig) -> Result<HwQueue, String> {
+    let sq = SqRing::new(txbb_cnt, cfg.source).ok_or("out of memory for the send ring")?;
+    let cq = CqRing::new(cqe_cnt, cfg.source).ok_or("out of memory for the CQ")?;
+    let (cqn, info) = crate::hw::create_sq_cq(hca, &sq, &cq)?;
+    // SAFETY-free: the device handed out these pages for the life of the SQ.
+    let doorbell = crate::hw::doorbell(&info);
+    let bf = crate::hw::bf_reg(&info, cfg.copy);
+    Ok(HwQueue {
+        sq,
+        cq,
+        qpn: info.qpn,
+        cqn,
+        doorbell,
+        bf,
+    })
+}
+
+#[inline]
+fn push_done<B: TxBuf>(done: &mut [B; FREE_BATCH], n: &mut usize, pkt: B, fast: bool) {
+    done[*n] = pkt;
+    *n += 1;
+    if *n == FREE_BATCH {
+        free::<B>(&done[..], fast);
+        *n = 0;
+    }
+}
+
+#[inline]
+fn free<B: TxBuf>(bufs: &[B], fast: bool) {
+    if fast {
+        B::free_bulk_fast(bufs)
+    } else {
+        B::free_bulk(bufs)
+    }
+}

@@ -1,0 +1,160 @@
+//! The capability check that decides, once per port at device init, whether the BlueFlame
+//! path is live: the device must report a BF register, the CPU must be able to map it
+//! write-combining (PAT on x86), and a functional self-test must show that the device really
+//! executed a WQE that arrived as a BF copy (the approach of mlx5's `mlx5_core_test_wc`).
+
+use std::time::{Duration, Instant};
+
+use mlx4_hca::Hca;
+use mlx4_prm::{opcode, srcrb, CtrlSeg, TXBB_SIZE};
+
+use crate::devargs::BfMode;
+use crate::mem::MemSource;
+use crate::mmio::{cpu_has_pat, Copy64};
+use crate::ring::{CqRing, SqRing};
+use crate::txq::TxPath;
+
+/// The decision and why, logged once and exported in xstats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathChoice {
+    pub path: TxPath,
+    pub reason: String,
+    /// The operator forced a path the checks advise against.
+    pub warning: bool,
+}
+
+/// What the self-test saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelfTest {
+    /// The device executed the BF copy (which asked for a completion the ring copy did not).
+    CopyExecuted,
+    /// The device ignored the BF copy and fetched the WQE from the ring.
+    CopyIgnored,
+}
+
+pub fn decide(hca: &Hca, mode: BfMode, source: MemSource, copy: Copy64) -> PathChoice {
+    let choice = |path, reason: &str, warning| PathChoice {
+        path,
+        reason: reason.to_owned(),
+        warning,
+    };
+    if mode == BfMode::Off {
+        return choice(TxPath::Doorbell, "bf=off", false);
+    }
+    if hca.caps().bf_reg_size == 0 {
+        return choice(
+            TxPath::Doorbell,
+            "the device reports no BlueFlame register (bf_reg_size 0)",
+            mode == BfMode::On,
+        );
+    }
+    if !cpu_has_pat() {
+        return match mode {
+            BfMode::On => choice(
+                TxPath::BlueFlame,
+                "bf=on although the CPU has no PAT to map the BF page write-combining",
+                true,
+            ),
+            _ => choice(
+                TxPath::Doorbell,
+                "the CPU has no PAT, so the BF page cannot be write-combining",
+                false,
+            ),
+        };
+    }
+    match self_test(hca, source, copy) {
+        Ok(SelfTest::CopyExecuted) => choice(
+            TxPath::BlueFlame,
+            "self-test: the device executed a BF copy (write combining works)",
+            false,
+        ),
+        Ok(SelfTest::CopyIgnored) if mode == BfMode::On => choice(
+            TxPath::BlueFlame,
+            "bf=on although the self-test saw BF copies ignored (no write combining)",
+            true,
+        ),
+        Ok(SelfTest::CopyIgnored) => choice(
+            TxPath::Doorbell,
+            "self-test: the device ignored the BF copy (no write combining)",
+            false,
+        ),
+        Err(e) => choice(
+            TxPath::Doorbell,
+            &format!("self-test failed: {e}"),
+            mode == BfMode::On,
+        ),
+    }
+}
+
+#[repr(C, align(64))]
+struct Txbb([u8; TXBB_SIZE]);
+
+/// Posts one NOP whose ring copy asks for no completion but whose BF copy does; a CQE for it
+/// means the device used the copy. Then a signaled NOP through the doorbell tells "copy
+/// ignored" apart from "device dead". The device loop must be running.
+pub fn self_test(hca: &Hca, source: MemSource, copy: Copy64) -> Result<SelfTest, String> {
+    let mut sq = SqRing::new(64, source).ok_or("no memory for the test SQ")?;
+    let mut cq = CqRing::new(16, source).ok_or("no memory for the test CQ")?;
+    let (cqn, info) = crate::hw::create_sq_cq(hca, &sq, &cq)?;
+    let result = (|| {
+        let mut bf = crate::hw::bf_reg(&info, copy).ok_or("the SQ got no BF register")?;
+        let db = crate::hw::doorbell(&info);
+        // NOP 0: unsignaled in the ring, signaled in the BF copy.
+        {
+            let w = sq.wqe_mut(0, 1);
+            let mut c = CtrlSeg::new_unchecked(&mut w[..16]);
+            c.set_bf_qpn_ds(info.qpn, 1);
+            c.set_srcrb_flags(srcrb::SOLICIT);
+            c.set_imm(0);
+        }
+        let word = u32::from(opcode::NOP); // pass 0: owner 0; counter 0
+        sq.publish(0, word);
+        let mut copy_blk = Txbb([0; TXBB_SIZE]);
+        copy_blk.0.copy_from_slice(sq.wqe(0, 1));
+        CtrlSeg::new_unchecked(&mut copy_blk.0[..16])
+            .set_srcrb_flags(srcrb::SOLICIT | srcrb::CQ_UPDATE);
+        bf.write(&copy_blk.0);
+        if let Some(idx) = wait_cqe(&mut cq, Duration::from_millis(100))? {
+            return match idx {
+                0 => Ok(SelfTest::CopyExecuted),
+                i => Err(format!("unexpected completion for WQE {i}")),
+            };
+        }
+        // NOP 1, signaled in the ring, through the doorbell.
+        {
+            let w = sq.wqe_mut(1, 1);
+            let mut c = CtrlSeg::new_unchecked(&mut w[..16]);
+            c.set_vlan_tag(0);
+            c.set_ins_vlan(0);
+            c.set_fence_size(1);
+            c.set_srcrb_flags(srcrb::SOLICIT | srcrb::CQ_UPDATE);
+            c.set_imm(0);
+        }
+        sq.publish(1, u32::from(opcode::NOP));
+        db.ring();
+        match wait_cqe(&mut cq, Duration::from_secs(2))? {
+            Some(1) => Ok(SelfTest::CopyIgnored),
+            Some(0) => Ok(SelfTest::CopyExecuted),
+            Some(i) => Err(format!("unexpected completion for WQE {i}")),
+            None => Err("the device completed no NOP within 2 s".into()),
+        }
+    })();
+    let _ = hca.destroy_sq(info.qpn);
+    let _ = hca.destroy_cq(cqn);
+    result
+}
+
+fn wait_cqe(cq: &mut CqRing, limit: Duration) -> Result<Option<u16>, String> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(cqe) = cq.poll() {
+            cq.update_ci();
+            if cqe.opcode() == mlx4_prm::cqe_opcode::ERROR {
+                return Err(format!("error CQE, syndrome {:#04x}", cqe.syndrome()));
+            }
+            return Ok(Some(cqe.wqe_index()));
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    Ok(None)
+}

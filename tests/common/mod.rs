@@ -1,0 +1,161 @@
+//! Runs real DPDK programs against the built plugin and hands back what they printed.
+//!
+//! EAL refuses a `-d` path under a world-writable directory, and a fresh clone may live in
+//! one, so the plugin is always passed as a bare file name found through `LD_LIBRARY_PATH`,
+//! from a working directory that does not hold it.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const PLUGIN: &str = "librte_net_mlx4rs.so";
+
+/// The directory holding the plugin that `cargo build` made for this profile.
+pub fn plugin_dir() -> PathBuf {
+    // target/<profile>/deps/<test binary>
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf();
+    assert!(
+        dir.join(PLUGIN).is_file(),
+        "{} not built: run `cargo build` before the integration tests",
+        dir.join(PLUGIN).display()
+    );
+    dir
+}
+
+/// A unique `--file-prefix` so that tests running side by side never share EAL state.
+pub fn file_prefix(tag: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "mlx4rs-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub struct Output {
+    pub stdout: String,
+    pub stderr: String,
+    pub status: std::process::ExitStatus,
+}
+
+impl Output {
+    /// stdout and stderr together: EAL logs go to stderr, testpmd's answers to stdout.
+    pub fn all(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+
+    pub fn count(&self, needle: &str) -> usize {
+        self.all().matches(needle).count()
+    }
+}
+
+/// One step of an interactive testpmd session: a command, or a pause.
+pub enum Step<'a> {
+    Cmd(&'a str),
+    Sleep(u64),
+}
+
+/// Runs `dpdk-testpmd` with the plugin and `vdevs`, feeding `steps` to its `-i` prompt over a
+/// pipe, and waits for it to exit (at most `limit`).
+pub fn testpmd(vdevs: &[&str], app_args: &[&str], steps: &[Step], limit: Duration) -> Output {
+    let dir = plugin_dir();
+    let mut cmd = Command::new("dpdk-testpmd");
+    cmd.current_dir(std::env::temp_dir())
+        .env("LD_LIBRARY_PATH", &dir)
+        .args(["-l", "0-1", "--no-huge", "-m", "512", "--no-pci"])
+        .arg(format!("--file-prefix={}", file_prefix("testpmd")))
+        .args(["-d", PLUGIN]);
+    for v in vdevs {
+        cmd.arg("--vdev").arg(v);
+    }
+    cmd.arg("--").arg("-i").args(app_args);
+    run_interactive(cmd, steps, limit)
+}
+
+pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dpdk-testpmd not found: run scripts/setup.sh");
+    let mut stdin = child.stdin.take().unwrap();
+    let out_pipe = child.stdout.take().unwrap();
+    let err_pipe = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || read_all(out_pipe));
+    let err_t = std::thread::spawn(move || read_all(err_pipe));
+    for s in steps {
+        match s {
+            Step::Cmd(c) => {
+                // A closed pipe means testpmd already exited; the output tells why.
+                let _ = writeln!(stdin, "{c}");
+                let _ = stdin.flush();
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            Step::Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
+        }
+    }
+    drop(stdin);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        stdout: out_t.join().unwrap(),
+        stderr: err_t.join().unwrap(),
+        status,
+    }
+}
+
+fn read_all(mut r: impl std::io::Read) -> String {
+    let mut v = Vec::new();
+    let _ = r.read_to_end(&mut v);
+    String::from_utf8_lossy(&v).into_owned()
+}
+
+/// The first number after `key` in `text` (testpmd prints `RX-packets: 123` and the like).
+pub fn number_after(text: &str, key: &str) -> Option<u64> {
+    let i = text.find(key)? + key.len();
+    text[i..]
+        .trim_start_matches([':', ' ', '\t', '='])
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// All numbers after each occurrence of `key`.
+pub fn numbers_after(text: &str, key: &str) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(key) {
+        rest = &rest[i + key.len()..];
+        if let Some(n) = number_after(rest, "") {
+            v.push(n);
+        }
+    }
+    v
+}
+
+/// The value of an xstat as `show port xstats` prints it (`name: value`).
+pub fn xstat(text: &str, name: &str) -> Option<u64> {
+    text.lines().rev().find_map(|l| {
+        let (k, v) = l.trim().split_once(':')?;
+        (k.trim() == name).then(|| v.trim().parse().ok())?
+    })
+}
