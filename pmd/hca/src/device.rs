@@ -85,8 +85,8 @@ struct Bf {
     reg: usize,
     half_size: usize,
     halves: [HostMem; 2],
-    /// First qword of each half when last looked at.
-    last: [[u8; 8]; 2],
+    /// First qword of the last arrival in each half (the device zeroes it in the register).
+    first: [[u8; 8]; 2],
     /// Counter of a whole (WC) copy waiting in each half to be used for its WQE.
     pending: [Option<u16>; 2],
 }
@@ -339,7 +339,7 @@ impl DevState {
                     reg,
                     half_size: half,
                     halves,
-                    last: [[0; 8]; 2],
+                    first: [[0; 8]; 2],
                     pending: [None; 2],
                 }),
                 Some(crate::BfReg {
@@ -483,13 +483,15 @@ impl DevState {
         }
         if let Some(bf) = sq.bf.as_mut() {
             for h in 0..2 {
+                // Read-only while nothing arrives; an arrival is consumed by zeroing its first
+                // qword (only if unchanged), like the swap on the UAR doorbell word.
                 let Some(q) = bf.halves[h].load_bytes8(0) else {
                     continue;
                 };
-                if q == bf.last[h] {
+                if q == [0; 8] || !bf.halves[h].clear_bytes8_if(0, q) {
                     continue;
                 }
-                bf.last[h] = q;
+                bf.first[h] = q;
                 work += 1;
                 self.counters.bf_bursts += 1;
                 let ctrl = CtrlSeg::new_unchecked(&q[..]);
@@ -565,8 +567,12 @@ impl DevState {
                 .and_then(|bf| (0..2).find(|&h| bf.pending[h] == Some(counter)));
             let mut from_bf = false;
             if let (Some(h), false) = (bf_half, oversized) {
-                let bf = sq.bf.as_ref().expect("bf_half implies bf");
+                let bf = sq.bf.as_mut().expect("bf_half implies bf");
                 from_bf = self.take_bf_copy(bf, h, len);
+                if !from_bf {
+                    // Torn is a fact about the burst: decided (and counted) once.
+                    bf.pending[h] = None;
+                }
             }
             let result = if oversized {
                 Err(syndrome::LOCAL_QP_OP)
@@ -655,7 +661,11 @@ impl DevState {
         copy.resize(bytes, 0);
         let ring = &self.scratch.wqe[..len];
         for _ in 0..BF_REREADS {
-            if bf.halves[h].read_qwords(0, copy) && bf_copy_matches(ring, &copy[..len]) {
+            // The first qword was consumed from the register at arrival; use what arrived.
+            if bf.halves[h].read_qwords(0, copy) && {
+                copy[..8].copy_from_slice(&bf.first[h]);
+                bf_copy_matches(ring, &copy[..len])
+            } {
                 let flags = [copy[8], copy[9], copy[10], copy[11]];
                 self.scratch.wqe[8..12].copy_from_slice(&flags);
                 return true;
@@ -803,11 +813,7 @@ impl DevState {
     }
 
     fn poll_rx(&mut self) -> usize {
-        let mut work = {
-            let s = &mut *self.scratch;
-            s.frame.resize(MAX_FRAME, 0);
-            self.wire.poll_rx(&self.port, &mut s.frame, RX_BUDGET)
-        };
+        let mut work = self.wire.poll_rx(&self.port, RX_BUDGET);
         let port = self.port.clone();
         let mut n = 0;
         while n < RX_BUDGET && port.has_pending() {

@@ -116,6 +116,27 @@ impl HostMem {
         Some(v.to_ne_bytes())
     }
 
+    /// Replace the 8 bytes at `off` with zero if they still hold `expected`: consuming a
+    /// BlueFlame arrival, so that a later copy with identical first bytes (the 16-bit counter
+    /// wraps) is still seen as new. False if the bytes changed meanwhile or `off` is unusable.
+    pub(crate) fn clear_bytes8_if(&self, off: usize, expected: [u8; 8]) -> bool {
+        let Some(p) = self.check(off, 8) else {
+            return false;
+        };
+        if p as usize % 8 != 0 {
+            return false;
+        }
+        // SAFETY: in range, 8-aligned, valid for writes; see `load_be32`.
+        unsafe { AtomicU64::from_ptr(p as *mut u64) }
+            .compare_exchange(
+                u64::from_ne_bytes(expected),
+                0,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
     /// Copy `dst.len()` bytes (a multiple of 8, 8-aligned `off`) with 8-byte atomic loads: a
     /// BlueFlame half is written by the CPU in 8-byte or larger stores while we read it, and each
     /// 8-byte piece must be seen whole or not at all.

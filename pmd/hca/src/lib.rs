@@ -588,3 +588,16 @@ fn check_ptr(p: *mut u8, align: usize, what: &str) -> Result<(), HcaError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_is_send_sync_and_attrs_describe_themselves() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Hca>();
+        let e = HcaError::NotFound("SQ", 0x41).to_string();
+        assert_eq!(e, "no SQ 0x41");
+    }
+}

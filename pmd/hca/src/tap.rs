@@ -25,7 +25,11 @@ struct IfReq {
 pub(crate) struct Tap {
     file: File,
     name: String,
+    buf: Vec<u8>,
 }
+
+/// Largest frame read from the kernel (jumbo frames and then some).
+const TAP_MTU: usize = 65536;
 
 impl Tap {
     pub(crate) fn open(ifname: &str) -> io::Result<Tap> {
@@ -63,6 +67,7 @@ impl Tap {
         Ok(Tap {
             file,
             name: ifname.to_owned(),
+            buf: vec![0; TAP_MTU],
         })
     }
 
@@ -75,10 +80,10 @@ impl Tap {
         matches!(self.file.write(frame), Ok(n) if n == frame.len())
     }
 
-    /// Receive one frame into `buf`; `None` when nothing is pending.
-    pub(crate) fn recv(&mut self, buf: &mut [u8]) -> Option<usize> {
-        match self.file.read(buf) {
-            Ok(n) if n > 0 => Some(n),
+    /// Receive one frame; `None` when nothing is pending.
+    pub(crate) fn recv(&mut self) -> Option<(&[u8], usize)> {
+        match self.file.read(&mut self.buf) {
+            Ok(n) if n > 0 => Some((&self.buf[..], n)),
             _ => None,
         }
     }

@@ -309,13 +309,13 @@ impl WirePort {
     }
 
     /// Bring frames from the outside world into the port's inbox (TAP only); returns how many.
-    pub(crate) fn poll_rx(&mut self, own: &RxPort, scratch: &mut [u8], budget: usize) -> usize {
+    pub(crate) fn poll_rx(&mut self, own: &RxPort, budget: usize) -> usize {
         let WirePort::Tap(t) = self else {
             return 0;
         };
         let mut n = 0;
         while n < budget {
-            let Some(len) = t.recv(scratch) else {
+            let Some((scratch, len)) = t.recv() else {
                 break;
             };
             own.deliver(&scratch[..len]);

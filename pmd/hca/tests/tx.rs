@@ -660,3 +660,24 @@ fn garbage_rings_never_crash_the_device() {
         }
     }
 }
+
+#[test]
+fn blueflame_keeps_working_when_the_16_bit_counter_wraps() {
+    // With 1-TXBB WQEs and alternating halves, the copy written 65536 posts later into the same
+    // half has the very same first qword; the device must still see it as a new arrival.
+    let (hca, mut cq, mut sq) = rig(step_cfg(), 2, 4);
+    let n = 65536 + 4;
+    for i in 0..n {
+        let c = sq.write(NOP, &ctrl_tail(1, SIGNALED));
+        let wqe = sq.wqe_bytes(c);
+        sq.bf_copy(c, wqe);
+        hca.step();
+        let cqe = cq
+            .poll()
+            .unwrap_or_else(|| panic!("no completion for BF post {i}"));
+        assert_eq!(be16(&cqe, 24), i as u16);
+        cq.update_ci();
+    }
+    let k = hca.counters();
+    assert_eq!((k.bf_bursts, k.wqe_from_bf), (n as u64, n as u64));
+}
