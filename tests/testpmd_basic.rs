@@ -14,6 +14,8 @@ fn two_ports_link_follows_start_and_stop() {
         &["net_mlx4rs0", "net_mlx4rs1"],
         &["--total-num-mbufs=4096"],
         &[
+            // testpmd starts every port before its prompt.
+            Cmd("port stop all"),
             Cmd("show port info 0"),
             Cmd("port start all"),
             Cmd("show port info all"),
@@ -42,7 +44,7 @@ fn two_ports_link_follows_start_and_stop() {
         "{all}"
     );
     assert!(all.contains("Link speed: 40 Gbps"), "{all}");
-    // Link: down at probe (before start), up for both after start, down after stop.
+    // Link: down when stopped, up for both after start, down after stop.
     let status: Vec<&str> = out
         .stdout
         .lines()
