@@ -38,6 +38,8 @@ counters! {
     wqe_fetched,
     /// WQEs taken from a BlueFlame copy instead of ring memory.
     wqe_from_bf,
+    /// Bytes of WQEs read from ring memory (DS * 16 per fetched WQE).
+    wqe_fetch_bytes,
     /// TXBBs consumed.
     txbbs,
     /// Frames put on the wire.

@@ -598,6 +598,7 @@ impl DevState {
                 self.counters.wqe_from_bf += 1;
             } else {
                 self.counters.wqe_fetched += 1;
+                self.counters.wqe_fetch_bytes += len as u64;
             }
             let op = (dw0 & owner_opcode::OPCODE_MASK) as u8;
             let mut cqe = [0u8; CQE_SIZE];

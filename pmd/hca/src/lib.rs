@@ -12,6 +12,29 @@
 //!
 //! Two ways to run the device loop: a thread of its own between [`Hca::start`] and [`Hca::stop`]
 //! (`HcaConfig::threaded`), or synchronously, one [`Hca::step`] at a time, for deterministic tests.
+//!
+//! # What the device does (the contract the driver codes against)
+//! - **Doorbell**: a 32-bit store of BE32(`qpn << 8`) at UAR + 0x14. The device takes the word
+//!   with an atomic swap, so doorbells are never lost and two that land together merge. It then
+//!   walks the SQ from its consumer while the first dword's OWNER bit equals the pass parity and
+//!   DS (byte 7) is non-zero. WQEs nobody rang for are not executed; stamped TXBBs never are.
+//! - **BlueFlame**: the driver writes the WQE to ring memory first, then copies
+//!   ALIGN(ds*16, 64) bytes into the next half with the 16-bit counter in owner_opcode bits 23:8
+//!   and the QPN in bytes 4-6 (DS in byte 7). That write is the doorbell: the device runs the SQ
+//!   up to and including the WQE at that counter. With `wc` the WQE at the counter comes from
+//!   the copy once it matches ring memory (except counter, bytes 4-7 and srcrb flags) and is
+//!   otherwise counted torn; without `wc` the copy is never used. The device consumes an arrival
+//!   by zeroing the half's first qword.
+//! - **Completions**: a 32-byte CQE per WQE with srcrb C = 0b11 and per error, owner bit =
+//!   pass parity, never more than `cqe_cnt` ahead of `set_ci_db` (the queue waits instead).
+//! - **Errors**: opcode other than NOP/SEND, WQE over `max_wqe_size` or the ring, an unknown
+//!   `ins_vlan` value, or an inline segment crossing 64 bytes: `LOCAL_QP_OP`; segments running past DS,
+//!   zero-length or oversized frames: `LOCAL_LENGTH`; unknown lkey or a buffer outside its region:
+//!   `LOCAL_PROT`. The SQ goes to [`QueueState::Error`] and runs nothing more until recreated.
+//! - **Receive**: frames from the wire go to one RQ (picked by a flow hash when there are
+//!   several), consumed while the device's count differs from the doorbell record's low 16 bits;
+//!   no posted WQE drops the frame, a frame larger than the WQE's buffers gets a `LOCAL_LENGTH`
+//!   error CQE for that WQE and the queue goes on, a bad scatter entry puts the RQ in error.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

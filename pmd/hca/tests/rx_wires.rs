@@ -491,3 +491,129 @@ fn dropping_the_last_handle_stops_the_thread() {
     assert_eq!(h2.counters().doorbells, 0);
     drop(h2);
 }
+
+/// Rough device-side rate on the null wire (run with `--release --ignored --nocapture`): the
+/// device loop must keep up with a driver posting one doorbell per 32-packet burst.
+#[test]
+#[ignore]
+fn null_wire_rate() {
+    let hca = Hca::open(HcaConfig::default()).unwrap();
+    let mut cq = TestCq::new(&hca, 1024);
+    let mut sq = TestSq::new(&hca, 1024, cq.cqn);
+    let pkts = Pkts::new(&hca, 4096);
+    hca.start().unwrap();
+    let mut t = ctrl_tail(2, UNSIGNALED);
+    t.extend(dseg(64, pkts.lkey, pkts.mem.addr()));
+    let mut ts = t.clone();
+    ts[7] = SIGNALED;
+    let (mut posted, mut done) = (0u32, 0u32);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        if posted.wrapping_sub(done) <= 1024 - 32 - 33 {
+            for i in 0..32 {
+                sq.write(SEND, if i == 31 { &ts } else { &t });
+            }
+            posted += 32;
+            sq.doorbell();
+        }
+        while let Some(c) = cq.poll() {
+            done = (u32::from(be16(&c, 24)) | (done & !0xffff)) + 1;
+        }
+        cq.update_ci();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    hca.stop();
+    let c = hca.counters();
+    println!(
+        "null wire: {:.2} Mpps device-side ({} frames, {} doorbells)",
+        c.tx_frames as f64 / secs / 1e6,
+        c.tx_frames,
+        c.doorbells
+    );
+}
+
+/// Device-only cost per WQE on the null wire (step mode, ring pre-filled): run with
+/// `--release --ignored --nocapture`.
+#[test]
+#[ignore]
+fn null_wire_device_cost() {
+    let hca = Hca::open(step_cfg()).unwrap();
+    let cq = TestCq::new(&hca, 1024);
+    let mut sq = TestSq::new(&hca, 1024, cq.cqn);
+    let pkts = Pkts::new(&hca, 4096);
+    let mut t = ctrl_tail(2, UNSIGNALED);
+    t.extend(dseg(64, pkts.lkey, pkts.mem.addr()));
+    let mut total = Duration::ZERO;
+    let mut frames = 0u64;
+    for _ in 0..64 {
+        for _ in 0..1024 {
+            sq.write(SEND, &t);
+        }
+        sq.doorbell();
+        let s = Instant::now();
+        hca.step();
+        total += s.elapsed();
+        frames += 1024;
+    }
+    assert_eq!(hca.counters().tx_frames, frames);
+    println!(
+        "null wire: {:.1} ns per WQE in the device ({:.1} Mpps)",
+        total.as_nanos() as f64 / frames as f64,
+        frames as f64 / total.as_secs_f64() / 1e6
+    );
+}
+
+#[test]
+fn threaded_blueflame_posts_all_complete_in_order() {
+    for wc in [true, false] {
+        let hca = Hca::open(HcaConfig {
+            wc,
+            ..HcaConfig::default()
+        })
+        .unwrap();
+        let frames = sink(&hca);
+        let mut cq = TestCq::new(&hca, 64);
+        let mut sq = TestSq::new(&hca, 64, cq.cqn);
+        hca.start().unwrap();
+        let total = 3000u32;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for i in 0..total {
+            // One inline SEND per post, every one through BlueFlame, as a latency test does.
+            let mut t = ctrl_tail(4, SIGNALED);
+            t.extend(inline_hdr(40));
+            t.extend(i.to_be_bytes().repeat(10));
+            t.resize(60, 0);
+            let c = sq.write(SEND, &t);
+            let wqe = sq.wqe_bytes(c);
+            sq.bf_copy(c, wqe);
+            let cqe = loop {
+                if let Some(q) = cq.poll() {
+                    break q;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no completion for post {i} (wc={wc})"
+                );
+                std::thread::yield_now();
+            };
+            assert_eq!(be16(&cqe, 24), i as u16);
+            assert_eq!(cqe[31] & 0x1f, SEND);
+            cq.update_ci();
+        }
+        hca.stop();
+        let f = frames.lock();
+        assert_eq!(f.len(), total as usize);
+        assert!(f
+            .iter()
+            .enumerate()
+            .all(|(i, fr)| fr[..4] == (i as u32).to_be_bytes()));
+        let k = hca.counters();
+        assert_eq!(k.bf_bursts, u64::from(total));
+        assert_eq!(k.wqe_fetched + k.wqe_from_bf, u64::from(total));
+        if wc {
+            assert_eq!(k.wqe_from_bf + k.bf_torn, u64::from(total));
+        } else {
+            assert_eq!((k.wqe_from_bf, k.bf_torn), (0, u64::from(total)));
+        }
+    }
+}
