@@ -142,6 +142,11 @@ struct Send {
     srcrb: u32,
     /// TPID and TCI to insert after the MAC addresses.
     vlan: Option<(u16, u16)>,
+    /// Large send: MSS and header template length (before any VLAN insert).
+    lso: Option<(usize, usize)>,
+    /// Frames this WQE puts on the wire.
+    frames: usize,
+    /// Bytes of those frames.
     len: usize,
     dma_len: usize,
 }
@@ -152,6 +157,8 @@ struct Scratch {
     bf: Vec<u8>,
     segs: Vec<Seg>,
     frame: Vec<u8>,
+    /// One LSO segment being built.
+    seg: Vec<u8>,
 }
 
 pub(crate) struct DevState {
@@ -199,6 +206,7 @@ impl DevState {
                 bf: Vec::with_capacity(4096),
                 segs: Vec::with_capacity(64),
                 frame: Vec::with_capacity(MAX_FRAME + 8),
+                seg: Vec::with_capacity(MAX_FRAME + 8),
             }),
         }
     }
@@ -685,9 +693,10 @@ impl DevState {
         let mrs = &self.mrs;
         let ctrl = CtrlSeg::new_unchecked(wqe);
         let srcrb_flags = ctrl.srcrb_flags();
-        match ctrl.opcode() {
+        let op = ctrl.opcode();
+        match op {
             opcode::NOP => return Ok((None, srcrb_flags)),
-            opcode::SEND => {}
+            opcode::SEND | opcode::LSO => {}
             _ => return Err(syndrome::LOCAL_QP_OP),
         }
         let vlan = match ctrl.ins_vlan() {
@@ -700,6 +709,29 @@ impl DevState {
         let mut off = CtrlSeg::<&[u8]>::LEN;
         let mut total = 0usize;
         let mut dma_len = 0usize;
+        let mut lso = None;
+        if op == opcode::LSO {
+            // mss_hdr_size (mss << 16 | header length), then the header template, padded to 16.
+            if len < off + 4 {
+                return Err(syndrome::LOCAL_LENGTH);
+            }
+            let mss_hdr = be32(wqe, off);
+            let (mss, hdr) = ((mss_hdr >> 16) as usize, (mss_hdr & 0xffff) as usize);
+            let end = off + 4 + hdr;
+            if end > len {
+                return Err(syndrome::LOCAL_LENGTH);
+            }
+            if mss == 0 || net::tso_template(&wqe[off + 4..end]).is_none() {
+                return Err(syndrome::LOCAL_QP_OP);
+            }
+            segs.push(Seg::Inline {
+                off: off + 4,
+                len: hdr,
+            });
+            total = hdr;
+            lso = Some((mss, hdr));
+            off = end.next_multiple_of(DS_SIZE);
+        }
         while off < len {
             let hdr = InlineHdr(be32(wqe, off));
             if hdr.is_inline() {
@@ -756,11 +788,21 @@ impl DevState {
         if total == 0 || (vlan.is_some() && total < 12) {
             return Err(syndrome::LOCAL_LENGTH);
         }
+        let tag = if vlan.is_some() { 4 } else { 0 };
+        let (frames, bytes) = match lso {
+            Some((mss, hdr)) => {
+                let n = net::tso_segments(total - hdr, mss);
+                (n, total + (n - 1) * hdr + n * tag)
+            }
+            None => (1, total + tag),
+        };
         Ok((
             Some(Send {
                 srcrb: srcrb_flags,
                 vlan,
-                len: total + if vlan.is_some() { 4 } else { 0 },
+                lso,
+                frames,
+                len: bytes,
                 dma_len,
             }),
             srcrb_flags,
@@ -774,7 +816,12 @@ impl DevState {
             self.counters.tx_drops_wire += 1;
             return;
         }
-        let outcome = if self.wire.wants_bytes() {
+        if !self.wire.wants_bytes() {
+            self.counters.tx_frames += send.frames as u64;
+            self.counters.tx_bytes += send.len as u64;
+            return;
+        }
+        let outcome = {
             let s = &mut *self.scratch;
             s.frame.clear();
             for seg in &s.segs {
@@ -795,14 +842,26 @@ impl DevState {
                 s.frame[12..14].copy_from_slice(&tpid.to_be_bytes());
                 s.frame[14..16].copy_from_slice(&tci.to_be_bytes());
             }
+            if let Some((mss, hdr)) = send.lso {
+                let hdr = hdr + if send.vlan.is_some() { 4 } else { 0 };
+                let (wire, port, counters) = (&mut self.wire, &self.port, &mut self.counters);
+                net::for_each_tso_segment(&s.frame, hdr, mss, &mut s.seg, |seg| {
+                    match wire.transmit(port, seg) {
+                        TxOutcome::Sent => {
+                            counters.tx_frames += 1;
+                            counters.tx_bytes += seg.len() as u64;
+                        }
+                        TxOutcome::Dropped => counters.tx_drops_wire += 1,
+                    }
+                });
+                return;
+            }
             let ip = send.srcrb & srcrb::IP_CSUM != 0;
             let l4 = send.srcrb & srcrb::TCP_UDP_CSUM != 0;
             if ip || l4 {
                 net::fill_tx_checksums(&mut s.frame, ip, l4);
             }
             self.wire.transmit(&self.port, &s.frame)
-        } else {
-            TxOutcome::Sent
         };
         match outcome {
             TxOutcome::Sent => {

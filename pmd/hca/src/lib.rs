@@ -27,10 +27,15 @@
 //!   by zeroing the half's first qword.
 //! - **Completions**: a 32-byte CQE per WQE with srcrb C = 0b11 and per error, owner bit =
 //!   pass parity, never more than `cqe_cnt` ahead of `set_ci_db` (the queue waits instead).
-//! - **Errors**: opcode other than NOP/SEND, WQE over `max_wqe_size` or the ring, an unknown
+//! - **Errors**: opcode other than NOP/SEND/LSO (or an LSO header that is not TCP), WQE over `max_wqe_size` or the ring, an unknown
 //!   `ins_vlan` value, or an inline segment crossing 64 bytes: `LOCAL_QP_OP`; segments running past DS,
 //!   zero-length or oversized frames: `LOCAL_LENGTH`; unknown lkey or a buffer outside its region:
 //!   `LOCAL_PROT`. The SQ goes to [`QueueState::Error`] and runs nothing more until recreated.
+//! - **Send**: the frame is the WQE's inline and data segments in order (zero-length entries
+//!   skipped); `ins_vlan` inserts a tag after the MACs; srcrb IP_CSUM / TCP_UDP_CSUM fill the IPv4
+//!   header and TCP/UDP checksums from scratch. LSO (`mss << 16 | hdr_len`, header template, data
+//!   segments) cuts the payload into MSS segments with their own lengths, IDs, sequence numbers
+//!   and checksums.
 //! - **Receive**: frames from the wire go to one RQ (picked by a flow hash when there are
 //!   several), consumed while the device's count differs from the doorbell record's low 16 bits;
 //!   no posted WQE drops the frame, a frame larger than the WQE's buffers gets a `LOCAL_LENGTH`

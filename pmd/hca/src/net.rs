@@ -193,6 +193,84 @@ pub(crate) fn fill_tx_checksums(frame: &mut [u8], ip: bool, l4: bool) {
     frame[off + field..off + field + 2].copy_from_slice(&c.to_be_bytes());
 }
 
+/// Where the IP and TCP headers sit in an LSO header template (`hdr` = L2 + L3 + L4 headers
+/// only): `(l3_off, is_ipv4, l4_off)`. `None` unless it is TCP over IPv4/IPv6 whose headers end
+/// within `hdr`.
+pub(crate) fn tso_template(hdr: &[u8]) -> Option<(usize, bool, usize)> {
+    if hdr.len() < ETH_HDR {
+        return None;
+    }
+    let mut off = 12;
+    let mut ethertype = be16(hdr, off);
+    while VLAN_TPIDS.contains(&ethertype) {
+        off += 4;
+        if hdr.len() < off + 2 {
+            return None;
+        }
+        ethertype = be16(hdr, off);
+    }
+    let l3 = off + 2;
+    let (v4, l4, proto) = match ethertype {
+        ETHERTYPE_IPV4 => {
+            let h = hdr.get(l3..l3 + 20)?;
+            let ihl = usize::from(h[0] & 0xf) * 4;
+            (true, l3 + ihl.max(20), h[9])
+        }
+        ETHERTYPE_IPV6 => (false, l3 + 40, *hdr.get(l3 + 6)?),
+        _ => return None,
+    };
+    let doff = usize::from(*hdr.get(l4 + 12)? >> 4) * 4;
+    (proto == PROTO_TCP && doff >= 20 && l4 + doff <= hdr.len()).then_some((l3, v4, l4))
+}
+
+/// Number of segments LSO cuts `payload` bytes into.
+pub(crate) fn tso_segments(payload: usize, mss: usize) -> usize {
+    payload.div_ceil(mss).max(1)
+}
+
+/// Large send: cut `frame` (header template of `hdr_len` bytes, then payload) into segments of
+/// at most `mss` payload bytes, each with its own IP length and ID, TCP sequence number and
+/// flags (FIN/PSH only on the last, CWR only on the first) and fresh checksums, and hand each to
+/// `emit`. `hdr_len` must have passed [`tso_template`].
+pub(crate) fn for_each_tso_segment(
+    frame: &[u8],
+    hdr_len: usize,
+    mss: usize,
+    buf: &mut Vec<u8>,
+    mut emit: impl FnMut(&[u8]),
+) {
+    let Some((l3, v4, l4)) = tso_template(&frame[..hdr_len]) else {
+        return;
+    };
+    let payload = &frame[hdr_len..];
+    let n = tso_segments(payload.len(), mss);
+    let seq0 = u32::from_be_bytes([frame[l4 + 4], frame[l4 + 5], frame[l4 + 6], frame[l4 + 7]]);
+    let id0 = if v4 { be16(frame, l3 + 4) } else { 0 };
+    for i in 0..n {
+        let chunk = &payload[(i * mss).min(payload.len())..((i + 1) * mss).min(payload.len())];
+        buf.clear();
+        buf.extend_from_slice(&frame[..hdr_len]);
+        buf.extend_from_slice(chunk);
+        let total = buf.len();
+        if v4 {
+            buf[l3 + 2..l3 + 4].copy_from_slice(&((total - l3) as u16).to_be_bytes());
+            buf[l3 + 4..l3 + 6].copy_from_slice(&id0.wrapping_add(i as u16).to_be_bytes());
+        } else {
+            buf[l3 + 4..l3 + 6].copy_from_slice(&((total - l3 - 40) as u16).to_be_bytes());
+        }
+        let seq = seq0.wrapping_add((i * mss) as u32);
+        buf[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
+        if i + 1 < n {
+            buf[l4 + 13] &= !0x09; // FIN, PSH
+        }
+        if i > 0 {
+            buf[l4 + 13] &= !0x80; // CWR
+        }
+        fill_tx_checksums(buf, true, true);
+        emit(buf);
+    }
+}
+
 /// RX classification: the CQE status word (spec 6.3) and the value for the CQE checksum field.
 pub(crate) fn rx_status(frame: &[u8]) -> (u32, u16) {
     let Some(lay) = parse(frame) else {

@@ -681,3 +681,86 @@ fn blueflame_keeps_working_when_the_16_bit_counter_wraps() {
     let k = hca.counters();
     assert_eq!((k.bf_bursts, k.wqe_from_bf), (n as u64, n as u64));
 }
+
+/// Internet checksum over `parts`, for checking what the device computed.
+fn inet_csum(parts: &[&[u8]]) -> u16 {
+    let mut all = Vec::new();
+    for p in parts {
+        all.extend_from_slice(p);
+    }
+    if all.len() % 2 == 1 {
+        all.push(0);
+    }
+    let mut s: u32 = all.chunks(2).map(|c| u32::from(be16(c, 0))).sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+#[test]
+fn lso_cuts_a_tcp_payload_into_mss_segments() {
+    let (hca, mut cq, mut sq) = rig(step_cfg(), 64, 64);
+    let frames = sink(&hca);
+    let pkts = Pkts::new(&hca, 8192);
+    // Header template: the known TCP/IPv4 frame's 54 header bytes, flags FIN|PSH|ACK|CWR.
+    let mut hdr = hex(TCP4)[..54].to_vec();
+    hdr[47] = 0x99;
+    let payload: Vec<u8> = (0..2500u32).map(|i| (i % 251) as u8).collect();
+    pkts.mem.put(0, &payload);
+    // ctrl | BE32(mss << 16 | 54) | 54 header bytes, padded to 80 | data segment => DS 6.
+    let mut t = ctrl_tail(6, SIGNALED | IP_CSUM | L4_CSUM);
+    t.extend(((1000u32 << 16) | 54).to_be_bytes());
+    t.extend(&hdr);
+    t.resize(80 - 4, 0);
+    t.extend(dseg(2500, pkts.lkey, pkts.mem.addr()));
+    // LSO opcode 0x0e with bit 6, as drivers post it.
+    sq.write(0x4e, &t);
+    sq.doorbell();
+    hca.step();
+    let cqe = cq.poll().expect("LSO completion");
+    assert_eq!(cqe[31] & 0x1f, 0x0e);
+    let f = frames.lock();
+    assert_eq!(f.len(), 3);
+    let mut seq = 1u32;
+    for (i, seg) in f.iter().enumerate() {
+        let pay = if i < 2 { 1000 } else { 500 };
+        assert_eq!(seg.len(), 54 + pay);
+        assert_eq!(&seg[..12], &hdr[..12]);
+        assert_eq!(be16(seg, 16) as usize, 40 + pay, "IPv4 total length");
+        assert_eq!(be16(seg, 18), 0x1234 + i as u16, "IPv4 ID");
+        assert_eq!(inet_csum(&[&seg[14..34]]), 0, "IPv4 header checksum");
+        assert_eq!(be32(seg, 38), seq, "TCP sequence");
+        let flags = seg[47];
+        let want = match i {
+            0 => 0x90,
+            1 => 0x10,
+            _ => 0x19,
+        };
+        assert_eq!(flags, want, "TCP flags of segment {i}");
+        let tcp_len = (20 + pay) as u16;
+        let pseudo = [&seg[26..34], &[0, 6], &tcp_len.to_be_bytes()[..]].concat();
+        assert_eq!(inet_csum(&[&pseudo, &seg[34..]]), 0, "TCP checksum");
+        assert_eq!(&seg[54..], &payload[i * 1000..i * 1000 + pay]);
+        seq += pay as u32;
+    }
+    let c = hca.counters();
+    assert_eq!((c.tx_frames, c.tx_bytes), (3, 3 * 54 + 2500));
+}
+
+#[test]
+fn lso_with_a_non_tcp_template_is_local_qp_op() {
+    let (hca, mut cq, mut sq) = rig(step_cfg(), 64, 64);
+    let pkts = Pkts::new(&hca, 4096);
+    let mut hdr = hex(TCP4)[..54].to_vec();
+    hdr[23] = 17; // UDP
+    let mut t = ctrl_tail(6, UNSIGNALED);
+    t.extend(((1000u32 << 16) | 54).to_be_bytes());
+    t.extend(&hdr);
+    t.resize(76, 0);
+    t.extend(dseg(100, pkts.lkey, pkts.mem.addr()));
+    sq.write(0x4e, &t);
+    sq.doorbell();
+    hca.step();
+    assert_eq!(cq.poll().unwrap()[27], 0x02);
+}
