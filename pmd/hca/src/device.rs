@@ -176,6 +176,8 @@ pub(crate) struct DevState {
     free_bfs: Vec<(usize, usize)>,
     pub(crate) wire: WirePort,
     port: Arc<RxPort>,
+    /// RX indirection table (RQ QPNs); empty = all RQs.
+    steering: Vec<u32>,
     pub(crate) counters: Counters,
     scratch: Box<Scratch>,
 }
@@ -200,6 +202,7 @@ impl DevState {
             free_bfs: Vec::new(),
             wire: WirePort::Null,
             port,
+            steering: Vec::new(),
             counters: Counters::default(),
             scratch: Box::new(Scratch {
                 wqe: [0; MAX_DS_BYTES],
@@ -888,31 +891,53 @@ impl DevState {
 
     /// Deliver one frame to a receive queue; false = keep it for later (the CQ is full).
     fn receive(&mut self, frame: &[u8]) -> bool {
-        let rqs = self
-            .qps
-            .iter()
-            .filter(|q| matches!(q, Some(Qp::Rq(_))))
-            .count();
-        if rqs == 0 {
+        let hash = net::flow_hash(frame);
+        let slot = if self.steering.is_empty() {
+            let rqs = self
+                .qps
+                .iter()
+                .filter(|q| matches!(q, Some(Qp::Rq(_))))
+                .count();
+            if rqs == 0 {
+                self.counters.rx_drops_no_wqe += 1;
+                return true;
+            }
+            self.qps
+                .iter()
+                .enumerate()
+                .filter(|(_, q)| matches!(q, Some(Qp::Rq(_))))
+                .nth(hash as usize % rqs)
+                .map(|(s, _)| s)
+        } else {
+            let qpn = self.steering[hash as usize % self.steering.len()];
+            self.qp_slot(qpn)
+                .filter(|&s| matches!(self.qps[s], Some(Qp::Rq(_))))
+        };
+        let Some(slot) = slot else {
             self.counters.rx_drops_no_wqe += 1;
             return true;
-        }
-        let hash = net::flow_hash(frame);
-        let pick = hash as usize % rqs;
-        let slot = self
-            .qps
-            .iter()
-            .enumerate()
-            .filter(|(_, q)| matches!(q, Some(Qp::Rq(_))))
-            .nth(pick)
-            .map(|(s, _)| s)
-            .expect("counted above");
+        };
         let Some(Qp::Rq(mut rq)) = self.qps[slot].take() else {
             unreachable!("filtered above")
         };
         let consumed = self.receive_on(&mut rq, frame, hash);
         self.qps[slot] = Some(Qp::Rq(rq));
         consumed
+    }
+
+    /// Receive queues the flow hash spreads frames over, in indirection-table order; empty =
+    /// every RQ in QPN order.
+    pub(crate) fn set_steering(&mut self, qpns: &[u32]) -> Result<(), HcaError> {
+        for &q in qpns {
+            if !matches!(
+                self.qp_slot(q).and_then(|s| self.qps[s].as_ref()),
+                Some(Qp::Rq(_))
+            ) {
+                return Err(HcaError::NotFound("RQ", q));
+            }
+        }
+        self.steering = qpns.to_vec();
+        Ok(())
     }
 
     fn receive_on(&mut self, rq: &mut Rq, frame: &[u8], hash: u32) -> bool {

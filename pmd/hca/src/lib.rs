@@ -529,6 +529,13 @@ impl Hca {
         self.state().rq_state(qpn)
     }
 
+    /// Choose the receive queues frames are spread over by their flow hash (the CQE carries the
+    /// hash), like an RSS indirection table: `rqs[hash % rqs.len()]`. Empty (the default) means
+    /// every RQ in QPN order. A listed RQ destroyed later makes its share of frames drop.
+    pub fn set_rx_steering(&self, rqs: &[u32]) -> Result<(), HcaError> {
+        self.state().set_steering(rqs)
+    }
+
     /// Plug the port into a wire (replacing the previous one).
     pub fn set_wire(&self, wire: Wire) -> Result<(), HcaError> {
         let port = wire::WirePort::open(wire)?;

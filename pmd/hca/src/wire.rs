@@ -32,7 +32,8 @@ pub enum Wire {
     Pcap(PathBuf),
     /// A Linux TAP interface of this name (created if absent; bringing it up is the caller's job).
     Tap(String),
-    /// Every transmitted frame is handed to the closure (tests).
+    /// Every transmitted frame is handed to the closure (tests). It runs on the device loop with
+    /// the adapter locked, so it must not call back into the same `Hca`.
     Sink(FrameSink),
 }
 

@@ -617,3 +617,40 @@ fn threaded_blueflame_posts_all_complete_in_order() {
         }
     }
 }
+
+#[test]
+fn rx_steering_table_picks_the_queue() {
+    let mut p = Port::new(step_cfg(), 8, 1);
+    p.hca.set_wire(Wire::Loop).unwrap();
+    let mut cq2 = TestCq::new(&p.hca, 16);
+    let mut rq2 = TestRq::new(&p.hca, 8, 1, cq2.cqn);
+    for i in 0..8 {
+        rq2.post(&[(BUF, p.pkts.lkey, p.rx_buf(32 + i))]);
+    }
+    p.post_rx(8);
+    assert!(
+        p.hca.set_rx_steering(&[p.sq.info.qpn]).is_err(),
+        "an SQ is not an RQ"
+    );
+    p.hca.set_rx_steering(&[rq2.qpn]).unwrap();
+    for i in 0..4 {
+        let mut f = udp4(10);
+        f[30] = i; // vary the destination address so flows differ
+        p.send(&f, UNSIGNALED);
+    }
+    p.hca.step();
+    assert!(p.rxcq.poll().is_none());
+    let got = cq2.drain();
+    assert_eq!(got.len(), 4);
+    assert!(got.iter().all(|c| be32(c, 0) & 0xff_ffff == rq2.qpn));
+    // Back to all queues: four different flows over two RQs.
+    p.hca.set_rx_steering(&[]).unwrap();
+    for i in 0..16 {
+        let mut f = udp4(10);
+        f[30] = i;
+        p.send(&f, UNSIGNALED);
+    }
+    p.hca.step();
+    let (a, b) = (p.rxcq.drain().len(), cq2.drain().len());
+    assert!(a > 0 && b > 0, "both queues receive: {a} / {b}");
+}
