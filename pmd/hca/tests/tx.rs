@@ -764,3 +764,49 @@ fn lso_with_a_non_tcp_template_is_local_qp_op() {
     hca.step();
     assert_eq!(cq.poll().unwrap()[27], 0x02);
 }
+
+#[test]
+fn garbage_in_device_pages_never_crashes_the_device() {
+    for wc in [true, false] {
+        let (hca, mut cq, mut sq) = rig(HcaConfig { wc, ..step_cfg() }, 16, 64);
+        let bf = sq.info.bf.unwrap();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for round in 0..500u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Random ring contents with the right owner bit, a random BF first qword that
+            // sometimes names our QPN and a nearby counter, random doorbell values.
+            let mut t: Vec<u8> = (0..124).map(|i| (x >> (i % 57)) as u8).collect();
+            t[3] = (x as u8) & 0x3f;
+            sq.write((x >> 8) as u8 & 0x1f, &t);
+            let mut q = x.to_be_bytes();
+            if round % 2 == 0 {
+                let qpn = sq.info.qpn;
+                q[4..7].copy_from_slice(&[(qpn >> 16) as u8, (qpn >> 8) as u8, qpn as u8]);
+                q[1] = 0;
+                q[2] = (round % 16) as u8;
+            }
+            let half = (round as usize) % 2;
+            // SAFETY: the first qword of a BF half, inside the register.
+            unsafe {
+                (bf.reg.add(half * bf.half_size) as *mut u64).write_volatile(u64::from_ne_bytes(q))
+            };
+            if round % 3 == 0 {
+                // SAFETY: the doorbell word of our UAR page.
+                unsafe { (sq.info.uar.add(0x14) as *mut u32).write_volatile(x as u32) };
+            }
+            hca.step();
+            cq.drain();
+            cq.update_ci();
+            if hca.sq_state(sq.info.qpn).unwrap() == QueueState::Error {
+                hca.destroy_sq(sq.info.qpn).unwrap();
+                let ring = std::mem::replace(&mut sq.ring, Mem::new(64));
+                ring.fill(0);
+                sq = TestSq::on(&hca, ring, 16, cq.cqn);
+            }
+        }
+        let c = hca.counters();
+        assert!(c.bf_bursts > 0 && c.doorbells > 0);
+    }
+}
