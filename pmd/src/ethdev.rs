@@ -48,12 +48,71 @@ static mut VDEV_DRIVER: sys::rte_vdev_driver = sys::rte_vdev_driver {
 
 /// Runs when the library is loaded (by `-d`, from EAL's plugin directory, or linked into an
 /// application), which is always before EAL scans the vdev bus.
+///
+/// A process can load two copies of the library (one from EAL's driver directory, one by `-d`,
+/// or one linked in): two entries named `net_mlx4rs` would make EAL probe with whichever it
+/// met first while the other copy's state stayed half-alive. The first copy to load keeps the
+/// name; later copies withdraw. EAL loads `-d` plugins before its driver directory, so the
+/// explicit copy is the one that stays.
 #[ctor::ctor]
 fn register_driver() {
     crate::log::register();
-    // SAFETY: runs once, single-threaded, at load time; `VDEV_DRIVER` is a static that lives
-    // as long as the process and nothing else touches it.
-    unsafe { sys::rte_vdev_register(ptr::addr_of_mut!(VDEV_DRIVER)) };
+    let me = ptr::addr_of_mut!(VDEV_DRIVER);
+    // SAFETY: runs once per copy, at load time under the loader's lock, before EAL scans; the
+    // list entries we read are drivers' static records that live as long as the process.
+    unsafe {
+        sys::rte_vdev_register(me);
+        if let Some(first) = registered_before(me) {
+            sys::rte_vdev_unregister(me);
+            pmd_log!(
+                WARNING,
+                "driver already registered by {}; this copy ({}) stays unregistered",
+                object_path(first.cast()),
+                object_path(me.cast())
+            );
+        }
+    }
+}
+
+/// An entry named like ours that precedes `me` on EAL's vdev driver list. EAL exports no
+/// lookup by name, but the list is a BSD tail queue whose head and links share one layout,
+/// so from our own (just appended) entry the walk back is `TAILQ_PREV`.
+///
+/// # Safety
+/// `me` must be on the vdev driver list.
+unsafe fn registered_before(me: *mut sys::rte_vdev_driver) -> Option<*mut sys::rte_vdev_driver> {
+    type Link = sys::rte_vdev_driver__bindgen_ty_1;
+    let mut cur = me;
+    loop {
+        // SAFETY: `tqe_prev` points at the previous link's first word (or the head's), and
+        // the word after it leads to that link's predecessor; the head ends the walk with NULL.
+        cur = unsafe { *(*((*cur).next.tqe_prev as *const Link)).tqe_prev };
+        if cur.is_null() {
+            return None;
+        }
+        // SAFETY: every registered driver has a NUL-terminated static name (or none).
+        let same = unsafe {
+            let name = (*cur).driver.name;
+            !name.is_null() && CStr::from_ptr(name) == DRIVER_NAME
+        };
+        if same {
+            return Some(cur);
+        }
+    }
+}
+
+/// The file of the loaded object that holds `addr`, for telling two copies apart in a log.
+fn object_path(addr: *const std::ffi::c_void) -> String {
+    // SAFETY: `Dl_info` is pointers only, valid all-zero; dladdr only reads the loader's
+    // tables and fills `info`.
+    let (found, info) = unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        (libc::dladdr(addr, &mut info), info)
+    };
+    if found == 0 || info.dli_fname.is_null() {
+        return "?".into();
+    }
+    c_str(info.dli_fname).to_owned()
 }
 
 static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_dev_ops {
