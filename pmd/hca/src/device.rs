@@ -613,11 +613,6 @@ impl DevState {
             }
             let op = (dw0 & owner_opcode::OPCODE_MASK) as u8;
             let mut cqe = [0u8; CQE_SIZE];
-            {
-                let mut w = Cqe::new_unchecked(&mut cqe[..]);
-                w.set_qpn(sq.qpn);
-                w.set_wqe_index(counter);
-            }
             match result {
                 Ok((send, _)) => {
                     if let Some(send) = send {
@@ -632,6 +627,9 @@ impl DevState {
                 }
             }
             if wants_cqe {
+                let mut w = Cqe::new_unchecked(&mut cqe[..]);
+                w.set_qpn(sq.qpn);
+                w.set_wqe_index(counter);
                 let counters = &mut self.counters;
                 let cq = self
                     .cqs

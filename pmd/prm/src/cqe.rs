@@ -20,11 +20,13 @@ mod field {
     pub const LEN: usize = 32;
 }
 
+#[inline]
 fn get32(b: &[u8], f: field::Field) -> u32 {
     let s = &b[f];
     u32::from_be_bytes([s[0], s[1], s[2], s[3]])
 }
 
+#[inline]
 fn get16(b: &[u8], f: field::Field) -> u16 {
     let s = &b[f];
     u16::from_be_bytes([s[0], s[1]])
@@ -147,10 +149,12 @@ impl<T: AsRef<[u8]>> Cqe<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe<T> {
+    #[inline]
     fn put32(&mut self, f: field::Field, v: u32) {
         self.buffer.as_mut()[f].copy_from_slice(&v.to_be_bytes())
     }
 
+    #[inline]
     fn put16(&mut self, f: field::Field, v: u16) {
         self.buffer.as_mut()[f].copy_from_slice(&v.to_be_bytes())
     }

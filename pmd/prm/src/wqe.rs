@@ -2,10 +2,12 @@
 
 use crate::{fence_size, owner_opcode, Error, INLINE_SEG_FLAG};
 
+#[inline]
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+#[inline]
 fn put_be32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_be_bytes());
 }
