@@ -142,26 +142,32 @@ impl BfReg {
         self.half
     }
 
-    /// Copies a whole WQE (whole TXBBs) to the current half, flushes, and flips halves.
-    /// The copy is the doorbell: no UAR write follows.
+    /// Copies a WQE (whole TXBBs: `first`, then `rest` straight from the ring) to the
+    /// current half, flushes, and flips halves. The copy is the doorbell: no UAR write follows.
     #[inline]
-    pub fn write(&mut self, wqe: &[u8]) {
-        debug_assert!(wqe.len() % TXBB_SIZE == 0 && wqe.len() <= self.half);
+    pub fn write(&mut self, first: &Txbb, rest: &[u8]) {
+        debug_assert!(rest.len().is_multiple_of(TXBB_SIZE) && TXBB_SIZE + rest.len() <= self.half);
         // The ring copy (with the owner word) must be visible before the device can act on
         // the BF copy, and the BF copy must leave the write-combining buffer now.
         io_wmb();
-        // SAFETY: `dst` stays inside the current half (len <= half, checked by the caller's
-        // eligibility test), both sides 64-byte aligned.
+        // SAFETY: `dst` stays inside the current half (64 + rest.len() <= half, checked by the
+        // caller's eligibility test); `first` is 64-byte aligned, `rest` is whole TXBBs of the
+        // 64-byte aligned ring.
         unsafe {
             let dst = self.base.add(self.offset);
-            for (i, block) in wqe.chunks_exact(TXBB_SIZE).enumerate() {
-                copy64(self.copy, dst.add(i * TXBB_SIZE), block.as_ptr());
+            copy64(self.copy, dst, first.0.as_ptr());
+            for (i, block) in rest.chunks_exact(TXBB_SIZE).enumerate() {
+                copy64(self.copy, dst.add((i + 1) * TXBB_SIZE), block.as_ptr());
             }
         }
         wmb();
         self.offset ^= self.half;
     }
 }
+
+/// One 64-byte block, aligned as the vector copy forms need.
+#[repr(C, align(64))]
+pub struct Txbb(pub [u8; TXBB_SIZE]);
 
 /// # Safety
 /// `dst` must be valid for a 64-byte write, `src` for a 64-byte read, both 64-byte aligned

@@ -46,6 +46,8 @@ pub fn offload_capa(_port: &Port) -> u64 {
     0
 }
 
+/// # Safety
+/// Called by ethdev with a queue from `rx_queue_setup` and room for `n` mbuf pointers.
 #[allow(unsafe_code)]
 pub unsafe extern "C" fn rx_burst(_q: *mut c_void, _pkts: *mut *mut sys::rte_mbuf, _n: u16) -> u16 {
     0

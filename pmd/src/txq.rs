@@ -13,7 +13,7 @@ use mlx4_prm::{
 };
 
 use crate::mem::{MemSource, Mr};
-use crate::mmio::{BfReg, Copy64, SendDoorbell};
+use crate::mmio::{BfReg, Copy64, SendDoorbell, Txbb};
 use crate::pmd_log;
 use crate::ring::{txbbs_for, CqRing, SqRing};
 use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
@@ -424,10 +424,15 @@ impl<B: TxBuf> TxQueue<B> {
             if let Some(bf) = self.hw.bf.as_mut() {
                 if (p.txbbs as usize) * TXBB_SIZE <= bf.half_size() {
                     let counter = (p.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
-                    CtrlSeg::new_unchecked(self.hw.sq.wqe_mut(p.start, 1))
-                        .set_bf_qpn_ds(self.hw.qpn, p.ds);
                     self.hw.sq.publish(p.start, word | counter);
-                    bf.write(self.hw.sq.wqe(p.start, p.txbbs));
+                    // The copy's first TXBB carries the QPN where the ring copy has the VLAN
+                    // fields (which is why a VLAN-inserting WQE never goes through BF); the
+                    // ring keeps a plain WQE for a device that falls back to fetching it.
+                    let wqe = self.hw.sq.wqe(p.start, p.txbbs);
+                    let mut first = Txbb([0; TXBB_SIZE]);
+                    first.0.copy_from_slice(&wqe[..TXBB_SIZE]);
+                    CtrlSeg::new_unchecked(&mut first.0[..]).set_bf_qpn_ds(self.hw.qpn, p.ds);
+                    bf.write(&first, &wqe[TXBB_SIZE..]);
                     self.prod.bf_writes += 1;
                     return;
                 }

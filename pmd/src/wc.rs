@@ -10,7 +10,7 @@ use mlx4_prm::{opcode, srcrb, CtrlSeg, TXBB_SIZE};
 
 use crate::devargs::BfMode;
 use crate::mem::MemSource;
-use crate::mmio::{cpu_has_pat, Copy64};
+use crate::mmio::{cpu_has_pat, Copy64, Txbb};
 use crate::ring::{CqRing, SqRing};
 use crate::txq::TxPath;
 
@@ -86,9 +86,6 @@ pub fn decide(hca: &Hca, mode: BfMode, source: MemSource, copy: Copy64) -> PathC
     }
 }
 
-#[repr(C, align(64))]
-struct Txbb([u8; TXBB_SIZE]);
-
 /// Posts one NOP whose ring copy asks for no completion but whose BF copy does; a CQE for it
 /// means the device used the copy. Then a signaled NOP through the doorbell tells "copy
 /// ignored" apart from "device dead". The device loop must be running.
@@ -103,7 +100,9 @@ pub fn self_test(hca: &Hca, source: MemSource, copy: Copy64) -> Result<SelfTest,
         {
             let w = sq.wqe_mut(0, 1);
             let mut c = CtrlSeg::new_unchecked(&mut w[..16]);
-            c.set_bf_qpn_ds(info.qpn, 1);
+            c.set_vlan_tag(0);
+            c.set_ins_vlan(0);
+            c.set_fence_size(1);
             c.set_srcrb_flags(srcrb::SOLICIT);
             c.set_imm(0);
         }
@@ -111,9 +110,10 @@ pub fn self_test(hca: &Hca, source: MemSource, copy: Copy64) -> Result<SelfTest,
         sq.publish(0, word);
         let mut copy_blk = Txbb([0; TXBB_SIZE]);
         copy_blk.0.copy_from_slice(sq.wqe(0, 1));
-        CtrlSeg::new_unchecked(&mut copy_blk.0[..16])
-            .set_srcrb_flags(srcrb::SOLICIT | srcrb::CQ_UPDATE);
-        bf.write(&copy_blk.0);
+        let mut c = CtrlSeg::new_unchecked(&mut copy_blk.0[..16]);
+        c.set_bf_qpn_ds(info.qpn, 1);
+        c.set_srcrb_flags(srcrb::SOLICIT | srcrb::CQ_UPDATE);
+        bf.write(&copy_blk, &[]);
         if let Some(idx) = wait_cqe(&mut cq, Duration::from_millis(100))? {
             return match idx {
                 0 => Ok(SelfTest::CopyExecuted),
