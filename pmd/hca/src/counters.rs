@@ -42,6 +42,10 @@ counters! {
     wqe_fetch_bytes,
     /// TXBBs consumed.
     txbbs,
+    /// Executed WQEs with a stamp value (0x7fffffff / 0xffffffff) as the first dword of a later
+    /// TXBB: a hint that the driver published the owner before the rest (spec 10.1), or just
+    /// payload bytes that happen to look like one.
+    wqe_stamp_seen,
     /// Frames put on the wire.
     tx_frames,
     /// Bytes of the frames put on the wire.

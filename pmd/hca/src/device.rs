@@ -605,6 +605,14 @@ impl DevState {
             if let Some(h) = bf_half {
                 sq.bf.as_mut().expect("bf_half implies bf").pending[h] = None;
             }
+            if !oversized
+                && len > TXBB_SIZE
+                && self.scratch.wqe[TXBB_SIZE..len]
+                    .chunks(TXBB_SIZE)
+                    .any(|b| b.len() >= 4 && matches!(be32(b, 0) & 0x7fff_ffff, 0x7fff_ffff))
+            {
+                self.counters.wqe_stamp_seen += 1;
+            }
             if from_bf {
                 self.counters.wqe_from_bf += 1;
             } else {

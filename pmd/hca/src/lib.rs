@@ -166,6 +166,20 @@ impl fmt::Display for HcaError {
 
 impl std::error::Error for HcaError {}
 
+impl HcaError {
+    /// The positive errno a DPDK callback would return (negated) for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            HcaError::InvalidArgument(_) => libc::EINVAL,
+            HcaError::NotFound(..) => libc::ENOENT,
+            HcaError::NoResources(_) => libc::ENOMEM,
+            HcaError::Busy(_) => libc::EBUSY,
+            HcaError::NameInUse(_) => libc::EEXIST,
+            HcaError::Io(_) => libc::EIO,
+        }
+    }
+}
+
 fn invalid(s: impl Into<String>) -> HcaError {
     HcaError::InvalidArgument(s.into())
 }
@@ -632,7 +646,8 @@ mod tests {
     fn handle_is_send_sync_and_attrs_describe_themselves() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Hca>();
-        let e = HcaError::NotFound("SQ", 0x41).to_string();
-        assert_eq!(e, "no SQ 0x41");
+        let e = HcaError::NotFound("SQ", 0x41);
+        assert_eq!(e.to_string(), "no SQ 0x41");
+        assert_eq!(e.errno(), libc::ENOENT);
     }
 }

@@ -810,3 +810,20 @@ fn garbage_in_device_pages_never_crashes_the_device() {
         assert!(c.bf_bursts > 0 && c.doorbells > 0);
     }
 }
+
+#[test]
+fn stamp_inside_a_multi_txbb_wqe_is_flagged() {
+    let (hca, mut cq, mut sq) = rig(step_cfg(), 64, 64);
+    let _frames = sink(&hca);
+    // A 2-TXBB inline SEND whose second TXBB still starts with a stamp instead of its header:
+    // the driver published the owner too early. The inline header there is garbage, so the WQE
+    // completes in error, and the analyser counts the stamp.
+    let frame = vec![1u8; 60];
+    let mut t = inline_wqe(&frame, SIGNALED);
+    t[60..64].copy_from_slice(&[0x7f, 0xff, 0xff, 0xff]);
+    sq.write(SEND, &t);
+    sq.doorbell();
+    hca.step();
+    assert!(cq.poll().is_some());
+    assert_eq!(hca.counters().wqe_stamp_seen, 1);
+}
