@@ -778,7 +778,7 @@ impl DevState {
                 let mr = mr_lookup(mrs, d.lkey()).ok_or(syndrome::LOCAL_PROT)?;
                 let mem = &mrs[mr].as_ref().expect("looked up").mem;
                 let rel = d.addr().wrapping_sub(mem.base() as u64);
-                if d.addr() < mem.base() as u64 || rel + n as u64 > mem.len() as u64 {
+                if d.addr() < mem.base() as u64 || rel.saturating_add(n as u64) > mem.len() as u64 {
                     return Err(syndrome::LOCAL_PROT);
                 }
                 segs.push(Seg::Data {

@@ -420,6 +420,12 @@ fn error_address_outside_the_region_is_local_prot() {
         t
     });
     assert_eq!(syn, 0x04);
+    let (syn, _) = error_case(step_cfg(), SEND, |p| {
+        let mut t = ctrl_tail(2, 0);
+        t.extend(dseg(64, p.lkey, u64::MAX - 10));
+        t
+    });
+    assert_eq!(syn, 0x04);
 }
 
 #[test]
