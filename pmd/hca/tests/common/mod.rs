@@ -103,9 +103,7 @@ pub fn ctrl_tail_vlan(ds: u8, srcrb: u8, tci: u16) -> Vec<u8> {
 
 /// Inline segment header: BE32(0x80000000 | len).
 pub fn inline_hdr(len: usize) -> Vec<u8> {
-    let mut v = (0x8000_0000u32 | len as u32).to_be_bytes().to_vec();
-    v.truncate(4);
-    v
+    (0x8000_0000u32 | len as u32).to_be_bytes().to_vec()
 }
 
 /// Data segment: BE32 byte_count, BE32 lkey, BE64 addr.
