@@ -52,3 +52,8 @@ void mlx4rs_log(uint32_t level, uint32_t logtype, const char *msg)
 {
 	rte_log(level, logtype, "%s\n", msg);
 }
+
+uint16_t mlx4rs_pktmbuf_data_room_size(struct rte_mempool *mp)
+{
+	return rte_pktmbuf_data_room_size(mp);
+}

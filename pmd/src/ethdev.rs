@@ -12,14 +12,15 @@ use std::sync::LazyLock;
 use dpdk_sys as sys;
 
 use crate::devargs::Devargs;
-use crate::mbuf::Mbuf;
+use crate::mbuf::{Mbuf, Pool};
 use crate::mem::MemSource;
 use crate::pmd_log;
 use crate::port::{self, Port};
-use crate::rxq::RxQueue;
+use crate::rxq::{RxConfig, RxQueue};
 use crate::txq::TxQueue;
 
 type TxQ = TxQueue<Mbuf>;
+type RxQ = RxQueue<Mbuf>;
 
 /// Driver name as EAL matches it against `--vdev net_mlx4rs<N>`.
 pub const DRIVER_NAME: &CStr = c"net_mlx4rs";
@@ -235,7 +236,7 @@ unsafe fn attach_port(
         d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
         (*dev).device = ptr::addr_of_mut!((*vdev).device);
         (*dev).dev_ops = &*OPS;
-        (*dev).rx_pkt_burst = Some(crate::rxq::rx_burst);
+        (*dev).rx_pkt_burst = Some(rx_burst);
         (*dev).tx_pkt_burst = Some(tx_burst);
         sys::rte_eth_dev_probing_finish(dev);
         pmd_log!(
@@ -360,7 +361,12 @@ unsafe extern "C" fn dev_stop(dev: *mut sys::rte_eth_dev) -> c_int {
             if let Err(e) = q.reset() {
                 pmd_log!(ERR, "{}: TX queue {i}: reset failed: {e}", p.name);
             }
-        })
+        });
+        for_each_rxq(dev, |i, q| {
+            if let Err(e) = q.reset() {
+                pmd_log!(ERR, "{}: RX queue {i}: reset failed: {e}", p.name);
+            }
+        });
     };
     for i in 0..d.nb_rx_queues as usize {
         // SAFETY: ethdev sized the state arrays with nb_rx_queues / nb_tx_queues.
@@ -409,7 +415,7 @@ unsafe extern "C" fn dev_infos_get(
     info: *mut sys::rte_eth_dev_info,
 ) -> c_int {
     // SAFETY: ethdev passes a live port and a zeroed info struct.
-    let (p, info) = unsafe { (port_of(dev), &mut *info) };
+    let info = unsafe { &mut *info };
     info.max_rx_queues = port::MAX_QUEUES;
     info.max_tx_queues = port::MAX_QUEUES;
     info.max_mac_addrs = 1;
@@ -437,7 +443,7 @@ unsafe extern "C" fn dev_infos_get(
     info.tx_desc_lim.nb_seg_max = crate::wqe::MAX_GATHER_SEGS as u16;
     info.tx_desc_lim.nb_mtu_seg_max = crate::wqe::MAX_GATHER_SEGS as u16;
     info.tx_queue_offload_capa = 0;
-    info.rx_offload_capa = crate::rxq::offload_capa(p);
+    info.rx_offload_capa = RX_OFFLOAD_CAPA;
     info.rx_queue_offload_capa = 0;
     0
 }
@@ -482,12 +488,12 @@ unsafe fn for_each_txq(dev: *mut sys::rte_eth_dev, mut f: impl FnMut(usize, &mut
 
 /// # Safety
 /// `dev` must be a live port; the closure sees each configured RX queue.
-unsafe fn for_each_rxq(dev: *mut sys::rte_eth_dev, mut f: impl FnMut(usize, &mut RxQueue)) {
+unsafe fn for_each_rxq(dev: *mut sys::rte_eth_dev, mut f: impl FnMut(usize, &mut RxQ)) {
     // SAFETY: live port.
     let d = unsafe { data(dev) };
     for i in 0..d.nb_rx_queues as usize {
         // SAFETY: the array has nb_rx_queues entries, each NULL or a queue we set up.
-        let q = unsafe { *d.rx_queues.add(i) } as *mut RxQueue;
+        let q = unsafe { *d.rx_queues.add(i) } as *mut RxQ;
         if !q.is_null() {
             // SAFETY: set by rx_queue_setup.
             f(i, unsafe { &mut *q });
@@ -589,26 +595,74 @@ unsafe extern "C" fn tx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
     }
 }
 
+/// RX offloads: checksum verdicts, RSS hash, scattered frames.
+const RX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM
+    | sys::bits::RTE_ETH_RX_OFFLOAD_UDP_CKSUM
+    | sys::bits::RTE_ETH_RX_OFFLOAD_TCP_CKSUM
+    | sys::bits::RTE_ETH_RX_OFFLOAD_RSS_HASH
+    | sys::bits::RTE_ETH_RX_OFFLOAD_SCATTER;
+
 unsafe extern "C" fn rx_queue_setup(
     dev: *mut sys::rte_eth_dev,
     qid: u16,
     nb_desc: u16,
     socket: u32,
-    _conf: *const sys::rte_eth_rxconf,
+    conf: *const sys::rte_eth_rxconf,
     mp: *mut sys::rte_mempool,
 ) -> c_int {
-    // SAFETY: live port; ethdev released any previous queue at this index.
-    let (p, d) = unsafe { (port_of(dev), data(dev)) };
-    match RxQueue::new(p, qid, nb_desc, socket as i32, mp) {
+    use sys::bits::*;
+    // SAFETY: live port; ethdev released any previous queue at this index and passes a valid
+    // conf and mempool.
+    let (p, d, conf) = unsafe { (port_of(dev), data(dev), &*conf) };
+    let offloads = conf.offloads | d.dev_conf.rxmode.offloads;
+    // SAFETY: a valid pktmbuf pool (ethdev checked it).
+    let room = unsafe { sys::mlx4rs_pktmbuf_data_room_size(mp) }
+        .saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16)
+        .max(1);
+    let max_frame = d.mtu as u32 + 18;
+    let sges = if offloads & RTE_ETH_RX_OFFLOAD_SCATTER != 0 {
+        max_frame.div_ceil(u32::from(room)).next_power_of_two().min(32)
+    } else {
+        if max_frame > u32::from(room) {
+            pmd_log!(
+                ERR,
+                "{}: RX queue {qid}: mbufs hold {room} bytes, frames up to {max_frame}: enable scatter or use bigger mbufs",
+                p.name
+            );
+            return -libc::EINVAL;
+        }
+        1
+    };
+    let cfg = RxConfig {
+        sges,
+        csum: offloads
+            & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM | RTE_ETH_RX_OFFLOAD_TCP_CKSUM)
+            != 0,
+        rss: offloads & RTE_ETH_RX_OFFLOAD_RSS_HASH != 0,
+        port_id: d.port_id,
+        source: MemSource::Dpdk { socket: socket as i32 },
+    };
+    match RxQ::new(&p.hca, qid, nb_desc, cfg, Pool(mp), p.mrs.clone()) {
         Ok(q) => {
             // SAFETY: qid < nb_rx_queues, checked by ethdev.
-            unsafe { *d.rx_queues.add(qid as usize) = Box::into_raw(q).cast() };
+            unsafe { *d.rx_queues.add(qid as usize) = Box::into_raw(Box::new(q)).cast() };
             0
         }
         Err(e) => {
             pmd_log!(ERR, "{}: RX queue {qid}: {e}", p.name);
-            e.errno()
+            -libc::ENOMEM
         }
+    }
+}
+
+/// `rx_pkt_burst`.
+unsafe extern "C" fn rx_burst(q: *mut std::ffi::c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
+    // SAFETY: `q` is the queue rx_queue_setup stored, used by one lcore at a time; `pkts` has
+    // room for `n` mbuf pointers, and `Mbuf` is a transparent pointer.
+    unsafe {
+        let q = &mut *(q as *mut RxQ);
+        let out = std::slice::from_raw_parts_mut(pkts as *mut Mbuf, usize::from(n));
+        q.burst(out) as u16
     }
 }
 
@@ -618,7 +672,7 @@ unsafe extern "C" fn rx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
     // SAFETY: the slot holds NULL or a Box<RxQueue> from rx_queue_setup.
     unsafe {
         let slot = d.rx_queues.add(qid as usize);
-        let q = *slot as *mut RxQueue;
+        let q = *slot as *mut RxQ;
         if !q.is_null() {
             drop(Box::from_raw(q));
             *slot = ptr::null_mut();

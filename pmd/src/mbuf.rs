@@ -5,6 +5,7 @@ use std::ptr;
 
 use dpdk_sys::{self as sys, bits};
 
+use crate::rxq::{RxBuf, RxMeta};
 use crate::txq::TxBuf;
 use crate::wqe::TxOffloads;
 
@@ -91,13 +92,71 @@ impl TxBuf for Mbuf {
                 .iter()
                 .all(|b| (*b.0).nb_segs == 1 && (*b.0).next.is_null());
             if !single || bufs.is_empty() {
-                return Self::free_bulk(bufs);
+                return <Self as TxBuf>::free_bulk(bufs);
             }
             sys::mlx4rs_mempool_put_bulk(
                 (*bufs[0].0).pool,
                 bufs.as_ptr() as *const *mut _,
                 bufs.len() as u32,
             );
+        }
+    }
+}
+
+/// The mempool an RX queue refills from.
+#[derive(Clone, Copy, Debug)]
+pub struct Pool(pub *mut sys::rte_mempool);
+
+// SAFETY: a mempool is multi-thread safe by DPDK's contract; the queue uses it from one lcore.
+unsafe impl Send for Pool {}
+
+impl RxBuf for Mbuf {
+    type Pool = Pool;
+
+    fn alloc_bulk(pool: Pool, out: &mut [Self]) -> bool {
+        // SAFETY: `out` is an array of mbuf pointers (transparent), filled by DPDK on success.
+        unsafe {
+            sys::mlx4rs_pktmbuf_alloc_bulk(pool.0, out.as_mut_ptr().cast(), out.len() as u32) == 0
+        }
+    }
+
+    fn free_bulk(bufs: &[Self]) {
+        <Mbuf as TxBuf>::free_bulk(bufs)
+    }
+
+    #[inline]
+    fn data_area(&self) -> (usize, u32) {
+        // SAFETY: a buffer the queue allocated and still owns.
+        unsafe {
+            let m = &*self.0;
+            (
+                m.buf_addr as usize + usize::from(m.data_off),
+                u32::from(m.buf_len - m.data_off),
+            )
+        }
+    }
+
+    #[inline]
+    fn set_segment(&mut self, len: u32, next: Option<Self>) {
+        // SAFETY: as above; the queue hands the buffer to the application right after.
+        unsafe {
+            let m = &mut *self.0;
+            m.data_len = len as u16;
+            m.next = next.map_or(ptr::null_mut(), |n| n.0);
+        }
+    }
+
+    #[inline]
+    fn set_packet(&mut self, pkt_len: u32, nb_segs: u16, port: u16, meta: &RxMeta) {
+        // SAFETY: as above.
+        unsafe {
+            let m = &mut *self.0;
+            m.pkt_len = pkt_len;
+            m.nb_segs = nb_segs;
+            m.port = port;
+            m.ol_flags = meta.ol_flags;
+            m.__bindgen_anon_1.packet_type = meta.packet_type;
+            m.__bindgen_anon_2.hash.rss = meta.rss_hash;
         }
     }
 }

@@ -198,3 +198,20 @@ impl CqRing {
 pub const fn txbbs_for(bytes: usize) -> u32 {
     bytes.div_ceil(TXBB_SIZE) as u32
 }
+
+/// An atomic view of the 32-bit word at `off` in shared memory (doorbell records).
+pub fn atomic_u32_at(buf: &DmaBuf, off: usize) -> &AtomicU32 {
+    assert!(off % 4 == 0 && off + 4 <= buf.len());
+    // SAFETY: in bounds and aligned (asserted; the buffer is page-aligned); the device accesses
+    // such words atomically too.
+    unsafe { AtomicU32::from_ptr(buf.as_ptr().add(off).cast()) }
+}
+
+/// `len` bytes of shared memory at `off`, for entries the device does not own right now
+/// (RQ scatter entries of slots whose completion was consumed, before the doorbell record
+/// hands them back).
+pub fn dma_bytes_mut(buf: &mut DmaBuf, off: usize, len: usize) -> &mut [u8] {
+    assert!(off + len <= buf.len());
+    // SAFETY: in bounds (asserted); exclusive to the driver by the queue protocol above.
+    unsafe { std::slice::from_raw_parts_mut(buf.as_ptr().add(off), len) }
+}

@@ -1,10 +1,101 @@
-//! RX queues. (Foundation: the queue exists and counts; the receive path arrives with its issue.)
+//! RX queues: an RQ of scatter entries kept full of buffers, a CQ of received frames. Each burst
+//! polls CQEs, hands the filled buffers up, re-posts fresh ones (allocated in bulk, once per
+//! burst) in the same slots, then updates the RQ doorbell record and the CQ consumer index once.
+//! When the pool runs dry the frames are dropped and counted and their buffers stay posted, so
+//! no ring slot is ever lost.
+//!
+//! Generic over the buffer ([`RxBuf`]): mbufs under DPDK, plain buffers in tests.
 
-use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
-use dpdk_sys as sys;
+use mlx4_hca::Hca;
+use mlx4_prm::{cqe_opcode, rx_status, DataSeg};
 
-use crate::port::{Port, PortError};
+use crate::mem::{DmaBuf, MemSource, Mr};
+use crate::ring::CqRing;
+
+/// Offload results of one received frame, in DPDK's terms.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RxMeta {
+    pub ol_flags: u64,
+    pub packet_type: u32,
+    pub rss_hash: u32,
+}
+
+// mbuf flags and packet types (rte_mbuf_core.h, rte_mbuf_ptype.h), repeated here so that the
+// CQE parsing below stays plain Rust that tests can check without DPDK.
+pub const RX_RSS_HASH: u64 = 1 << 1;
+pub const RX_L4_CKSUM_BAD: u64 = 1 << 3;
+pub const RX_IP_CKSUM_BAD: u64 = 1 << 4;
+pub const RX_IP_CKSUM_GOOD: u64 = 1 << 7;
+pub const RX_L4_CKSUM_GOOD: u64 = 1 << 8;
+pub const PTYPE_L2_ETHER: u32 = 0x1;
+pub const PTYPE_L3_IPV4_EXT_UNKNOWN: u32 = 0x90;
+pub const PTYPE_L3_IPV6_EXT_UNKNOWN: u32 = 0xe0;
+pub const PTYPE_L4_TCP: u32 = 0x100;
+pub const PTYPE_L4_UDP: u32 = 0x200;
+pub const PTYPE_L4_FRAG: u32 = 0x300;
+
+/// Reads an RX CQE's status word and hash into mbuf metadata. Checksum flags only when the
+/// application enabled RX checksum offload; the hash only with RSS.
+pub fn parse_rx_cqe(status: u32, hash: u32, csum: bool, rss: bool) -> RxMeta {
+    let mut m = RxMeta {
+        packet_type: PTYPE_L2_ETHER,
+        ..RxMeta::default()
+    };
+    let v4 = status & rx_status::IPV4 != 0;
+    let v6 = status & rx_status::IPV6 != 0;
+    let frag = status & (rx_status::IPV4F | rx_status::IPV6F) != 0;
+    if v4 {
+        m.packet_type |= PTYPE_L3_IPV4_EXT_UNKNOWN;
+    } else if v6 {
+        m.packet_type |= PTYPE_L3_IPV6_EXT_UNKNOWN;
+    }
+    let l4 = status & (rx_status::TCP | rx_status::UDP) != 0;
+    if (v4 || v6) && frag {
+        m.packet_type |= PTYPE_L4_FRAG;
+    } else if status & rx_status::TCP != 0 {
+        m.packet_type |= PTYPE_L4_TCP;
+    } else if status & rx_status::UDP != 0 {
+        m.packet_type |= PTYPE_L4_UDP;
+    }
+    if csum {
+        if v4 {
+            m.ol_flags |= if status & rx_status::IP_HDR_CSUM_OK != 0 {
+                RX_IP_CKSUM_GOOD
+            } else {
+                RX_IP_CKSUM_BAD
+            };
+        }
+        if (v4 || v6) && l4 && !frag {
+            m.ol_flags |= if status & rx_status::TCP_UDP_CSUM_OK != 0 {
+                RX_L4_CKSUM_GOOD
+            } else {
+                RX_L4_CKSUM_BAD
+            };
+        }
+    }
+    if rss {
+        m.ol_flags |= RX_RSS_HASH;
+        m.rss_hash = hash;
+    }
+    m
+}
+
+/// What the RX path needs from a buffer and its pool.
+pub trait RxBuf: Copy + Default {
+    type Pool: Copy;
+    /// Fills `out` with fresh buffers: all, or none (and returns false).
+    fn alloc_bulk(pool: Self::Pool, out: &mut [Self]) -> bool;
+    fn free_bulk(bufs: &[Self]);
+    /// Address and size of the area the device may write.
+    fn data_area(&self) -> (usize, u32);
+    /// This buffer holds `len` bytes of a frame, followed by `next` (if any).
+    fn set_segment(&mut self, len: u32, next: Option<Self>);
+    /// This (first) buffer starts a frame of `pkt_len` bytes in `nb_segs` buffers.
+    fn set_packet(&mut self, pkt_len: u32, nb_segs: u16, port: u16, meta: &RxMeta);
+}
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RxStats {
@@ -14,23 +105,96 @@ pub struct RxStats {
     pub nombuf: u64,
 }
 
-pub struct RxQueue {
-    pub qid: u16,
-    stats: RxStats,
+/// Receive-queue settings fixed at setup.
+#[derive(Debug, Clone, Copy)]
+pub struct RxConfig {
+    /// Scatter entries per WQE (a power of two): 1 unless scattered RX is on.
+    pub sges: u32,
+    pub csum: bool,
+    pub rss: bool,
+    pub port_id: u16,
+    pub source: MemSource,
 }
 
-impl RxQueue {
+/// Frames handled per bulk allocation.
+const CHUNK: usize = 64;
+
+pub struct RxQueue<B: RxBuf> {
+    /// Next WQE expected to complete (free-running).
+    rq_ci: u32,
+    stats: RxStats,
+    cq: CqRing,
+    rq: DmaBuf,
+    wqe_cnt: u32,
+    cfg: RxConfig,
+    pool: B::Pool,
+    /// `wqe_cnt * sges` posted buffers, WQE-major.
+    elts: Box<[B]>,
+    mrs: Arc<[Mr]>,
+    mr_cache: Option<Mr>,
+    /// Bytes each buffer takes (they all come from one pool).
+    room: u32,
+    hca: Hca,
+    qpn: u32,
+    cqn: u32,
+    pub qid: u16,
+}
+
+const DB_SPACE: usize = 64;
+
+impl<B: RxBuf> RxQueue<B> {
     pub fn new(
-        _port: &mut Port,
+        hca: &Hca,
         qid: u16,
-        _nb_desc: u16,
-        _socket: i32,
-        _mp: *mut sys::rte_mempool,
-    ) -> Result<Box<RxQueue>, PortError> {
-        Ok(Box::new(RxQueue {
-            qid,
+        nb_desc: u16,
+        cfg: RxConfig,
+        pool: B::Pool,
+        mrs: Arc<[Mr]>,
+    ) -> Result<RxQueue<B>, String> {
+        let wqe_cnt = u32::from(nb_desc).clamp(64, 1 << 15).next_power_of_two();
+        let stride = cfg.sges as usize * DataSeg::<&[u8]>::LEN;
+        let rq = DmaBuf::new(wqe_cnt as usize * stride + DB_SPACE, cfg.source)
+            .ok_or("out of memory for the receive ring")?;
+        let cq = CqRing::new(wqe_cnt, cfg.source).ok_or("out of memory for the RX CQ")?;
+        let n = (wqe_cnt * cfg.sges) as usize;
+        let mut elts = vec![B::default(); n].into_boxed_slice();
+        if !B::alloc_bulk(pool, &mut elts) {
+            return Err(format!("the mempool cannot fill {n} RX buffers"));
+        }
+        let room = elts[0].data_area().1;
+        if room == 0 {
+            B::free_bulk(&elts);
+            return Err("the mempool's buffers have no data room".into());
+        }
+        let mut q = RxQueue {
+            rq_ci: 0,
             stats: RxStats::default(),
-        }))
+            cq,
+            rq,
+            wqe_cnt,
+            cfg,
+            pool,
+            elts,
+            mrs,
+            mr_cache: None,
+            room,
+            hca: hca.clone(),
+            qpn: 0,
+            cqn: 0,
+            qid,
+        };
+        for i in 0..n {
+            if !q.post(i) {
+                q.release_bufs();
+                return Err("an RX buffer lies outside registered memory".into());
+            }
+        }
+        q.attach()?;
+        Ok(q)
+    }
+
+    pub fn qpn(&self) -> u32 {
+        self.qpn
     }
 
     pub fn stats(&self) -> RxStats {
@@ -40,15 +204,251 @@ impl RxQueue {
     pub fn reset_stats(&mut self) {
         self.stats = RxStats::default();
     }
+
+    pub fn nb_desc(&self) -> u32 {
+        self.wqe_cnt
+    }
+
+    fn db_rec(&self) -> &AtomicU32 {
+        crate::ring::atomic_u32_at(&self.rq, self.rq.len() - DB_SPACE)
+    }
+
+    /// Creates the CQ and RQ on the device and posts the whole ring.
+    fn attach(&mut self) -> Result<(), String> {
+        self.cq =
+            CqRing::new(self.wqe_cnt, self.cfg.source).ok_or("out of memory for the RX CQ")?;
+        self.rq_ci = 0;
+        let (cqn, qpn) = crate::hw::create_rq_cq(
+            &self.hca,
+            &self.rq,
+            self.wqe_cnt,
+            self.cfg.sges,
+            &self.cq,
+            self.rq.len() - DB_SPACE,
+        )?;
+        (self.cqn, self.qpn) = (cqn, qpn);
+        self.db_rec().store(
+            (self.rq_ci.wrapping_add(self.wqe_cnt) & 0xffff).to_be(),
+            Ordering::Release,
+        );
+        Ok(())
+    }
+
+    fn detach(&mut self) {
+        let _ = self.hca.destroy_rq(self.qpn);
+        let _ = self.hca.destroy_cq(self.cqn);
+    }
+
+    /// Device stopped: start over with the same buffers on fresh device queues.
+    pub fn reset(&mut self) -> Result<(), String> {
+        self.detach();
+        self.attach()
+    }
+
+    fn lkey(&mut self, addr: usize, len: usize) -> Option<u32> {
+        match self.mr_cache {
+            Some(m) if m.contains(addr, len) => Some(m.lkey),
+            _ => {
+                let m = *self.mrs.iter().find(|m| m.contains(addr, len))?;
+                self.mr_cache = Some(m);
+                Some(m.lkey)
+            }
+        }
+    }
+
+    /// Writes scatter entry `i` for the buffer in `elts[i]`.
+    fn post(&mut self, i: usize) -> bool {
+        let (addr, room) = self.elts[i].data_area();
+        let Some(lkey) = self.lkey(addr, room as usize) else {
+            return false;
+        };
+        let at = i * DataSeg::<&[u8]>::LEN;
+        let ring = crate::ring::dma_bytes_mut(&mut self.rq, at, DataSeg::<&[u8]>::LEN);
+        let mut d = DataSeg::new_unchecked(ring);
+        d.set_addr(addr as u64);
+        d.set_lkey(lkey);
+        d.set_byte_count(room);
+        true
+    }
+
+    /// Receives up to `out.len()` frames.
+    pub fn burst(&mut self, out: &mut [B]) -> usize {
+        let mut got = 0;
+        let mut consumed = false;
+        while got < out.len() {
+            let want = (out.len() - got).min(CHUNK);
+            // Peek the CQEs first so one bulk allocation covers the whole chunk.
+            let mut cqes = [(0u32, 0u32, 0u32, 0u8); CHUNK];
+            let mut n = 0;
+            let mut need = 0usize;
+            while n < want {
+                let Some(c) = self.cq.poll() else { break };
+                let op = c.opcode();
+                let len = c.byte_cnt();
+                if op != cqe_opcode::ERROR {
+                    need += self.segments_for(len);
+                }
+                cqes[n] = (len, c.status(), c.immed_rss_invalid(), op);
+                n += 1;
+            }
+            if n == 0 {
+                break;
+            }
+            consumed = true;
+            let mut fresh = [B::default(); CHUNK * 4];
+            let alloc_ok = need <= fresh.len() && B::alloc_bulk(self.pool, &mut fresh[..need]);
+            let mut f = 0;
+            for &(len, status, hash, op) in &cqes[..n] {
+                let slot = (self.rq_ci & (self.wqe_cnt - 1)) as usize;
+                self.rq_ci = self.rq_ci.wrapping_add(1);
+                if op == cqe_opcode::ERROR {
+                    // Too long for the posted buffers: the slot keeps its buffers.
+                    self.stats.errors += 1;
+                    continue;
+                }
+                if !alloc_ok {
+                    self.stats.nombuf += 1;
+                    continue;
+                }
+                let k = self.segments_for(len);
+                let base = slot * self.cfg.sges as usize;
+                // Chain from the last segment back, so each knows its successor.
+                let mut next: Option<B> = None;
+                for i in (0..k).rev() {
+                    let seg_len = (len - i as u32 * self.room).min(self.room);
+                    let mut b = self.elts[base + i];
+                    b.set_segment(seg_len, next);
+                    next = Some(b);
+                }
+                let mut head = next.expect("k >= 1");
+                let meta = parse_rx_cqe(status, hash, self.cfg.csum, self.cfg.rss);
+                head.set_packet(len, k as u16, self.cfg.port_id, &meta);
+                out[got] = head;
+                got += 1;
+                self.stats.packets += 1;
+                self.stats.bytes += u64::from(len);
+                for i in 0..k {
+                    self.elts[base + i] = fresh[f];
+                    f += 1;
+                    // Fresh buffers come from the same pool, hence the same registered memory.
+                    let _ = self.post(base + i);
+                }
+            }
+            if n < want {
+                break;
+            }
+        }
+        if consumed {
+            self.cq.update_ci();
+            // Re-posted entries must be visible before the device may use their slots.
+            self.db_rec().store(
+                (self.rq_ci.wrapping_add(self.wqe_cnt) & 0xffff).to_be(),
+                Ordering::Release,
+            );
+        }
+        got
+    }
+
+    /// Buffers a frame of `len` bytes takes (at least 1).
+    fn segments_for(&self, len: u32) -> usize {
+        (len.div_ceil(self.room).max(1) as usize).min(self.cfg.sges as usize)
+    }
+
+    fn release_bufs(&mut self) {
+        B::free_bulk(&self.elts);
+        self.elts.fill(B::default());
+    }
 }
 
-pub fn offload_capa(_port: &Port) -> u64 {
-    0
+impl<B: RxBuf> Drop for RxQueue<B> {
+    fn drop(&mut self) {
+        self.detach();
+        self.release_bufs();
+    }
 }
 
-/// # Safety
-/// Called by ethdev with a queue from `rx_queue_setup` and room for `n` mbuf pointers.
-#[allow(unsafe_code)]
-pub unsafe extern "C" fn rx_burst(_q: *mut c_void, _pkts: *mut *mut sys::rte_mbuf, _n: u16) -> u16 {
-    0
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cqe_status_to_flags() {
+        let s = rx_status::IPV4
+            | rx_status::TCP
+            | rx_status::IP_HDR_CSUM_OK
+            | rx_status::TCP_UDP_CSUM_OK;
+        let m = parse_rx_cqe(s, 0xdead_beef, true, true);
+        assert_eq!(
+            m.packet_type,
+            PTYPE_L2_ETHER | PTYPE_L3_IPV4_EXT_UNKNOWN | PTYPE_L4_TCP
+        );
+        assert_eq!(
+            m.ol_flags,
+            RX_IP_CKSUM_GOOD | RX_L4_CKSUM_GOOD | RX_RSS_HASH
+        );
+        assert_eq!(m.rss_hash, 0xdead_beef);
+
+        let m = parse_rx_cqe(rx_status::IPV4 | rx_status::UDP, 0, true, false);
+        assert_eq!(
+            m.packet_type,
+            PTYPE_L2_ETHER | PTYPE_L3_IPV4_EXT_UNKNOWN | PTYPE_L4_UDP
+        );
+        assert_eq!(m.ol_flags, RX_IP_CKSUM_BAD | RX_L4_CKSUM_BAD);
+
+        let m = parse_rx_cqe(
+            rx_status::IPV6 | rx_status::UDP | rx_status::TCP_UDP_CSUM_OK,
+            0,
+            true,
+            false,
+        );
+        assert_eq!(
+            m.packet_type,
+            PTYPE_L2_ETHER | PTYPE_L3_IPV6_EXT_UNKNOWN | PTYPE_L4_UDP
+        );
+        assert_eq!(m.ol_flags, RX_L4_CKSUM_GOOD, "IPv6 has no header checksum");
+
+        let m = parse_rx_cqe(
+            rx_status::IPV4 | rx_status::IPV4F | rx_status::UDP | rx_status::IP_HDR_CSUM_OK,
+            0,
+            true,
+            false,
+        );
+        assert_eq!(
+            m.packet_type,
+            PTYPE_L2_ETHER | PTYPE_L3_IPV4_EXT_UNKNOWN | PTYPE_L4_FRAG
+        );
+        assert_eq!(m.ol_flags, RX_IP_CKSUM_GOOD, "no L4 verdict on a fragment");
+
+        let m = parse_rx_cqe(0, 7, true, false);
+        assert_eq!(
+            (m.packet_type, m.ol_flags),
+            (PTYPE_L2_ETHER, 0),
+            "non-IP: nothing to judge"
+        );
+        assert_eq!(
+            parse_rx_cqe(s, 0, false, false).ol_flags,
+            0,
+            "offload off: no flags"
+        );
+    }
+
+    #[test]
+    fn flag_values_match_dpdk() {
+        use dpdk_sys::bits;
+        assert_eq!(RX_RSS_HASH, bits::RTE_MBUF_F_RX_RSS_HASH);
+        assert_eq!(RX_IP_CKSUM_GOOD, bits::RTE_MBUF_F_RX_IP_CKSUM_GOOD);
+        assert_eq!(RX_IP_CKSUM_BAD, bits::RTE_MBUF_F_RX_IP_CKSUM_BAD);
+        assert_eq!(RX_L4_CKSUM_GOOD, bits::RTE_MBUF_F_RX_L4_CKSUM_GOOD);
+        assert_eq!(RX_L4_CKSUM_BAD, bits::RTE_MBUF_F_RX_L4_CKSUM_BAD);
+        assert_eq!(
+            PTYPE_L3_IPV4_EXT_UNKNOWN,
+            dpdk_sys::RTE_PTYPE_L3_IPV4_EXT_UNKNOWN
+        );
+        assert_eq!(
+            PTYPE_L3_IPV6_EXT_UNKNOWN,
+            dpdk_sys::RTE_PTYPE_L3_IPV6_EXT_UNKNOWN
+        );
+        assert_eq!(PTYPE_L4_FRAG, dpdk_sys::RTE_PTYPE_L4_FRAG);
+        assert_eq!(PTYPE_L4_UDP, dpdk_sys::RTE_PTYPE_L4_UDP);
+    }
 }
