@@ -126,6 +126,17 @@ static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_dev_ops {
     stats_get: Some(stats_get),
     stats_reset: Some(stats_reset),
     promiscuous_enable: Some(promiscuous_enable),
+    promiscuous_disable: Some(promiscuous_disable),
+    allmulticast_enable: Some(allmulticast_enable),
+    allmulticast_disable: Some(allmulticast_disable),
+    mac_addr_set: Some(mac_addr_set),
+    mtu_set: Some(mtu_set),
+    reta_update: Some(reta_update),
+    reta_query: Some(reta_query),
+    rss_hash_update: Some(rss_hash_update),
+    rss_hash_conf_get: Some(rss_hash_conf_get),
+    rxq_info_get: Some(rxq_info_get),
+    txq_info_get: Some(txq_info_get),
     rx_queue_setup: Some(rx_queue_setup),
     rx_queue_release: Some(rx_queue_release),
     tx_queue_setup: Some(tx_queue_setup),
@@ -326,6 +337,10 @@ unsafe extern "C" fn dev_configure(dev: *mut sys::rte_eth_dev) -> c_int {
         );
         return -libc::EINVAL;
     }
+    p.reset_reta(d.nb_rx_queues);
+    if d.mtu != 0 {
+        p.rx.mtu = d.mtu;
+    }
     0
 }
 
@@ -335,6 +350,11 @@ unsafe extern "C" fn dev_start(dev: *mut sys::rte_eth_dev) -> c_int {
     if let Err(e) = p.start() {
         pmd_log!(ERR, "{}: start failed: {e}", p.name);
         return e.errno();
+    }
+    // SAFETY: live port.
+    let rc = unsafe { apply_rx(dev) };
+    if rc != 0 {
+        return rc;
     }
     for i in 0..d.nb_rx_queues as usize {
         // SAFETY: ethdev sized the state arrays with nb_rx_queues / nb_tx_queues.
@@ -411,7 +431,7 @@ unsafe extern "C" fn dev_close(dev: *mut sys::rte_eth_dev) -> c_int {
 }
 
 unsafe extern "C" fn dev_infos_get(
-    dev: *mut sys::rte_eth_dev,
+    _dev: *mut sys::rte_eth_dev,
     info: *mut sys::rte_eth_dev_info,
 ) -> c_int {
     // SAFETY: ethdev passes a live port and a zeroed info struct.
@@ -443,6 +463,9 @@ unsafe extern "C" fn dev_infos_get(
     info.tx_desc_lim.nb_seg_max = crate::wqe::MAX_GATHER_SEGS as u16;
     info.tx_desc_lim.nb_mtu_seg_max = crate::wqe::MAX_GATHER_SEGS as u16;
     info.tx_queue_offload_capa = 0;
+    info.reta_size = port::RETA_SIZE as u16;
+    info.hash_key_size = port::RSS_KEY_LEN as u8;
+    info.flow_type_rss_offloads = port::RSS_HF_ALL;
     info.rx_offload_capa = RX_OFFLOAD_CAPA;
     info.rx_queue_offload_capa = 0;
     0
@@ -542,9 +565,250 @@ unsafe extern "C" fn stats_reset(dev: *mut sys::rte_eth_dev) -> c_int {
     0
 }
 
-unsafe extern "C" fn promiscuous_enable(_dev: *mut sys::rte_eth_dev) -> c_int {
-    // The device delivers every frame on the wire; there is no filter to open.
+/// Pushes the port's receive settings to the device (filter, MTU, RSS and the redirection
+/// table over the current RX queues).
+///
+/// # Safety
+/// `dev` must be a live port.
+unsafe fn apply_rx(dev: *mut sys::rte_eth_dev) -> c_int {
+    let mut qpns = Vec::new();
+    // SAFETY: live port.
+    unsafe { for_each_rxq(dev, |_, q| qpns.push(q.qpn())) };
+    // SAFETY: live port.
+    let p = unsafe { port_of(dev) };
+    match p.apply_rx(&qpns) {
+        Ok(()) => 0,
+        Err(e) => {
+            pmd_log!(ERR, "{}: {e}", p.name);
+            e.errno()
+        }
+    }
+}
+
+/// Changes one receive setting and applies it.
+///
+/// # Safety
+/// `dev` must be a live port.
+unsafe fn update_rx(dev: *mut sys::rte_eth_dev, f: impl FnOnce(&mut port::RxState)) -> c_int {
+    // SAFETY: live port.
+    f(&mut unsafe { port_of(dev) }.rx);
+    // SAFETY: live port.
+    unsafe { apply_rx(dev) }
+}
+
+unsafe extern "C" fn promiscuous_enable(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: live port (ethdev contract for all ops below).
+    unsafe { update_rx(dev, |r| r.promisc = true) }
+}
+
+unsafe extern "C" fn promiscuous_disable(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: live port.
+    unsafe { update_rx(dev, |r| r.promisc = false) }
+}
+
+unsafe extern "C" fn allmulticast_enable(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: live port.
+    unsafe { update_rx(dev, |r| r.allmulti = true) }
+}
+
+unsafe extern "C" fn allmulticast_disable(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: live port.
+    unsafe { update_rx(dev, |r| r.allmulti = false) }
+}
+
+unsafe extern "C" fn mac_addr_set(
+    dev: *mut sys::rte_eth_dev,
+    mac: *mut sys::rte_ether_addr,
+) -> c_int {
+    // SAFETY: live port; ethdev passes a valid address (and stores it in mac_addrs itself).
+    let (p, mac) = unsafe { (port_of(dev), (*mac).addr_bytes) };
+    if mac[0] & 1 != 0 || mac == [0; 6] {
+        pmd_log!(
+            ERR,
+            "{}: {} is not a unicast address",
+            p.name,
+            fmt_mac(&mac)
+        );
+        return -libc::EINVAL;
+    }
+    p.mac = mac;
+    // SAFETY: live port.
+    unsafe { apply_rx(dev) }
+}
+
+unsafe extern "C" fn mtu_set(dev: *mut sys::rte_eth_dev, mtu: u16) -> c_int {
+    // SAFETY: live port.
+    let p = unsafe { port_of(dev) };
+    if !(port::MIN_MTU..=port::MAX_MTU).contains(&mtu) {
+        pmd_log!(
+            ERR,
+            "{}: MTU {mtu} outside {}..={}",
+            p.name,
+            port::MIN_MTU,
+            port::MAX_MTU
+        );
+        return -libc::EINVAL;
+    }
+    // SAFETY: live port.
+    unsafe { update_rx(dev, |r| r.mtu = mtu) }
+}
+
+unsafe extern "C" fn reta_update(
+    dev: *mut sys::rte_eth_dev,
+    conf: *mut sys::rte_eth_rss_reta_entry64,
+    size: u16,
+) -> c_int {
+    // SAFETY: live port.
+    let (p, d) = unsafe { (port_of(dev), data(dev)) };
+    if usize::from(size) != port::RETA_SIZE {
+        pmd_log!(
+            ERR,
+            "{}: RETA size {size}, the device has {}",
+            p.name,
+            port::RETA_SIZE
+        );
+        return -libc::EINVAL;
+    }
+    let groups = port::RETA_SIZE / sys::RTE_ETH_RETA_GROUP_SIZE as usize;
+    // SAFETY: ethdev passes size / 64 groups.
+    let conf = unsafe { std::slice::from_raw_parts(conf, groups) };
+    let mut reta = p.rx.reta;
+    for (g, c) in conf.iter().enumerate() {
+        for (i, &q) in c.reta.iter().enumerate() {
+            if c.mask & (1 << i) != 0 {
+                if q >= d.nb_rx_queues {
+                    pmd_log!(
+                        ERR,
+                        "{}: RETA entry names RX queue {q} of {}",
+                        p.name,
+                        d.nb_rx_queues
+                    );
+                    return -libc::EINVAL;
+                }
+                reta[g * 64 + i] = q;
+            }
+        }
+    }
+    // SAFETY: live port.
+    unsafe { update_rx(dev, |r| r.reta = reta) }
+}
+
+unsafe extern "C" fn reta_query(
+    dev: *mut sys::rte_eth_dev,
+    conf: *mut sys::rte_eth_rss_reta_entry64,
+    size: u16,
+) -> c_int {
+    // SAFETY: live port.
+    let p = unsafe { port_of(dev) };
+    if usize::from(size) != port::RETA_SIZE {
+        return -libc::EINVAL;
+    }
+    let groups = port::RETA_SIZE / sys::RTE_ETH_RETA_GROUP_SIZE as usize;
+    // SAFETY: ethdev passes size / 64 groups.
+    let conf = unsafe { std::slice::from_raw_parts_mut(conf, groups) };
+    for (g, c) in conf.iter_mut().enumerate() {
+        for i in 0..64 {
+            if c.mask & (1 << i) != 0 {
+                c.reta[i] = p.rx.reta[g * 64 + i];
+            }
+        }
+    }
     0
+}
+
+unsafe extern "C" fn rss_hash_update(
+    dev: *mut sys::rte_eth_dev,
+    conf: *mut sys::rte_eth_rss_conf,
+) -> c_int {
+    // SAFETY: live port, valid conf.
+    let (p, conf) = unsafe { (port_of(dev), &*conf) };
+    if conf.rss_hf & !port::RSS_HF_ALL != 0 {
+        pmd_log!(
+            ERR,
+            "{}: unsupported RSS hash types {:#x}",
+            p.name,
+            conf.rss_hf & !port::RSS_HF_ALL
+        );
+        return -libc::EINVAL;
+    }
+    let mut key = p.rx.rss_key;
+    if !conf.rss_key.is_null() {
+        if usize::from(conf.rss_key_len) != port::RSS_KEY_LEN {
+            pmd_log!(
+                ERR,
+                "{}: RSS key of {} bytes, the device takes {}",
+                p.name,
+                conf.rss_key_len,
+                port::RSS_KEY_LEN
+            );
+            return -libc::EINVAL;
+        }
+        // SAFETY: rss_key_len bytes readable.
+        key.copy_from_slice(unsafe { std::slice::from_raw_parts(conf.rss_key, port::RSS_KEY_LEN) });
+    }
+    let hf = conf.rss_hf;
+    // SAFETY: live port.
+    unsafe {
+        update_rx(dev, |r| {
+            r.rss_key = key;
+            r.rss_hf = hf;
+        })
+    }
+}
+
+unsafe extern "C" fn rss_hash_conf_get(
+    dev: *mut sys::rte_eth_dev,
+    conf: *mut sys::rte_eth_rss_conf,
+) -> c_int {
+    // SAFETY: live port, valid conf.
+    let (p, conf) = unsafe { (port_of(dev), &mut *conf) };
+    if !conf.rss_key.is_null() {
+        // SAFETY: ethdev checked rss_key_len against hash_key_size.
+        unsafe {
+            std::ptr::copy_nonoverlapping(p.rx.rss_key.as_ptr(), conf.rss_key, port::RSS_KEY_LEN)
+        };
+        conf.rss_key_len = port::RSS_KEY_LEN as u8;
+    }
+    conf.rss_hf = p.rx.rss_hf;
+    0
+}
+
+unsafe extern "C" fn rxq_info_get(
+    dev: *mut sys::rte_eth_dev,
+    qid: u16,
+    info: *mut sys::rte_eth_rxq_info,
+) {
+    // SAFETY: live port; ethdev checked qid and zeroed info.
+    let (d, info) = unsafe { (data(dev), &mut *info) };
+    // SAFETY: qid < nb_rx_queues.
+    let q = unsafe { *d.rx_queues.add(usize::from(qid)) } as *mut RxQ;
+    if q.is_null() {
+        return;
+    }
+    // SAFETY: set by rx_queue_setup.
+    let q = unsafe { &*q };
+    info.mp = q.pool().0;
+    info.nb_desc = q.nb_desc() as u16;
+    info.scattered_rx = u8::from(q.sges() > 1);
+    info.conf.offloads = d.dev_conf.rxmode.offloads;
+}
+
+unsafe extern "C" fn txq_info_get(
+    dev: *mut sys::rte_eth_dev,
+    qid: u16,
+    info: *mut sys::rte_eth_txq_info,
+) {
+    // SAFETY: live port; ethdev checked qid and zeroed info.
+    let (d, info) = unsafe { (data(dev), &mut *info) };
+    // SAFETY: qid < nb_tx_queues.
+    let q = unsafe { *d.tx_queues.add(usize::from(qid)) } as *mut TxQ;
+    if q.is_null() {
+        return;
+    }
+    // SAFETY: set by tx_queue_setup.
+    let q = unsafe { &*q };
+    info.nb_desc = q.nb_desc() as u16;
+    info.conf.offloads = d.dev_conf.txmode.offloads;
 }
 
 /// TX offloads the WQE carries (checksums, VLAN insertion) or the queue implements.
@@ -621,7 +885,10 @@ unsafe extern "C" fn rx_queue_setup(
         .max(1);
     let max_frame = d.mtu as u32 + 18;
     let sges = if offloads & RTE_ETH_RX_OFFLOAD_SCATTER != 0 {
-        max_frame.div_ceil(u32::from(room)).next_power_of_two().min(32)
+        max_frame
+            .div_ceil(u32::from(room))
+            .next_power_of_two()
+            .min(32)
     } else {
         if max_frame > u32::from(room) {
             pmd_log!(
@@ -636,11 +903,15 @@ unsafe extern "C" fn rx_queue_setup(
     let cfg = RxConfig {
         sges,
         csum: offloads
-            & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM | RTE_ETH_RX_OFFLOAD_TCP_CKSUM)
+            & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM
+                | RTE_ETH_RX_OFFLOAD_UDP_CKSUM
+                | RTE_ETH_RX_OFFLOAD_TCP_CKSUM)
             != 0,
         rss: offloads & RTE_ETH_RX_OFFLOAD_RSS_HASH != 0,
         port_id: d.port_id,
-        source: MemSource::Dpdk { socket: socket as i32 },
+        source: MemSource::Dpdk {
+            socket: socket as i32,
+        },
     };
     match RxQ::new(&p.hca, qid, nb_desc, cfg, Pool(mp), p.mrs.clone()) {
         Ok(q) => {
@@ -656,7 +927,11 @@ unsafe extern "C" fn rx_queue_setup(
 }
 
 /// `rx_pkt_burst`.
-unsafe extern "C" fn rx_burst(q: *mut std::ffi::c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
+unsafe extern "C" fn rx_burst(
+    q: *mut std::ffi::c_void,
+    pkts: *mut *mut sys::rte_mbuf,
+    n: u16,
+) -> u16 {
     // SAFETY: `q` is the queue rx_queue_setup stored, used by one lcore at a time; `pkts` has
     // room for `n` mbuf pointers, and `Mbuf` is a transparent pointer.
     unsafe {

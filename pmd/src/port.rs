@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use mlx4_hca::{Caps, Hca, HcaConfig};
+use mlx4_hca::{Caps, Hca, HcaConfig, RssFields};
 
 use crate::devargs::{Devargs, WcMode};
 use crate::mem::{MemSource, Mr};
@@ -61,6 +61,90 @@ pub struct Port {
     pub source: MemSource,
     /// Memory the device may read packets from.
     pub mrs: Arc<[Mr]>,
+    pub rx: RxState,
+}
+
+/// RSS redirection table size (entries of queue indices).
+pub const RETA_SIZE: usize = 128;
+pub const RSS_KEY_LEN: usize = 40;
+/// The well-known default Toeplitz key (also mlx4's historic default).
+pub const DEFAULT_RSS_KEY: [u8; RSS_KEY_LEN] = [
+    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
+    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
+    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+];
+
+/// Receive-side settings the device applies: filter, MTU, RSS.
+#[derive(Debug, Clone)]
+pub struct RxState {
+    pub promisc: bool,
+    pub allmulti: bool,
+    pub mtu: u16,
+    pub rss_key: [u8; RSS_KEY_LEN],
+    /// `RTE_ETH_RSS_*` hash types.
+    pub rss_hf: u64,
+    /// Queue index per redirection-table entry.
+    pub reta: [u16; RETA_SIZE],
+}
+
+impl Default for RxState {
+    fn default() -> Self {
+        RxState {
+            promisc: true,
+            allmulti: true,
+            mtu: 1500,
+            rss_key: DEFAULT_RSS_KEY,
+            rss_hf: RSS_HF_ALL,
+            reta: [0; RETA_SIZE],
+        }
+    }
+}
+
+// RTE_ETH_RSS_* (rte_ethdev.h).
+pub const RSS_IPV4: u64 = 1 << 2;
+pub const RSS_FRAG_IPV4: u64 = 1 << 3;
+pub const RSS_NONFRAG_IPV4_TCP: u64 = 1 << 4;
+pub const RSS_NONFRAG_IPV4_UDP: u64 = 1 << 5;
+pub const RSS_NONFRAG_IPV4_OTHER: u64 = 1 << 7;
+pub const RSS_IPV6: u64 = 1 << 8;
+pub const RSS_FRAG_IPV6: u64 = 1 << 9;
+pub const RSS_NONFRAG_IPV6_TCP: u64 = 1 << 10;
+pub const RSS_NONFRAG_IPV6_UDP: u64 = 1 << 11;
+pub const RSS_NONFRAG_IPV6_OTHER: u64 = 1 << 13;
+/// Every hash type the device computes.
+pub const RSS_HF_ALL: u64 = RSS_IPV4
+    | RSS_FRAG_IPV4
+    | RSS_NONFRAG_IPV4_TCP
+    | RSS_NONFRAG_IPV4_UDP
+    | RSS_NONFRAG_IPV4_OTHER
+    | RSS_IPV6
+    | RSS_FRAG_IPV6
+    | RSS_NONFRAG_IPV6_TCP
+    | RSS_NONFRAG_IPV6_UDP
+    | RSS_NONFRAG_IPV6_OTHER;
+
+/// The device's field sets for DPDK hash types.
+pub fn rss_fields(hf: u64) -> RssFields {
+    let mut f = RssFields::NONE;
+    if hf & (RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER) != 0 {
+        f = f | RssFields::IPV4;
+    }
+    if hf & RSS_NONFRAG_IPV4_TCP != 0 {
+        f = f | RssFields::IPV4_TCP;
+    }
+    if hf & RSS_NONFRAG_IPV4_UDP != 0 {
+        f = f | RssFields::IPV4_UDP;
+    }
+    if hf & (RSS_IPV6 | RSS_FRAG_IPV6 | RSS_NONFRAG_IPV6_OTHER) != 0 {
+        f = f | RssFields::IPV6;
+    }
+    if hf & RSS_NONFRAG_IPV6_TCP != 0 {
+        f = f | RssFields::IPV6_TCP;
+    }
+    if hf & RSS_NONFRAG_IPV6_UDP != 0 {
+        f = f | RssFields::IPV6_UDP;
+    }
+    f
 }
 
 impl Port {
@@ -117,7 +201,37 @@ impl Port {
             copy,
             source,
             mrs: mrs.into(),
+            rx: RxState::default(),
         })
+    }
+
+    /// Pushes filter, MTU and RSS settings to the device. `rq_qpns` are the RX queues' QPNs by
+    /// queue index; the redirection table maps hash buckets to them.
+    pub fn apply_rx(&self, rq_qpns: &[u32]) -> Result<(), PortError> {
+        let hca_err = |e: mlx4_hca::HcaError| PortError::Hca(e.to_string());
+        self.hca
+            .set_rx_filter(self.mac, self.rx.promisc, self.rx.allmulti);
+        self.hca.set_mtu(self.rx.mtu);
+        self.hca
+            .set_rss(&self.rx.rss_key, rss_fields(self.rx.rss_hf))
+            .map_err(hca_err)?;
+        if !rq_qpns.is_empty() {
+            let table: Vec<u32> = self
+                .rx
+                .reta
+                .iter()
+                .map(|&q| rq_qpns[usize::from(q) % rq_qpns.len()])
+                .collect();
+            self.hca.set_rx_steering(&table).map_err(hca_err)?;
+        }
+        Ok(())
+    }
+
+    /// The default redirection table: buckets round-robin over `nb_rxq` queues.
+    pub fn reset_reta(&mut self, nb_rxq: u16) {
+        for (i, e) in self.rx.reta.iter_mut().enumerate() {
+            *e = (i % usize::from(nb_rxq.max(1))) as u16;
+        }
     }
 
     /// The configuration of this port's TX queues.

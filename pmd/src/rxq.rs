@@ -209,6 +209,14 @@ impl<B: RxBuf> RxQueue<B> {
         self.wqe_cnt
     }
 
+    pub fn sges(&self) -> u32 {
+        self.cfg.sges
+    }
+
+    pub fn pool(&self) -> B::Pool {
+        self.pool
+    }
+
     fn db_rec(&self) -> &AtomicU32 {
         crate::ring::atomic_u32_at(&self.rq, self.rq.len() - DB_SPACE)
     }

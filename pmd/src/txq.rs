@@ -205,6 +205,11 @@ impl<B: TxBuf> TxQueue<B> {
         self.hw.qpn
     }
 
+    /// Packets in flight the queue was sized for.
+    pub fn nb_desc(&self) -> u32 {
+        self.elts.len() as u32
+    }
+
     pub fn path(&self) -> TxPath {
         if self.bf_live {
             TxPath::BlueFlame
