@@ -74,6 +74,11 @@ counters! {
     rx_drops_too_long,
     /// Received frames dropped on an RX queue in error (bad scatter entry).
     rx_drops_error,
+    /// Received frames dropped by the destination-MAC filter (not promiscuous, not our MAC,
+    /// not broadcast, and not multicast with all-multicast on).
+    rx_drops_filter,
+    /// Received frames whose L3 length (after the MAC header and VLAN tags) exceeds the MTU.
+    rx_drops_mtu,
 }
 
 #[cfg(test)]
@@ -84,12 +89,12 @@ mod tests {
     fn names_follow_fields() {
         let c = Counters {
             doorbells: 3,
-            rx_drops_error: 7,
+            rx_drops_mtu: 7,
             ..Counters::default()
         };
         let v: Vec<_> = c.iter().collect();
         assert_eq!(v.len(), Counters::NAMES.len());
         assert_eq!(v[0], ("doorbells", 3));
-        assert_eq!(*v.last().unwrap(), ("rx_drops_error", 7));
+        assert_eq!(*v.last().unwrap(), ("rx_drops_mtu", 7));
     }
 }

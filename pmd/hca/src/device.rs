@@ -11,6 +11,7 @@ use mlx4_prm::{
 
 use crate::dma::{DevPage, HostMem};
 use crate::net;
+use crate::rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 use crate::wire::{RxPort, TxOutcome, WirePort};
 use crate::{Caps, Counters, HcaError, QueueState, SqInfo};
 
@@ -105,6 +106,9 @@ struct Sq {
     bf: Option<Bf>,
     walk: Walk,
     stalled: bool,
+    /// Per TXBB slot: a BlueFlame write announced the WQE starting there. Its control segment's
+    /// bytes 4-6 are then the QPN (drivers write it into the ring copy too), not a VLAN request.
+    bf_marks: Vec<bool>,
 }
 
 #[derive(Debug)]
@@ -178,9 +182,32 @@ pub(crate) struct DevState {
     port: Arc<RxPort>,
     /// RX indirection table (RQ QPNs); empty = all RQs.
     steering: Vec<u32>,
+    rss_key: [u8; RSS_KEY_LEN],
+    rss_fields: RssFields,
+    /// Destination-MAC filter; `None` = promiscuous.
+    rx_filter: Option<RxFilter>,
+    /// Largest L3 length received.
+    mtu: u16,
     pub(crate) counters: Counters,
     scratch: Box<Scratch>,
 }
+
+/// What a non-promiscuous port accepts besides broadcast.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RxFilter {
+    mac: [u8; 6],
+    allmulti: bool,
+}
+
+impl RxFilter {
+    fn accepts(&self, dst: &[u8]) -> bool {
+        // Broadcast is a multicast address too, but is accepted without allmulti.
+        dst == self.mac || dst == [0xff; 6] || (self.allmulti && dst[0] & 1 != 0)
+    }
+}
+
+/// The MTU a port starts with (standard Ethernet).
+pub(crate) const DEFAULT_MTU: u16 = 1500;
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
@@ -203,6 +230,10 @@ impl DevState {
             wire: WirePort::Null,
             port,
             steering: Vec::new(),
+            rss_key: DEFAULT_RSS_KEY,
+            rss_fields: RssFields::ALL,
+            rx_filter: None,
+            mtu: DEFAULT_MTU,
             counters: Counters::default(),
             scratch: Box::new(Scratch {
                 wqe: [0; MAX_DS_BYTES],
@@ -372,6 +403,7 @@ impl DevState {
             bf,
             walk: Walk::Idle,
             stalled: false,
+            bf_marks: vec![false; cnt as usize],
         }));
         Ok(SqInfo {
             qpn,
@@ -512,6 +544,7 @@ impl DevState {
                     self.counters.bf_ignored += 1;
                     continue;
                 }
+                sq.bf_marks[usize::from(c) & (sq.cnt as usize - 1)] = true;
                 if self.wc {
                     bf.pending[h] = Some(c);
                 } else {
@@ -585,10 +618,12 @@ impl DevState {
                     bf.pending[h] = None;
                 }
             }
+            let slot = (sq.ci & (sq.cnt - 1)) as usize;
+            let bf_posted = sq.bf_marks[slot];
             let result = if oversized {
                 Err(syndrome::LOCAL_QP_OP)
             } else {
-                self.decode(len)
+                self.decode(len, bf_posted)
             };
             let wants_cqe = match result {
                 Err(_) => true,
@@ -646,6 +681,11 @@ impl DevState {
                     .expect("room checked above");
                 cq.push(cqe, counters);
             }
+            // Every slot the WQE covered loses its mark, so a stale announcement (one naming a
+            // slot inside a WQE) cannot apply to a later WQE starting there.
+            for k in 0..txbbs.min(sq.cnt) {
+                sq.bf_marks[(sq.ci.wrapping_add(k) & (sq.cnt - 1)) as usize] = false;
+            }
             sq.ci = sq.ci.wrapping_add(txbbs);
             self.counters.txbbs += u64::from(txbbs);
             done += 1;
@@ -696,7 +736,9 @@ impl DevState {
 
     /// Validate the WQE in `scratch.wqe[..len]`; for a SEND, the segments land in
     /// `scratch.segs`. Returns the send (None for a NOP) and the srcrb flags, or a syndrome.
-    fn decode(&mut self, len: usize) -> Result<(Option<Send>, u32), u8> {
+    /// `bf_posted`: a BlueFlame write announced this WQE, so bytes 4-6 hold its QPN (`bf_qpn`)
+    /// and there is no VLAN request to honour or reject.
+    fn decode(&mut self, len: usize, bf_posted: bool) -> Result<(Option<Send>, u32), u8> {
         let Scratch { wqe, segs, .. } = &mut *self.scratch;
         let wqe = &wqe[..len];
         let mrs = &self.mrs;
@@ -709,6 +751,7 @@ impl DevState {
             _ => return Err(syndrome::LOCAL_QP_OP),
         }
         let vlan = match ctrl.ins_vlan() {
+            _ if bf_posted => None,
             0 => None,
             ins_vlan::CVLAN => Some((0x8100, ctrl.vlan_tag())),
             ins_vlan::SVLAN => Some((0x88a8, ctrl.vlan_tag())),
@@ -897,7 +940,17 @@ impl DevState {
 
     /// Deliver one frame to a receive queue; false = keep it for later (the CQ is full).
     fn receive(&mut self, frame: &[u8]) -> bool {
-        let hash = net::flow_hash(frame);
+        if let Some(f) = &self.rx_filter {
+            if frame.len() < 6 || !f.accepts(&frame[..6]) {
+                self.counters.rx_drops_filter += 1;
+                return true;
+            }
+        }
+        if net::l3_len(frame) > usize::from(self.mtu) {
+            self.counters.rx_drops_mtu += 1;
+            return true;
+        }
+        let hash = net::rss_hash(frame, &self.rss_key, self.rss_fields);
         let slot = if self.steering.is_empty() {
             let rqs = self
                 .qps
@@ -944,6 +997,28 @@ impl DevState {
         }
         self.steering = qpns.to_vec();
         Ok(())
+    }
+
+    pub(crate) fn set_rss(&mut self, key: [u8; RSS_KEY_LEN], fields: RssFields) {
+        self.rss_key = key;
+        self.rss_fields = fields;
+    }
+
+    pub(crate) fn rss(&self) -> ([u8; RSS_KEY_LEN], RssFields) {
+        (self.rss_key, self.rss_fields)
+    }
+
+    /// `None` = promiscuous; otherwise the port's MAC and whether all multicast is accepted.
+    pub(crate) fn set_rx_filter(&mut self, filter: Option<([u8; 6], bool)>) {
+        self.rx_filter = filter.map(|(mac, allmulti)| RxFilter { mac, allmulti });
+    }
+
+    pub(crate) fn set_mtu(&mut self, mtu: u16) {
+        self.mtu = mtu;
+    }
+
+    pub(crate) fn mtu(&self) -> u16 {
+        self.mtu
     }
 
     fn receive_on(&mut self, rq: &mut Rq, frame: &[u8], hash: u32) -> bool {

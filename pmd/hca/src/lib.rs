@@ -32,12 +32,18 @@
 //!   zero-length or oversized frames: `LOCAL_LENGTH`; unknown lkey or a buffer outside its region:
 //!   `LOCAL_PROT`. The SQ goes to [`QueueState::Error`] and runs nothing more until recreated.
 //! - **Send**: the frame is the WQE's inline and data segments in order (zero-length entries
-//!   skipped); `ins_vlan` inserts a tag after the MACs; srcrb IP_CSUM / TCP_UDP_CSUM fill the IPv4
+//!   skipped); `ins_vlan` inserts a tag after the MACs, except in a WQE a BlueFlame write
+//!   announced (copy taken or not): there bytes 4-6 are the QPN, which mlx4_en and rdma-core
+//!   also write into the ring copy (`bf_qpn`), so they are neither a VLAN nor an error; srcrb IP_CSUM / TCP_UDP_CSUM fill the IPv4
 //!   header and TCP/UDP checksums from scratch. LSO (`mss << 16 | hdr_len`, header template, data
 //!   segments) cuts the payload into MSS segments with their own lengths, IDs, sequence numbers
 //!   and checksums.
-//! - **Receive**: frames from the wire go to one RQ (picked by a flow hash when there are
-//!   several), consumed while the device's count differs from the doorbell record's low 16 bits;
+//! - **Receive**: frames not for the port's MAC (unless promiscuous, the default; broadcast
+//!   always, multicast with all-multicast) are dropped as `rx_drops_filter`, frames whose L3
+//!   length exceeds the MTU as `rx_drops_mtu`. The rest go to one RQ, `steering[hash % len]`
+//!   with the Toeplitz RSS hash ([`Hca::set_rss`]; hash 0, so the first entry, for frames no
+//!   enabled field set covers), which the CQE carries in `immed_rss_invalid`. An RQ consumes
+//!   WQEs while the device's count differs from the doorbell record's low 16 bits;
 //!   no posted WQE drops the frame, a frame larger than the WQE's buffers gets a `LOCAL_LENGTH`
 //!   error CQE for that WQE and the queue goes on, a bad scatter entry puts the RQ in error.
 
@@ -48,6 +54,7 @@ mod counters;
 mod device;
 mod dma;
 mod net;
+mod rss;
 mod tap;
 mod wire;
 
@@ -60,6 +67,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 pub use counters::Counters;
+pub use rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 pub use wire::{FrameSink, Wire};
 
 use device::DevState;
@@ -543,11 +551,50 @@ impl Hca {
         self.state().rq_state(qpn)
     }
 
-    /// Choose the receive queues frames are spread over by their flow hash (the CQE carries the
-    /// hash), like an RSS indirection table: `rqs[hash % rqs.len()]`. Empty (the default) means
+    /// Choose the receive queues frames are spread over by their RSS hash (the CQE carries the
+    /// hash): the RSS indirection table, `rqs[hash % rqs.len()]`. Empty (the default) means
     /// every RQ in QPN order. A listed RQ destroyed later makes its share of frames drop.
     pub fn set_rx_steering(&self, rqs: &[u32]) -> Result<(), HcaError> {
         self.state().set_steering(rqs)
+    }
+
+    /// Set the Toeplitz RSS key (exactly [`RSS_KEY_LEN`] bytes) and the packet types hashed.
+    /// The input is source then destination address, then source then destination port for
+    /// TCP/UDP whose field set is on (addresses only when just the IP set is on); frames no
+    /// enabled set covers hash to 0. Default: [`DEFAULT_RSS_KEY`] and [`RssFields::ALL`].
+    pub fn set_rss(&self, key: &[u8], fields: RssFields) -> Result<(), HcaError> {
+        let key: [u8; RSS_KEY_LEN] = key
+            .try_into()
+            .map_err(|_| invalid(format!("RSS key of {} bytes, not {RSS_KEY_LEN}", key.len())))?;
+        self.state().set_rss(key, fields);
+        Ok(())
+    }
+
+    /// The RSS key and hashed packet types in use.
+    pub fn rss(&self) -> ([u8; RSS_KEY_LEN], RssFields) {
+        self.state().rss()
+    }
+
+    /// Filter received frames by destination MAC. `promisc` (the state until this is first
+    /// called) delivers everything; otherwise only frames to `mac`, broadcast, and with
+    /// `allmulti` any multicast address pass, the rest count as `rx_drops_filter`.
+    pub fn set_rx_filter(&self, mac: [u8; 6], promisc: bool, allmulti: bool) {
+        self.state()
+            .set_rx_filter((!promisc).then_some((mac, allmulti)));
+    }
+
+    /// Set the MTU (default 1500): received frames whose L3 length (frame length minus the
+    /// 14-byte MAC header and 4 bytes per VLAN tag) exceeds it are dropped as `rx_drops_mtu`.
+    /// Transmitted frames are not checked: what the driver may post is the driver's concern
+    /// (it knows its MTU, and LSO frames are far above it by design), and a device that
+    /// silently dropped them would only hide a driver bug behind a successful completion.
+    pub fn set_mtu(&self, mtu: u16) {
+        self.state().set_mtu(mtu);
+    }
+
+    /// The MTU in use.
+    pub fn mtu(&self) -> u16 {
+        self.state().mtu()
     }
 
     /// Plug the port into a wire (replacing the previous one).

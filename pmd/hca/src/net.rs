@@ -3,6 +3,8 @@
 
 use mlx4_prm::rx_status;
 
+use crate::rss::{self, RssFields, RSS_KEY_LEN};
+
 const ETH_HDR: usize = 14;
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;
@@ -318,31 +320,59 @@ pub(crate) fn rx_status(frame: &[u8]) -> (u32, u16) {
     (st, csum)
 }
 
-/// A flow hash for picking the receive queue (a stand-in for RSS): the IP addresses and L4
-/// ports when present, the MAC addresses otherwise.
-pub(crate) fn flow_hash(frame: &[u8]) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    let mut mix = |b: &[u8]| {
-        for &x in b {
-            h = (h ^ u32::from(x)).wrapping_mul(0x0100_0193);
-        }
+/// The RSS hash of a received frame: Toeplitz over source and destination address, then source
+/// and destination port when the L4 field set of that IP version is enabled; 0 for frames no
+/// enabled field set covers (non-IP, malformed, or a disabled IP version).
+pub(crate) fn rss_hash(frame: &[u8], key: &[u8; RSS_KEY_LEN], fields: RssFields) -> u32 {
+    let Some(lay) = parse(frame) else {
+        return 0;
     };
-    match parse(frame) {
-        Some(lay) => {
-            let addrs = match lay.l3 {
-                L3::V4 { .. } => lay.l3_off + 12..lay.l3_off + 20,
-                L3::V6 => lay.l3_off + 8..lay.l3_off + 40,
-            };
-            mix(&frame[addrs]);
-            if let Some((PROTO_TCP | PROTO_UDP, off, len)) = lay.l4 {
-                if len >= 4 {
-                    mix(&frame[off..off + 4]);
-                }
-            }
+    let (addrs, ip, tcp, udp) = match lay.l3 {
+        L3::V4 { .. } => (
+            lay.l3_off + 12..lay.l3_off + 20,
+            RssFields::IPV4,
+            RssFields::IPV4_TCP,
+            RssFields::IPV4_UDP,
+        ),
+        L3::V6 => (
+            lay.l3_off + 8..lay.l3_off + 40,
+            RssFields::IPV6,
+            RssFields::IPV6_TCP,
+            RssFields::IPV6_UDP,
+        ),
+    };
+    let mut input = [0u8; RSS_KEY_LEN - 4];
+    let n = addrs.len();
+    input[..n].copy_from_slice(&frame[addrs]);
+    // Fragments have no ports to hash (later fragments carry none), so they fall back to the
+    // addresses, as the standard asks; a header too short to be TCP/UDP is not TCP/UDP.
+    let ports = match lay.l4 {
+        Some((proto, off, len)) if l4_csum_field(proto, len).is_some() => {
+            let set = if proto == PROTO_TCP { tcp } else { udp };
+            fields.contains(set).then_some(off)
         }
-        None => mix(&frame[..frame.len().min(12)]),
+        _ => None,
+    };
+    match ports {
+        Some(off) => {
+            input[n..n + 4].copy_from_slice(&frame[off..off + 4]);
+            rss::toeplitz(key, &input[..n + 4])
+        }
+        None if fields.contains(ip) => rss::toeplitz(key, &input[..n]),
+        None => 0,
     }
-    h
+}
+
+/// The frame's L3 length as the MTU counts it: everything after the MAC header and its VLAN
+/// tags (the frames here carry no FCS).
+pub(crate) fn l3_len(frame: &[u8]) -> usize {
+    let mut hdr = ETH_HDR;
+    let mut off = 12;
+    while frame.len() >= off + 2 && VLAN_TPIDS.contains(&be16(frame, off)) {
+        hdr += 4;
+        off += 4;
+    }
+    frame.len().saturating_sub(hdr)
 }
 
 #[cfg(test)]
@@ -374,5 +404,208 @@ mod tests {
         assert_eq!(f, copy);
         assert_eq!(rx_status(&f), (0, 0));
         assert_eq!(rx_status(&f[..5]), (0, 0));
+    }
+}
+
+#[cfg(test)]
+mod rss_tests {
+    use super::*;
+    use crate::rss::DEFAULT_RSS_KEY;
+
+    fn ip4(s: &str) -> Vec<u8> {
+        s.split('.').map(|x| x.parse::<u8>().unwrap()).collect()
+    }
+
+    fn ip6(s: &str) -> Vec<u8> {
+        s.parse::<std::net::Ipv6Addr>().unwrap().octets().to_vec()
+    }
+
+    /// An Ethernet frame carrying `proto` (TCP or UDP, with a minimal header) from `src:sport`
+    /// to `dst:dport`; the address length picks IPv4 or IPv6.
+    fn frame(proto: u8, src: &[u8], sport: u16, dst: &[u8], dport: u16) -> Vec<u8> {
+        let l4_len = if proto == PROTO_TCP { 20 } else { 8 };
+        let mut l4 = vec![0u8; l4_len];
+        l4[0..2].copy_from_slice(&sport.to_be_bytes());
+        l4[2..4].copy_from_slice(&dport.to_be_bytes());
+        if proto == PROTO_TCP {
+            l4[12] = 5 << 4;
+        } else {
+            l4[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+        }
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        if src.len() == 4 {
+            f.extend(ETHERTYPE_IPV4.to_be_bytes());
+            let mut h = [0u8; 20];
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&((20 + l4_len) as u16).to_be_bytes());
+            h[8] = 64;
+            h[9] = proto;
+            h[12..16].copy_from_slice(src);
+            h[16..20].copy_from_slice(dst);
+            f.extend(h);
+        } else {
+            f.extend(ETHERTYPE_IPV6.to_be_bytes());
+            let mut h = [0u8; 40];
+            h[0] = 0x60;
+            h[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+            h[6] = proto;
+            h[7] = 64;
+            h[8..24].copy_from_slice(src);
+            h[24..40].copy_from_slice(dst);
+            f.extend(h);
+        }
+        f.extend(l4);
+        f
+    }
+
+    /// Microsoft's "Verifying the RSS Hash Calculation" tables (default key): destination,
+    /// source, hash over the addresses only, hash with TCP ports.
+    const V4: [(&str, u16, &str, u16, u32, u32); 5] = [
+        (
+            "161.142.100.80",
+            1766,
+            "66.9.149.187",
+            2794,
+            0x323e_8fc2,
+            0x51cc_c178,
+        ),
+        (
+            "65.69.140.83",
+            4739,
+            "199.92.111.2",
+            14230,
+            0xd718_262a,
+            0xc626_b0ea,
+        ),
+        (
+            "12.22.207.184",
+            38024,
+            "24.19.198.95",
+            12898,
+            0xd2d0_a5de,
+            0x5c2b_394a,
+        ),
+        (
+            "209.142.163.6",
+            2217,
+            "38.27.205.30",
+            48228,
+            0x8298_9176,
+            0xafc7_327f,
+        ),
+        (
+            "202.188.127.2",
+            1303,
+            "153.39.163.191",
+            44251,
+            0x5d18_09c5,
+            0x10e8_28a2,
+        ),
+    ];
+
+    const V6: [(&str, u16, &str, u16, u32, u32); 3] = [
+        (
+            "3ffe:2501:200:3::1",
+            1766,
+            "3ffe:2501:200:1fff::7",
+            2794,
+            0x2cc1_8cd5,
+            0x4020_7d3d,
+        ),
+        (
+            "ff02::1",
+            4739,
+            "3ffe:501:8::260:97ff:fe40:efab",
+            14230,
+            0x0f0c_461c,
+            0xdde5_1bbf,
+        ),
+        (
+            "fe80::200:f8ff:fe21:67cf",
+            38024,
+            "3ffe:1900:4545:3:200:f8ff:fe21:67cf",
+            44251,
+            0x4b61_e985,
+            0x02d1_feef,
+        ),
+    ];
+
+    #[test]
+    fn toeplitz_matches_the_published_ipv4_vectors() {
+        let k = &DEFAULT_RSS_KEY;
+        for (dst, dport, src, sport, ip_only, with_tcp) in V4 {
+            let (d, s) = (ip4(dst), ip4(src));
+            let tcp = frame(PROTO_TCP, &s, sport, &d, dport);
+            assert_eq!(
+                rss_hash(&tcp, k, RssFields::ALL),
+                with_tcp,
+                "{src} -> {dst}"
+            );
+            assert_eq!(
+                rss_hash(&tcp, k, RssFields::IPV4),
+                ip_only,
+                "{src} -> {dst}"
+            );
+            // UDP hashes the same tuple when its field set is on, the addresses otherwise.
+            let udp = frame(PROTO_UDP, &s, sport, &d, dport);
+            assert_eq!(rss_hash(&udp, k, RssFields::ALL), with_tcp);
+            assert_eq!(
+                rss_hash(&udp, k, RssFields::IPV4 | RssFields::IPV4_TCP),
+                ip_only
+            );
+        }
+    }
+
+    #[test]
+    fn toeplitz_matches_the_published_ipv6_vectors() {
+        let k = &DEFAULT_RSS_KEY;
+        for (dst, dport, src, sport, ip_only, with_tcp) in V6 {
+            let (d, s) = (ip6(dst), ip6(src));
+            let tcp = frame(PROTO_TCP, &s, sport, &d, dport);
+            assert_eq!(
+                rss_hash(&tcp, k, RssFields::ALL),
+                with_tcp,
+                "{src} -> {dst}"
+            );
+            assert_eq!(
+                rss_hash(&tcp, k, RssFields::IPV6),
+                ip_only,
+                "{src} -> {dst}"
+            );
+        }
+    }
+
+    #[test]
+    fn disabled_or_non_ip_frames_hash_to_zero() {
+        let k = &DEFAULT_RSS_KEY;
+        let (d, s) = (ip4(V4[0].0), ip4(V4[0].2));
+        let tcp = frame(PROTO_TCP, &s, 2794, &d, 1766);
+        assert_eq!(rss_hash(&tcp, k, RssFields::IPV6 | RssFields::IPV6_TCP), 0);
+        assert_eq!(rss_hash(&tcp, k, RssFields::IPV4_UDP), 0);
+        assert_eq!(rss_hash(&tcp, k, RssFields::IPV4_TCP), 0x51cc_c178);
+        assert_eq!(rss_hash(&tcp, k, RssFields::NONE), 0);
+        let mut arp = tcp.clone();
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        assert_eq!(rss_hash(&arp, k, RssFields::ALL), 0);
+        // A fragment has no ports: addresses only, even with the TCP set on.
+        let mut frag = tcp.clone();
+        frag[ETH_HDR + 6] = 0x20; // MF
+        assert_eq!(rss_hash(&frag, k, RssFields::ALL), 0x323e_8fc2);
+        // The key matters.
+        let mut other = *k;
+        other[0] ^= 0xff;
+        assert_ne!(rss_hash(&tcp, &other, RssFields::ALL), 0x51cc_c178);
+    }
+
+    #[test]
+    fn l3_length_skips_vlan_tags() {
+        let mut f = vec![0u8; 100];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        assert_eq!(l3_len(&f), 86);
+        f[12..14].copy_from_slice(&0x88a8u16.to_be_bytes());
+        f[16..18].copy_from_slice(&0x8100u16.to_be_bytes());
+        f[20..22].copy_from_slice(&0x0800u16.to_be_bytes());
+        assert_eq!(l3_len(&f), 78);
+        assert_eq!(l3_len(&f[..10]), 0);
     }
 }
