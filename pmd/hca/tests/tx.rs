@@ -833,3 +833,101 @@ fn stamp_inside_a_multi_txbb_wqe_is_flagged() {
     assert!(cq.poll().is_some());
     assert_eq!(hca.counters().wqe_stamp_seen, 1);
 }
+
+/// A WQE as mlx4_en and rdma-core leave it in the ring when they post through BlueFlame: the
+/// QPN (`bf_qpn`) in bytes 4-6, over vlan_tag and ins_vlan.
+fn inline_wqe_with_bf_qpn(frame: &[u8], srcrb: u8, qpn: u32) -> Vec<u8> {
+    let mut t = inline_wqe(frame, srcrb);
+    t[0..3].copy_from_slice(&[(qpn >> 16) as u8, (qpn >> 8) as u8, qpn as u8]);
+    t
+}
+
+#[test]
+fn blueflame_wqe_carrying_bf_qpn_in_the_ring_goes_out_untagged() {
+    for wc in [true, false] {
+        let hca = Hca::open(HcaConfig { wc, ..step_cfg() }).unwrap();
+        let mut cq = TestCq::new(&hca, 64);
+        // 0x40 reads as ins_vlan = C-VLAN, 0x41 as an ins_vlan value no device knows: neither is
+        // a VLAN request in a BlueFlame-posted WQE.
+        let mut sqs = [TestSq::new(&hca, 64, cq.cqn), TestSq::new(&hca, 64, cq.cqn)];
+        assert_eq!(
+            sqs.iter().map(|s| s.info.qpn & 0xff).collect::<Vec<_>>(),
+            [0x40, 0x41]
+        );
+        let frames = sink(&hca);
+        for (i, sq) in sqs.iter_mut().enumerate() {
+            let frame = vec![0x30 + i as u8; 60];
+            let c = sq.write(SEND, &inline_wqe_with_bf_qpn(&frame, SIGNALED, sq.info.qpn));
+            let wqe = sq.wqe_bytes(c);
+            sq.bf_copy(c, wqe);
+            hca.step();
+            let cqe = cq.poll().expect("a completion");
+            assert_tx_cqe(&cqe, sq.info.qpn, SEND, c as u16);
+            assert_eq!(hca.sq_state(sq.info.qpn).unwrap(), QueueState::Ready);
+            assert_eq!(frames.lock().pop(), Some(frame), "wc={wc}: sent as posted");
+        }
+        let k = hca.counters();
+        assert_eq!(k.error_cqes, 0);
+        let (bf, ring) = if wc { (2, 0) } else { (0, 2) };
+        assert_eq!((k.wqe_from_bf, k.wqe_fetched), (bf, ring), "wc={wc}");
+
+        // The same bytes rung through the doorbell are a VLAN request again: C-VLAN 0x0000 on
+        // the first queue, an unknown ins_vlan (an error) on the second.
+        let frame = vec![0x50; 60];
+        let sq = &mut sqs[0];
+        sq.write(SEND, &inline_wqe_with_bf_qpn(&frame, SIGNALED, sq.info.qpn));
+        sq.doorbell();
+        hca.step();
+        assert_eq!(cq.poll().unwrap()[31] & 0x1f, SEND);
+        let mut tagged = frame[..12].to_vec();
+        tagged.extend([0x81, 0x00, 0x00, 0x00]);
+        tagged.extend(&frame[12..]);
+        assert_eq!(frames.lock().pop(), Some(tagged));
+        let sq = &mut sqs[1];
+        sq.write(SEND, &inline_wqe_with_bf_qpn(&frame, SIGNALED, sq.info.qpn));
+        sq.doorbell();
+        hca.step();
+        let cqe = cq.poll().unwrap();
+        assert_eq!((cqe[31] & 0x1f, cqe[27]), (0x1e, 0x02), "LOCAL_QP_OP");
+        assert_eq!(hca.sq_state(sq.info.qpn).unwrap(), QueueState::Error);
+    }
+}
+
+#[test]
+fn blueflame_write_keeps_vlan_semantics_of_the_earlier_wqes_it_runs() {
+    let (hca, mut cq, mut sq) = rig(step_cfg(), 64, 64);
+    let frames = sink(&hca);
+    // Not announced by the BF write (it names the next WQE): its VLAN request stands.
+    let a = vec![0xaa; 60];
+    let mut t = inline_wqe(&a, SIGNALED);
+    t[0..3].copy_from_slice(&[0x00, 0x64, 0x40]);
+    sq.write(SEND, &t);
+    let b = vec![0xbb; 60];
+    let c = sq.write(SEND, &inline_wqe_with_bf_qpn(&b, SIGNALED, sq.info.qpn));
+    sq.bf_copy(c, sq.wqe_bytes(c));
+    hca.step();
+    assert_eq!(cq.drain().len(), 2);
+    let mut tagged = a[..12].to_vec();
+    tagged.extend([0x81, 0x00, 0x00, 0x64]);
+    tagged.extend(&a[12..]);
+    assert_eq!(frames.lock().as_slice(), &[tagged, b]);
+    // The announcement is used up: the slot's next occupant (after a wrap) rung through the
+    // doorbell gets its VLAN again.
+    for _ in 0..62 {
+        sq.write(NOP, &ctrl_tail(1, UNSIGNALED));
+    }
+    sq.doorbell();
+    hca.step();
+    frames.lock().clear();
+    let d = vec![0xdd; 60];
+    let mut t = inline_wqe(&d, SIGNALED);
+    t[0..3].copy_from_slice(&[0x00, 0x07, 0x40]);
+    // a and b took 2 TXBBs each, the NOPs 62: this is counter 66, the slot of `c`.
+    let f = sq.write(SEND, &t);
+    assert_eq!((f, f % 64), (66, c % 64));
+    sq.doorbell();
+    hca.step();
+    let got = frames.lock();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0][12..16], [0x81, 0x00, 0x00, 0x07]);
+}
