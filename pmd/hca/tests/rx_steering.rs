@@ -133,7 +133,8 @@ fn l4_frame(
 
 /// Published Toeplitz vectors (Microsoft, default key): source, destination, IPv4-only hash,
 /// IPv4/TCP hash.
-const VECTORS: [([u8; 4], u16, [u8; 4], u16, u32, u32); 3] = [
+type Vector = ([u8; 4], u16, [u8; 4], u16, u32, u32);
+const VECTORS: [Vector; 3] = [
     (
         [66, 9, 149, 187],
         2794,
