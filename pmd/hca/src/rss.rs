@@ -2,7 +2,7 @@
 //! addresses (and ports) of a received frame, with a 40-byte key and a choice of hashed fields.
 
 use std::fmt;
-use std::ops::{BitOr, BitOrAssign};
+use std::ops::{BitAnd, BitOr, BitOrAssign};
 
 /// Length of the Toeplitz key: 32 bits of window for each of the 36 bytes of the largest input
 /// (two IPv6 addresses and two ports) need 36 + 4 bytes.
@@ -17,7 +17,8 @@ pub const DEFAULT_RSS_KEY: [u8; RSS_KEY_LEN] = [
 ];
 
 /// Which packet types are hashed, and over which fields. A frame whose type is not enabled gets
-/// hash 0 (and so the first entry of the steering table).
+/// hash 0 (and so the first entry of the steering table). `Default` is [`RssFields::NONE`], as
+/// for any flag set; the device itself starts with [`RssFields::ALL`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct RssFields(u32);
 
@@ -73,6 +74,13 @@ impl BitOr for RssFields {
     type Output = RssFields;
     fn bitor(self, rhs: RssFields) -> RssFields {
         RssFields(self.0 | rhs.0)
+    }
+}
+
+impl BitAnd for RssFields {
+    type Output = RssFields;
+    fn bitand(self, rhs: RssFields) -> RssFields {
+        RssFields(self.0 & rhs.0)
     }
 }
 
@@ -134,6 +142,8 @@ mod tests {
         let mut g = RssFields::NONE;
         g |= RssFields::IPV4_TCP;
         assert_eq!(g.bits(), 2);
+        assert_eq!(RssFields::ALL & g, g);
+        assert_eq!(RssFields::default(), RssFields::NONE);
     }
 
     #[test]
