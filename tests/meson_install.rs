@@ -118,6 +118,7 @@ fn private_dir(tag: &str) -> PathBuf {
         if world_writable_ancestor(&base).is_some() {
             continue;
         }
+        remove_stale(&base, tag);
         let dir = base.join(&name);
         let _ = fs::remove_dir_all(&dir);
         if fs::DirBuilder::new().mode(0o700).create(&dir).is_ok() {
@@ -125,6 +126,23 @@ fn private_dir(tag: &str) -> PathBuf {
         }
     }
     panic!("no directory without a world-writable ancestor to stage the plugin in");
+}
+
+/// Staging directories of earlier runs whose process is gone (a failed run leaves its files
+/// for inspection; the next run clears them).
+fn remove_stale(base: &Path, tag: &str) {
+    let prefix = format!("mlx4rs-{tag}-");
+    for e in fs::read_dir(base)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+    {
+        let name = e.file_name();
+        let pid = name.to_str().and_then(|n| n.strip_prefix(&prefix));
+        if pid.is_some_and(|p| !Path::new("/proc").join(p).exists()) {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 fn run(cmd: &mut Command) -> std::process::Output {
