@@ -370,6 +370,15 @@ unsafe extern "C" fn dev_start(dev: *mut sys::rte_eth_dev) -> c_int {
 }
 
 unsafe extern "C" fn dev_stop(dev: *mut sys::rte_eth_dev) -> c_int {
+    // Let the device send what tx_burst already took, then stop it.
+    // SAFETY: live port.
+    unsafe {
+        for_each_txq(dev, |i, q| {
+            if !q.drain(std::time::Duration::from_secs(1)) {
+                pmd_log!(WARNING, "TX queue {i}: the device did not drain within 1 s");
+            }
+        })
+    };
     // SAFETY: ethdev calls ops only on live ports of this driver.
     let (p, d) = unsafe { (port_of(dev), data(dev)) };
     p.stop();

@@ -537,6 +537,43 @@ impl<B: TxBuf> TxQueue<B> {
         let _ = self.hca.destroy_cq(self.hw.cqn);
     }
 
+    /// Waits (at most `limit`) until the device has executed everything posted, asking for a
+    /// completion with a NOP if the last WQEs did not. Used before the port stops, so that what
+    /// `tx_burst` took reaches the wire rather than being discarded with the queue.
+    pub fn drain(&mut self, limit: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        loop {
+            self.complete();
+            if self.comp.cons == self.prod.prod {
+                return true;
+            }
+            if self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0 {
+                if self.room(1, false) {
+                    self.post_signaled_nop();
+                }
+            }
+            if start.elapsed() >= limit {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+
+    fn post_signaled_nop(&mut self) {
+        let start = self.prod.prod;
+        wqe::write_ctrl(self.hw.sq.wqe_mut(start, 1), 1, TxOffloads::default(), true);
+        self.prod.prod = start.wrapping_add(1);
+        self.push_mark(start);
+        let owner = if self.hw.sq.owner(start) {
+            owner_opcode::OWNER
+        } else {
+            0
+        };
+        self.hw.sq.publish(start, u32::from(opcode::NOP) | owner);
+        self.hw.doorbell.ring();
+        self.prod.doorbells += 1;
+    }
+
     /// `tx_done_cleanup`: reclaims completed buffers; returns how many were freed.
     pub fn done_cleanup(&mut self, _free_cnt: u32) -> usize {
         self.complete()

@@ -61,6 +61,8 @@ impl Output {
 pub enum Step<'a> {
     Cmd(&'a str),
     Sleep(u64),
+    /// A shell command run at this point of the session (its failure fails the test).
+    Shell(&'a str),
 }
 
 /// Runs `dpdk-testpmd` with the plugin and `vdevs`, feeding `steps` to its `-i` prompt over a
@@ -90,8 +92,19 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
     let mut stdin = child.stdin.take().unwrap();
     let out_pipe = child.stdout.take().unwrap();
     let err_pipe = child.stderr.take().unwrap();
-    let out_t = std::thread::spawn(move || read_all(out_pipe));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let seen_w = seen.clone();
+    let out_t = std::thread::spawn(move || read_all_into(out_pipe, &seen_w));
     let err_t = std::thread::spawn(move || read_all(err_pipe));
+    // Commands typed before the prompt would race initialisation (slow on a busy 2-core
+    // machine): wait for the first prompt, or for the program to give up.
+    let start = Instant::now();
+    while !seen.lock().unwrap().contains("testpmd> ") && start.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     for s in steps {
         match s {
             Step::Cmd(c) => {
@@ -101,6 +114,10 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
                 std::thread::sleep(Duration::from_millis(150));
             }
             Step::Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
+            Step::Shell(c) => {
+                let st = Command::new("sh").arg("-c").arg(c).status().expect("sh");
+                assert!(st.success(), "shell step failed: {c}");
+            }
         }
     }
     drop(stdin);
@@ -120,6 +137,21 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
         stderr: err_t.join().unwrap(),
         status,
     }
+}
+
+fn read_all_into(mut r: impl std::io::Read, seen: &std::sync::Mutex<String>) -> String {
+    let mut buf = [0u8; 4096];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => seen
+                .lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n])),
+        }
+    }
+    let s = seen.lock().unwrap().clone();
+    s
 }
 
 fn read_all(mut r: impl std::io::Read) -> String {
@@ -158,4 +190,54 @@ pub fn xstat(text: &str, name: &str) -> Option<u64> {
         let (k, v) = l.trim().split_once(':')?;
         (k.trim() == name).then(|| v.trim().parse().ok())?
     })
+}
+
+/// Frames of a classic pcap file (microsecond, either byte order).
+pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(b.len() >= 24, "pcap header");
+    let le = match &b[..4] {
+        [0xd4, 0xc3, 0xb2, 0xa1] => true,
+        [0xa1, 0xb2, 0xc3, 0xd4] => false,
+        m => panic!("not a pcap file: magic {m:02x?}"),
+    };
+    let u32_at = |i: usize| {
+        let w = [b[i], b[i + 1], b[i + 2], b[i + 3]];
+        if le {
+            u32::from_le_bytes(w)
+        } else {
+            u32::from_be_bytes(w)
+        }
+    };
+    assert_eq!(u32_at(20), 1, "LINKTYPE_ETHERNET");
+    let mut out = Vec::new();
+    let mut i = 24;
+    while i + 16 <= b.len() {
+        let incl = u32_at(i + 8) as usize;
+        let orig = u32_at(i + 12) as usize;
+        assert_eq!(incl, orig, "frames are never truncated");
+        out.push(b[i + 16..i + 16 + incl].to_vec());
+        i += 16 + incl;
+    }
+    assert_eq!(i, b.len(), "no trailing bytes");
+    out
+}
+
+/// A scratch directory that is not world-writable (EAL and our pcap paths live there).
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("{}-{}", file_prefix(tag), "dir"));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Internet checksum over `data` (0 when a header with its checksum in place is valid).
+pub fn inet_csum(data: &[u8]) -> u16 {
+    let mut s: u32 = 0;
+    for c in data.chunks(2) {
+        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
 }
