@@ -36,6 +36,12 @@ impl Stage {
         self.destdir.join(self.pmd_dir.strip_prefix("/").unwrap())
     }
 
+    /// 1 when the machine has the driver installed for real: EAL then loads that copy too,
+    /// after ours, and it withdraws with one more warning.
+    fn system_copies(&self) -> usize {
+        self.pmd_dir.join(LIB).exists() as usize
+    }
+
     fn assert_system_unchanged(&self) {
         assert_eq!(
             system_listing(&self.pmd_dir),
@@ -313,7 +319,11 @@ fn c_app_links_the_staged_driver_and_counts_every_frame() {
             "{}:\n{all}",
             app.display()
         );
-        assert_eq!(out.count("already registered"), 0, "one copy only:\n{all}");
+        assert_eq!(
+            out.count("already registered"),
+            st.system_copies(),
+            "one copy only:\n{all}"
+        );
     }
     st.assert_system_unchanged();
 }
@@ -342,7 +352,7 @@ fn testpmd_loads_the_staged_driver_dir_through_eal_plugin_path() {
     assert!(out.status.success(), "{all}");
     assert!(all.contains("Number of available ports: 1"), "{all}");
     assert!(all.contains("Driver name: net_mlx4rs"), "{all}");
-    assert_eq!(out.count("already registered"), 0, "{all}");
+    assert_eq!(out.count("already registered"), st.system_copies(), "{all}");
     assert!(all.contains("Bye..."), "{all}");
     st.assert_system_unchanged();
 }
@@ -362,7 +372,11 @@ fn two_copies_register_once_and_the_explicit_one_wins() {
         let out = testpmd_with(&order);
         let all = out.all();
         assert!(out.status.success(), "{all}");
-        assert_eq!(out.count("already registered"), 1, "{all}");
+        assert_eq!(
+            out.count("already registered"),
+            1 + st.system_copies(),
+            "{all}"
+        );
         let warning = format!(
             "net_mlx4rs: driver already registered by {}; this copy ({}) stays unregistered",
             explicit.display(),
