@@ -159,6 +159,8 @@ struct Send {
 struct Scratch {
     wqe: [u8; MAX_DS_BYTES],
     bf: Vec<u8>,
+    /// A second read of the same copy: a copy is trusted only when two reads agree.
+    bf_again: Vec<u8>,
     segs: Vec<Seg>,
     frame: Vec<u8>,
     /// One LSO segment being built.
@@ -238,6 +240,7 @@ impl DevState {
             scratch: Box::new(Scratch {
                 wqe: [0; MAX_DS_BYTES],
                 bf: Vec::with_capacity(4096),
+                bf_again: Vec::with_capacity(4096),
                 segs: Vec::with_capacity(64),
                 frame: Vec::with_capacity(MAX_FRAME + 8),
                 seg: Vec::with_capacity(MAX_FRAME + 8),
@@ -715,17 +718,32 @@ impl DevState {
             self.counters.bf_torn += 1;
             return false;
         }
-        let copy = &mut self.scratch.bf;
+        let Scratch {
+            bf: copy,
+            bf_again: again,
+            wqe,
+            ..
+        } = &mut *self.scratch;
         copy.resize(bytes, 0);
-        let ring = &self.scratch.wqe[..len];
+        again.resize(bytes, 0);
+        let ring = &wqe[..len];
         for _ in 0..BF_REREADS {
-            // The first qword was consumed from the register at arrival; use what arrived.
-            if bf.halves[h].read_qwords(0, copy) && {
+            // A real BF write lands whole; here the driver's stores may still be arriving, or
+            // (if the device fell behind) a newer copy may be overwriting this half. Two equal
+            // reads rule out the first; the first qword, zeroed at arrival and written first
+            // by any newer copy, still being zero rules out the second (stores and loads are
+            // ordered on the platforms we model).
+            let whole = bf.halves[h].read_qwords(0, copy)
+                && bf.halves[h].read_qwords(0, again)
+                && copy[8..] == again[8..]
+                && bf.halves[h].load_bytes8(0) == Some([0; 8]);
+            if whole && {
+                // The first qword was consumed from the register at arrival; use what arrived.
                 copy[..8].copy_from_slice(&bf.first[h]);
                 bf_copy_matches(ring, &copy[..len])
             } {
                 let flags = [copy[8], copy[9], copy[10], copy[11]];
-                self.scratch.wqe[8..12].copy_from_slice(&flags);
+                wqe[8..12].copy_from_slice(&flags);
                 return true;
             }
             std::hint::spin_loop();

@@ -1,0 +1,347 @@
+//! The receive path and the control surface through real `dpdk-testpmd`: forwarding between
+//! cabled ports, a looped wire, RSS over several queues, MAC filtering, MTU, checksum flags,
+//! and a Linux TAP interface with the kernel on the other side.
+
+mod common;
+
+use common::{testpmd, xstat, Step::*};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// xstat `name` of port `port` from `show port xstats all` output.
+fn port_xstat(all: &str, port: u32, name: &str) -> u64 {
+    let marker = format!("NIC extended statistics for port {port}");
+    let start = all
+        .rfind(&marker)
+        .unwrap_or_else(|| panic!("no xstats of port {port}:\n{all}"));
+    let rest = &all[start + marker.len()..];
+    let end = rest
+        .find("NIC extended statistics for port")
+        .unwrap_or(rest.len());
+    xstat(&rest[..end], name).unwrap_or_else(|| panic!("no {name} for port {port}:\n{all}"))
+}
+
+fn cabled() -> [&'static str; 2] {
+    [
+        "net_mlx4rs0,wire=peer:net_mlx4rs1",
+        "net_mlx4rs1,wire=peer:net_mlx4rs0",
+    ]
+}
+
+#[test]
+fn io_forwarding_across_a_cable_loses_nothing() {
+    let out = testpmd(
+        &cabled(),
+        &["--forward-mode=io", "--total-num-mbufs=8192"],
+        &[
+            Cmd("start tx_first 4"),
+            Sleep(2000),
+            Cmd("stop"),
+            // Port stop drains TX; what is still in RX rings stays counted by the device.
+            Cmd("port stop all"),
+            Cmd("show port xstats all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    for (a, b) in [(0, 1), (1, 0)] {
+        let sent = port_xstat(&all, a, "tx_good_packets");
+        assert!(sent > 128, "port {a} forwarded only {sent}:\n{all}");
+        assert_eq!(
+            port_xstat(&all, a, "hca_tx_frames"),
+            sent,
+            "port {a} TX reached the wire"
+        );
+        assert_eq!(
+            port_xstat(&all, b, "hca_rx_frames"),
+            sent,
+            "port {b} received all port {a} sent"
+        );
+        for d in [
+            "hca_rx_drops_no_wqe",
+            "hca_rx_drops_wire",
+            "hca_rx_drops_filter",
+            "hca_rx_drops_mtu",
+        ] {
+            assert_eq!(port_xstat(&all, b, d), 0, "{d} on port {b}");
+        }
+        let got = port_xstat(&all, b, "rx_good_packets");
+        assert!(
+            got <= sent && got + 1024 >= sent,
+            "port {b} handed up {got} of {sent}"
+        );
+    }
+}
+
+#[test]
+fn looped_wire_returns_every_frame() {
+    let out = testpmd(
+        &["net_mlx4rs0,wire=loop"],
+        &["--forward-mode=io", "--total-num-mbufs=4096"],
+        &[
+            Cmd("start tx_first"),
+            Sleep(1500),
+            Cmd("stop"),
+            Cmd("port stop all"),
+            Cmd("show port xstats all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    let sent = port_xstat(&all, 0, "hca_tx_frames");
+    let back = port_xstat(&all, 0, "hca_rx_frames");
+    assert!(sent > 32, "frames circulated: {sent}\n{all}");
+    assert_eq!(back, sent, "every transmitted frame came back");
+    assert_eq!(port_xstat(&all, 0, "hca_rx_drops_no_wqe"), 0);
+}
+
+#[test]
+fn rss_spreads_flows_over_queues() {
+    let out = testpmd(
+        &cabled(),
+        &[
+            "--forward-mode=io",
+            "--rxq=2",
+            "--txq=2",
+            "--txonly-multi-flow",
+            "--total-num-mbufs=16384",
+        ],
+        &[
+            Cmd("start tx_first 2"),
+            Sleep(1500),
+            Cmd("stop"),
+            Cmd("show port 1 rss-hash key"),
+            Cmd("show port 1 rss reta 128 (0xffffffffffffffff,0xffffffffffffffff)"),
+            Cmd("port stop all"),
+            Cmd("show port xstats all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    for port in [0, 1] {
+        let q0 = port_xstat(&all, port, "rx_q0_packets");
+        let q1 = port_xstat(&all, port, "rx_q1_packets");
+        assert!(
+            q0 > 0 && q1 > 0,
+            "port {port}: queue 0 got {q0}, queue 1 got {q1}\n{all}"
+        );
+    }
+    assert!(
+        all.contains(
+            "6D5A56DA255B0EC24167253D43A38FB0D0CA2BCBAE7B30B477CB2DA38030F20C6A42B73BBEAC01FA"
+        ),
+        "default Toeplitz key reported:\n{all}"
+    );
+    // Default redirection table: round robin over the two queues.
+    assert!(
+        all.contains("RSS RETA configuration: hash index=0, queue=0"),
+        "{all}"
+    );
+    assert!(
+        all.contains("RSS RETA configuration: hash index=1, queue=1"),
+        "{all}"
+    );
+}
+
+#[test]
+fn promiscuous_off_filters_and_on_delivers() {
+    // txonly sends to 02:00:00:00:00:01 (testpmd's default peer address for port 1's peer),
+    // never port 1's own MAC.
+    let out = testpmd(
+        &cabled(),
+        &["--forward-mode=txonly", "--total-num-mbufs=8192"],
+        &[
+            Cmd("set promisc 1 off"),
+            Cmd("set portlist 0"),
+            Cmd("start"),
+            Sleep(800),
+            Cmd("stop"),
+            Cmd("show port xstats 1"),
+            Cmd("set promisc 1 on"),
+            Cmd("start"),
+            Sleep(800),
+            Cmd("stop"),
+            Cmd("port stop all"),
+            Cmd("show port xstats 1"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    let first = all.find("NIC extended statistics for port 1").unwrap();
+    let second = all.rfind("NIC extended statistics for port 1").unwrap();
+    let off = &all[first..second];
+    let on = &all[second..];
+    let filtered = xstat(off, "hca_rx_drops_filter").unwrap();
+    assert!(filtered > 0, "promiscuous off drops foreign frames:\n{all}");
+    assert_eq!(xstat(off, "hca_rx_frames"), Some(0), "{all}");
+    assert!(
+        xstat(on, "hca_rx_frames").unwrap() > 0,
+        "promiscuous on delivers:\n{all}"
+    );
+    assert_eq!(
+        xstat(on, "hca_rx_drops_filter"),
+        Some(filtered),
+        "no more filter drops"
+    );
+}
+
+#[test]
+fn mtu_drops_longer_frames_and_counts_them() {
+    let out = testpmd(
+        &cabled(),
+        &[
+            "--forward-mode=txonly",
+            "--txpkts=300",
+            "--total-num-mbufs=8192",
+        ],
+        &[
+            Cmd("port stop 1"),
+            Cmd("port config mtu 1 256"),
+            Cmd("port start 1"),
+            Cmd("set portlist 0"),
+            Cmd("start"),
+            Sleep(800),
+            Cmd("stop"),
+            Cmd("port stop all"),
+            Cmd("show port xstats 1"),
+            Cmd("show port info 1"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("MTU: 256"), "{all}");
+    assert!(xstat(&all, "hca_rx_drops_mtu").unwrap() > 0, "{all}");
+    assert_eq!(xstat(&all, "hca_rx_frames"), Some(0), "{all}");
+}
+
+#[test]
+fn rx_checksum_and_packet_type_flags() {
+    let out = testpmd(
+        &cabled(),
+        &[
+            "--forward-mode=io",
+            "--enable-rx-cksum",
+            "--total-num-mbufs=8192",
+        ],
+        &[
+            Cmd("set verbose 1"),
+            Cmd("start tx_first"),
+            Sleep(300),
+            Cmd("stop"),
+            Cmd("set verbose 0"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.contains("hw ptype: L2_ETHER L3_IPV4_EXT_UNKNOWN L4_UDP"),
+        "{all}"
+    );
+    assert!(all.contains("RTE_MBUF_F_RX_IP_CKSUM_GOOD"), "{all}");
+    assert!(all.contains("RTE_MBUF_F_RX_L4_CKSUM_GOOD"), "{all}");
+    assert!(!all.contains("CKSUM_BAD"), "{all}");
+}
+
+#[test]
+fn tap_wire_talks_to_the_kernel() {
+    if !std::path::Path::new("/dev/net/tun").exists() || unsafe_uid() != 0 {
+        eprintln!("skipped: needs root and /dev/net/tun");
+        return;
+    }
+    let id = std::process::id() % 100_000;
+    let ifname = format!("m4t{id}");
+    let ns = format!("mlx4rs-{id}");
+    let dir = common::scratch_dir("tap");
+    let count = dir.join("kernel_rx");
+    let quiet_del = || {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &ns])
+            .stderr(std::process::Stdio::null())
+            .status();
+    };
+    quiet_del();
+    let vdev = format!("net_mlx4rs0,wire=tap:{ifname}");
+    // The kernel side lives in a namespace of its own; it sends 50 frames of a local
+    // experimental EtherType from a raw socket, and counts what testpmd sends it.
+    let setup = format!(
+        "ip netns add {ns} && ip link set {ifname} netns {ns} && \
+         ip netns exec {ns} sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 && \
+         ip -n {ns} link set {ifname} up"
+    );
+    let send = format!(
+        "ip netns exec {ns} python3 -c \"import socket; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); \
+         s.bind(('{ifname}', 0)); f=bytes.fromhex('ffffffffffff02aabbccddee88b5')+bytes(46); \
+         [s.send(f) for _ in range(50)]\""
+    );
+    let read = format!(
+        "ip netns exec {ns} cat /sys/class/net/{ifname}/statistics/rx_packets > {}",
+        count.display()
+    );
+    let out = testpmd(
+        &[&vdev],
+        &["--forward-mode=rxonly", "--total-num-mbufs=4096"],
+        &[
+            Shell(&setup),
+            Cmd("set verbose 1"),
+            Cmd("start"),
+            Sleep(300),
+            Shell(&send),
+            Sleep(700),
+            Cmd("stop"),
+            Cmd("set verbose 0"),
+            Cmd("show port stats 0"),
+            Cmd("set fwd txonly"),
+            Cmd("start"),
+            Sleep(500),
+            Cmd("stop"),
+            Cmd("port stop all"),
+            Cmd("show port xstats 0"),
+            Shell(&read),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    quiet_del();
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    assert_eq!(
+        all.matches("type=0x88b5").count(),
+        50,
+        "the kernel's 50 frames arrived:\n{all}"
+    );
+    let sent = xstat(&all, "tx_good_packets").unwrap();
+    assert!(sent > 0, "{all}");
+    assert_eq!(xstat(&all, "hca_tx_frames"), Some(sent), "{all}");
+    let kernel: u64 = std::fs::read_to_string(&count)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(kernel, sent, "the kernel received every frame testpmd sent");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn unsafe_uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        })
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(u32::MAX)
+}
