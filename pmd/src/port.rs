@@ -127,22 +127,22 @@ pub const RSS_HF_ALL: u64 = RSS_IPV4
 pub fn rss_fields(hf: u64) -> RssFields {
     let mut f = RssFields::NONE;
     if hf & (RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER) != 0 {
-        f = f | RssFields::IPV4;
+        f |= RssFields::IPV4;
     }
     if hf & RSS_NONFRAG_IPV4_TCP != 0 {
-        f = f | RssFields::IPV4_TCP;
+        f |= RssFields::IPV4_TCP;
     }
     if hf & RSS_NONFRAG_IPV4_UDP != 0 {
-        f = f | RssFields::IPV4_UDP;
+        f |= RssFields::IPV4_UDP;
     }
     if hf & (RSS_IPV6 | RSS_FRAG_IPV6 | RSS_NONFRAG_IPV6_OTHER) != 0 {
-        f = f | RssFields::IPV6;
+        f |= RssFields::IPV6;
     }
     if hf & RSS_NONFRAG_IPV6_TCP != 0 {
-        f = f | RssFields::IPV6_TCP;
+        f |= RssFields::IPV6_TCP;
     }
     if hf & RSS_NONFRAG_IPV6_UDP != 0 {
-        f = f | RssFields::IPV6_UDP;
+        f |= RssFields::IPV6_UDP;
     }
     f
 }

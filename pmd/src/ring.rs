@@ -201,7 +201,7 @@ pub const fn txbbs_for(bytes: usize) -> u32 {
 
 /// An atomic view of the 32-bit word at `off` in shared memory (doorbell records).
 pub fn atomic_u32_at(buf: &DmaBuf, off: usize) -> &AtomicU32 {
-    assert!(off % 4 == 0 && off + 4 <= buf.len());
+    assert!(off.is_multiple_of(4) && off + 4 <= buf.len());
     // SAFETY: in bounds and aligned (asserted; the buffer is page-aligned); the device accesses
     // such words atomically too.
     unsafe { AtomicU32::from_ptr(buf.as_ptr().add(off).cast()) }

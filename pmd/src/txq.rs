@@ -547,10 +547,9 @@ impl<B: TxBuf> TxQueue<B> {
             if self.comp.cons == self.prod.prod {
                 return true;
             }
-            if self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0 {
-                if self.room(1, false) {
-                    self.post_signaled_nop();
-                }
+            let unsignaled = self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0;
+            if unsignaled && self.room(1, false) {
+                self.post_signaled_nop();
             }
             if start.elapsed() >= limit {
                 return false;
