@@ -345,3 +345,51 @@ fn unsafe_uid() -> u32 {
         .and_then(|u| u.parse().ok())
         .unwrap_or(u32::MAX)
 }
+
+#[test]
+fn jumbo_frames_multi_segment_tx_and_scattered_rx() {
+    // tx_first sends 4000-byte frames of 2 x 2000-byte segments (gather WQEs); each receiver
+    // scatters them over 2 KiB mbufs and forwards the chains (gather again) across the cable.
+    let out = testpmd(
+        &cabled(),
+        &[
+            "--forward-mode=io",
+            "--txpkts=2000,2000",
+            "--max-pkt-len=9018",
+            "--enable-scatter",
+            "--tx-offloads=0x8000",
+            "--total-num-mbufs=8192",
+        ],
+        &[
+            Cmd("start tx_first"),
+            Sleep(1000),
+            Cmd("stop"),
+            Cmd("port stop all"),
+            Cmd("show port xstats all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    for (a, b) in [(0, 1), (1, 0)] {
+        let sent = port_xstat(&all, a, "tx_good_packets");
+        assert!(sent > 32, "frames circulated: {sent}\n{all}");
+        assert_eq!(
+            port_xstat(&all, a, "tx_gather_packets"),
+            sent,
+            "chains use gather WQEs"
+        );
+        assert_eq!(port_xstat(&all, a, "tx_good_bytes"), sent * 4000);
+        assert_eq!(port_xstat(&all, b, "hca_rx_frames"), sent, "{all}");
+        assert_eq!(port_xstat(&all, b, "hca_rx_drops_too_long"), 0);
+        let got = port_xstat(&all, b, "rx_good_packets");
+        assert!(got > 0 && got <= sent, "{all}");
+        assert_eq!(
+            port_xstat(&all, b, "rx_good_bytes"),
+            got * 4000,
+            "whole frames reassembled"
+        );
+        assert_eq!(port_xstat(&all, b, "rx_errors"), 0);
+    }
+}

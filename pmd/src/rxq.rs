@@ -151,7 +151,9 @@ impl<B: RxBuf> RxQueue<B> {
         pool: B::Pool,
         mrs: Arc<[Mr]>,
     ) -> Result<RxQueue<B>, String> {
-        let wqe_cnt = u32::from(nb_desc).clamp(64, 1 << 15).next_power_of_two();
+        // As in mlx4, descriptors count buffers: a scattered queue has nb_desc / sges WQEs.
+        let bufs = u32::from(nb_desc).clamp(64, 1 << 15).next_power_of_two();
+        let wqe_cnt = (bufs / cfg.sges).max(16);
         let stride = cfg.sges as usize * DataSeg::<&[u8]>::LEN;
         let rq = DmaBuf::new(wqe_cnt as usize * stride + DB_SPACE, cfg.source)
             .ok_or("out of memory for the receive ring")?;
