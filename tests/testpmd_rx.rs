@@ -22,21 +22,15 @@ fn port_xstat(all: &str, port: u32, name: &str) -> u64 {
     xstat(&rest[..end], name).unwrap_or_else(|| panic!("no {name} for port {port}:\n{all}"))
 }
 
-fn cabled() -> [&'static str; 2] {
-    [
-        "net_mlx4rs0,wire=peer:net_mlx4rs1",
-        "net_mlx4rs1,wire=peer:net_mlx4rs0",
-    ]
-}
-
-#[test]
-fn io_forwarding_across_a_cable_loses_nothing() {
+/// Forwarding across the cable for a while, then every port stopped (which drains TX) and
+/// all xstats shown.
+fn forward_across_cable(app_args: &[&str], first: &str, ms: u64) -> String {
     let out = testpmd(
         &cabled(),
-        &["--forward-mode=io", "--total-num-mbufs=8192"],
+        app_args,
         &[
-            Cmd("start tx_first 4"),
-            Sleep(2000),
+            Cmd(first),
+            Sleep(ms),
             Cmd("stop"),
             // Port stop drains TX; what is still in RX rings stays counted by the device.
             Cmd("port stop all"),
@@ -47,32 +41,58 @@ fn io_forwarding_across_a_cable_loses_nothing() {
     );
     let all = out.all();
     assert!(out.status.success(), "{all}");
+    all
+}
+
+/// What port `a` sent went out, and port `b`'s device received all of it and dropped
+/// nothing; returns (sent, handed up by port `b`).
+fn assert_cable_conserves(all: &str, a: u32, b: u32) -> (u64, u64) {
+    let sent = port_xstat(all, a, "tx_good_packets");
+    assert!(sent > 32, "port {a} forwarded only {sent}:\n{all}");
+    assert_eq!(
+        port_xstat(all, a, "hca_tx_frames"),
+        sent,
+        "port {a} TX reached the wire"
+    );
+    assert_eq!(
+        port_xstat(all, b, "hca_rx_frames"),
+        sent,
+        "port {b} got all port {a} sent"
+    );
+    for d in [
+        "hca_rx_drops_no_wqe",
+        "hca_rx_drops_wire",
+        "hca_rx_drops_filter",
+        "hca_rx_drops_mtu",
+        "hca_rx_drops_too_long",
+        "rx_errors",
+    ] {
+        assert_eq!(port_xstat(all, b, d), 0, "{d} on port {b}");
+    }
+    let got = port_xstat(all, b, "rx_good_packets");
+    assert!(
+        got > 0 && got <= sent && got + 1024 >= sent,
+        "port {b} handed up {got} of {sent}"
+    );
+    (sent, got)
+}
+
+fn cabled() -> [&'static str; 2] {
+    [
+        "net_mlx4rs0,wire=peer:net_mlx4rs1",
+        "net_mlx4rs1,wire=peer:net_mlx4rs0",
+    ]
+}
+
+#[test]
+fn io_forwarding_across_a_cable_loses_nothing() {
+    let all = forward_across_cable(
+        &["--forward-mode=io", "--total-num-mbufs=8192"],
+        "start tx_first 4",
+        2000,
+    );
     for (a, b) in [(0, 1), (1, 0)] {
-        let sent = port_xstat(&all, a, "tx_good_packets");
-        assert!(sent > 128, "port {a} forwarded only {sent}:\n{all}");
-        assert_eq!(
-            port_xstat(&all, a, "hca_tx_frames"),
-            sent,
-            "port {a} TX reached the wire"
-        );
-        assert_eq!(
-            port_xstat(&all, b, "hca_rx_frames"),
-            sent,
-            "port {b} received all port {a} sent"
-        );
-        for d in [
-            "hca_rx_drops_no_wqe",
-            "hca_rx_drops_wire",
-            "hca_rx_drops_filter",
-            "hca_rx_drops_mtu",
-        ] {
-            assert_eq!(port_xstat(&all, b, d), 0, "{d} on port {b}");
-        }
-        let got = port_xstat(&all, b, "rx_good_packets");
-        assert!(
-            got <= sent && got + 1024 >= sent,
-            "port {b} handed up {got} of {sent}"
-        );
+        assert_cable_conserves(&all, a, b);
     }
 }
 
@@ -350,8 +370,7 @@ fn unsafe_uid() -> u32 {
 fn jumbo_frames_multi_segment_tx_and_scattered_rx() {
     // tx_first sends 4000-byte frames of 2 x 2000-byte segments (gather WQEs); each receiver
     // scatters them over 2 KiB mbufs and forwards the chains (gather again) across the cable.
-    let out = testpmd(
-        &cabled(),
+    let all = forward_across_cable(
         &[
             "--forward-mode=io",
             "--txpkts=2000,2000",
@@ -360,36 +379,21 @@ fn jumbo_frames_multi_segment_tx_and_scattered_rx() {
             "--tx-offloads=0x8000",
             "--total-num-mbufs=8192",
         ],
-        &[
-            Cmd("start tx_first"),
-            Sleep(1000),
-            Cmd("stop"),
-            Cmd("port stop all"),
-            Cmd("show port xstats all"),
-            Cmd("quit"),
-        ],
-        LIMIT,
+        "start tx_first",
+        1000,
     );
-    let all = out.all();
-    assert!(out.status.success(), "{all}");
     for (a, b) in [(0, 1), (1, 0)] {
-        let sent = port_xstat(&all, a, "tx_good_packets");
-        assert!(sent > 32, "frames circulated: {sent}\n{all}");
+        let (sent, got) = assert_cable_conserves(&all, a, b);
         assert_eq!(
             port_xstat(&all, a, "tx_gather_packets"),
             sent,
             "chains use gather WQEs"
         );
         assert_eq!(port_xstat(&all, a, "tx_good_bytes"), sent * 4000);
-        assert_eq!(port_xstat(&all, b, "hca_rx_frames"), sent, "{all}");
-        assert_eq!(port_xstat(&all, b, "hca_rx_drops_too_long"), 0);
-        let got = port_xstat(&all, b, "rx_good_packets");
-        assert!(got > 0 && got <= sent, "{all}");
         assert_eq!(
             port_xstat(&all, b, "rx_good_bytes"),
             got * 4000,
             "whole frames reassembled"
         );
-        assert_eq!(port_xstat(&all, b, "rx_errors"), 0);
     }
 }
