@@ -287,7 +287,10 @@ impl<B: RxBuf> RxQueue<B> {
         let mut consumed = false;
         while got < out.len() {
             // A chunk's replacements must fit `fresh`, whatever the frames' sizes.
-            let want = (out.len() - got).min(CHUNK * 4 / self.cfg.sges as usize).max(1);
+            let want = (out.len() - got)
+                .min(CHUNK)
+                .min(CHUNK * 4 / self.cfg.sges as usize)
+                .max(1);
             // Peek the CQEs first so one bulk allocation covers the whole chunk.
             let mut cqes = [(0u32, 0u32, 0u32, 0u8); CHUNK];
             let mut n = 0;
