@@ -79,6 +79,60 @@ pub fn rdtsc() -> u64 {
 #[derive(Clone, Copy)]
 pub struct Pool(*mut sys::rte_mempool);
 
+// SAFETY: a mempool is made for use from every lcore (per-lcore caches, lock-free ring).
+unsafe impl Send for Pool {}
+// SAFETY: as above; the handle itself is never written.
+unsafe impl Sync for Pool {}
+
+/// Runs `f` on the first worker lcore and waits for it, sleeping: the software HCA's device
+/// threads inherit the affinity of whoever starts a port (the main lcore), so measuring on
+/// the worker keeps the benchmark and the device on different cores, as testpmd does. Runs
+/// `f` here when EAL has no worker.
+pub fn on_worker<R: Send, F: FnOnce() -> R + Send>(f: F) -> R {
+    struct Job<F, R> {
+        f: Option<F>,
+        r: Option<R>,
+    }
+    unsafe extern "C" fn trampoline<R, F: FnOnce() -> R>(arg: *mut c_void) -> i32 {
+        // SAFETY: `arg` is the Job that on_worker keeps alive until the lcore is done.
+        let job = unsafe { &mut *(arg as *mut Job<F, R>) };
+        if let Some(f) = job.f.take() {
+            job.r = Some(f());
+        }
+        0
+    }
+    // SAFETY: plain lcore queries.
+    let worker = unsafe { sys::rte_get_next_lcore(u32::MAX, 1, 0) };
+    let mut job = Job {
+        f: Some(f),
+        r: None,
+    };
+    if worker < sys::RTE_MAX_LCORE {
+        // SAFETY: the trampoline matches the Job type; `job` outlives the launch because we
+        // wait for the lcore below before touching or dropping it.
+        let rc = unsafe {
+            sys::rte_eal_remote_launch(
+                Some(trampoline::<R, F>),
+                (&mut job as *mut Job<F, R>).cast(),
+                worker,
+            )
+        };
+        if rc == 0 {
+            // SAFETY: state queries and the final wait on the lcore we launched.
+            unsafe {
+                while sys::rte_eal_get_lcore_state(worker) == sys::rte_lcore_state_t_RUNNING {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                sys::rte_eal_wait_lcore(worker);
+            }
+        }
+    }
+    if let Some(f) = job.f.take() {
+        job.r = Some(f());
+    }
+    job.r.take().expect("the job ran")
+}
+
 impl Pool {
     pub fn create(name: &str, n: u32) -> Result<Pool, String> {
         let c = CString::new(name).map_err(|_| "pool name with a NUL".to_owned())?;
@@ -217,6 +271,23 @@ impl Mbufs {
         }
     }
 
+    /// Makes every mbuf a single-segment packet of `len` bytes that starts with `hdr`; the rest
+    /// of the data area keeps whatever it held (throughput runs need lengths, not contents).
+    pub fn prepare(&mut self, hdr: &[u8], len: u16) {
+        for &m in &self.v[..self.n] {
+            // SAFETY: as in `fill`; `len` is clamped to the data room.
+            unsafe {
+                let room = (*m).buf_len - (*m).data_off;
+                let len = len.min(room);
+                let h = hdr.len().min(usize::from(len));
+                let dst = ((*m).buf_addr as *mut u8).add(usize::from((*m).data_off));
+                ptr::copy_nonoverlapping(hdr.as_ptr(), dst, h);
+                (*m).data_len = len;
+                (*m).pkt_len = u32::from(len);
+            }
+        }
+    }
+
     /// The first segment's bytes of mbuf `i`.
     pub fn data(&self, i: usize) -> &[u8] {
         assert!(i < self.n);
@@ -260,6 +331,12 @@ pub struct FastPath {
     txq: *mut c_void,
     rxq: *mut c_void,
 }
+
+// SAFETY: the queues behind a FastPath are used by one lcore at a time (the caller hands the
+// whole FastPath to the worker for a turn and takes it back after).
+unsafe impl Send for FastPath {}
+// SAFETY: as above.
+unsafe impl Sync for FastPath {}
 
 impl FastPath {
     pub fn of(port: u16) -> Result<FastPath, String> {

@@ -1,1 +1,448 @@
-fn main() {}
+//! latency: ping-pong with one packet per burst over a looped `net_mlx4rs` wire, per TX path
+//! and message size, in the shape of `ib_write_lat`'s table, beside the bus cost model's
+//! figure for the same per-packet counts. The driver is linked as an rlib.
+
+mod opts;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use apps::eal::{self, FastPath, Mbufs, Pool};
+use apps::model::{Model, PerPacket};
+use apps::progress::{self, Progress};
+use apps::report::{self, Series, Table};
+use apps::stats::{summarize, LatSummary};
+use apps::Path;
+
+use opts::{Mode, Opts};
+
+/// Exit status when nothing came back: the receive path is missing or broken.
+const NO_RX: i32 = 3;
+
+fn main() {
+    // Keeps the driver's registration constructor in the binary.
+    let _ = mlx4rs::link();
+    let rc = match opts::parse(std::env::args().skip(1)) {
+        Ok(Mode::Help) => {
+            print!("{}", opts::USAGE);
+            Ok(0)
+        }
+        Ok(Mode::Run(o)) => run(&o),
+        Err(e) => {
+            eprintln!("latency: {e}");
+            std::process::exit(2);
+        }
+    };
+    match rc {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("latency: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// One size on one path.
+struct Row {
+    path: Path,
+    size: u16,
+    lat: Option<LatSummary>,
+    lost: u32,
+    counts: PerPacket,
+    frame: usize,
+}
+
+/// A frame of `size` message bytes: broadcast Ethernet header, local experimental EtherType,
+/// then the message, whose first bytes carry the sequence number (as many as fit). Padded to
+/// the 60-byte Ethernet minimum, as a NIC pads on the wire.
+fn frame(size: u16, seq: u64, buf: &mut Vec<u8>) {
+    buf.clear();
+    buf.extend_from_slice(&[0xff; 6]);
+    buf.extend_from_slice(&[0x02, 0, 0, 0, 0, 2]);
+    buf.extend_from_slice(&[0x88, 0xb5]);
+    let s = seq.to_le_bytes();
+    buf.extend((0..usize::from(size)).map(|i| s.get(i).copied().unwrap_or(i as u8)));
+    if buf.len() < 60 {
+        buf.resize(60, 0);
+    }
+}
+
+/// What one size measured on the worker.
+#[derive(Default)]
+struct Samples {
+    us: Vec<f64>,
+    lost: u32,
+    /// A frame came back that was not the one sent.
+    wrong: u32,
+}
+
+fn ping(fp: FastPath, pool: Pool, o: &Opts, size: u16, hz: f64) -> Samples {
+    let mut s = Samples::default();
+    let mut tx = Mbufs::default();
+    let mut rx = Mbufs::default();
+    let mut buf = Vec::with_capacity(1100);
+    let timeout = (hz * o.timeout_ms as f64 / 1e3) as u64;
+    for i in 0..u64::from(o.warmup + o.iters) {
+        if progress::interrupted() {
+            break;
+        }
+        frame(size, i, &mut buf);
+        if !tx.alloc(pool, 1) {
+            s.lost += 1;
+            continue;
+        }
+        tx.fill(&buf);
+        let t0 = eal::rdtsc();
+        let mut sent = fp.tx_timed(&mut tx).0;
+        while sent == 0 && eal::rdtsc().wrapping_sub(t0) < timeout {
+            sent = fp.tx_timed(&mut tx).0;
+        }
+        let mut got = 0;
+        let mut t1 = t0;
+        if sent == 1 {
+            loop {
+                got = fp.rx(&mut rx);
+                t1 = eal::rdtsc();
+                if got > 0 || t1.wrapping_sub(t0) >= timeout {
+                    break;
+                }
+            }
+        }
+        if got == 0 {
+            s.lost += 1;
+            // Ten timeouts before any packet came back: the path does not receive at all;
+            // waiting out every remaining timeout would only delay saying so.
+            if s.lost >= 10 && u64::from(s.lost) == i + 1 {
+                break;
+            }
+            continue;
+        }
+        // Anything but our frame (a late one after a timeout) does not make a sample.
+        let ok = got == 1 && rx.data(0) == buf.as_slice();
+        rx.free_all();
+        if !ok {
+            s.wrong += 1;
+            continue;
+        }
+        if i >= u64::from(o.warmup) {
+            s.us.push(t1.wrapping_sub(t0) as f64 / hz * 1e6);
+        }
+    }
+    s
+}
+
+const XSTATS: &[&str] = &[
+    "tx_doorbells",
+    "tx_bf_writes",
+    "tx_gather_packets",
+    "hca_bf_pieces",
+    "hca_wqe_fetched",
+    "tx_good_packets",
+];
+
+fn xs(port: u16) -> HashMap<String, u64> {
+    eal::xstats(port)
+        .into_iter()
+        .filter(|(k, _)| XSTATS.contains(&k.as_str()))
+        .collect()
+}
+
+fn run(o: &Opts) -> Result<i32, String> {
+    progress::install_interrupt();
+    let t_start = Instant::now();
+    let mut eal_args: Vec<String> = [
+        "-l",
+        "0-1",
+        "--no-huge",
+        "-m",
+        "512",
+        "--no-pci",
+        "--log-level=pmd.net.mlx4rs:warning",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    eal_args.push(format!("--file-prefix=latency-{}", std::process::id()));
+    eal_args.extend(o.eal.iter().cloned());
+    for (i, p) in o.paths.iter().enumerate() {
+        eal_args.push("--vdev".into());
+        eal_args.push(format!(
+            "net_mlx4rs{i},wire=loop,busy_poll=1,{}",
+            p.devargs()
+        ));
+    }
+    eal::init("latency", &eal_args)?;
+    let res = measure(o, t_start);
+    eal::shutdown();
+    res
+}
+
+fn measure(o: &Opts, t_start: Instant) -> Result<i32, String> {
+    let pool = Pool::create("latency_pool", 8191)?;
+    let hz = eal::tsc_hz() as f64;
+    let model = Model::mlx4rs();
+    let mut prog = Progress::new(o.paths.len() * o.sizes.len(), o.quiet);
+    let mut rows = Vec::new();
+    let mut no_rx = false;
+    'paths: for (i, &path) in o.paths.iter().enumerate() {
+        let port = eal::port_by_name(&format!("net_mlx4rs{i}"))?;
+        eal::setup_port(port, pool, 512)?;
+        eal::start(port)?;
+        let fp = FastPath::of(port)?;
+        for &size in &o.sizes {
+            if progress::interrupted() {
+                eal::stop(port);
+                break 'paths;
+            }
+            let x0 = xs(port);
+            let s = eal::on_worker(|| ping(fp, pool, o, size, hz));
+            let x1 = xs(port);
+            let sent = (x1.get("tx_good_packets").copied().unwrap_or(0)
+                - x0.get("tx_good_packets").copied().unwrap_or(0))
+            .max(1) as f64;
+            let pp = |k: &str| {
+                (x1.get(k).copied().unwrap_or(0) - x0.get(k).copied().unwrap_or(0)) as f64 / sent
+            };
+            let mut buf = Vec::new();
+            frame(size, 0, &mut buf);
+            let row = Row {
+                path,
+                size,
+                lat: summarize(&s.us),
+                lost: s.lost + s.wrong,
+                counts: PerPacket {
+                    doorbells: pp("tx_doorbells"),
+                    bf_writes: pp("tx_bf_writes"),
+                    torn_pieces: pp("hca_bf_pieces"),
+                    wqe_fetches: pp("hca_wqe_fetched"),
+                    gathers: pp("tx_gather_packets"),
+                },
+                frame: buf.len(),
+            };
+            let modeled = model.latency_us(&row.counts, row.frame);
+            prog.step(&match &row.lat {
+                Some(l) => format!(
+                    "{:<8} {:>4} B: t_min {:.2} t_typical {:.2} t_max {:.2} p99 {:.2} us, lost {} | modeled {:.2} us",
+                    path.name(), size, l.min, l.typical, l.max, l.p99, row.lost, modeled
+                ),
+                None => format!("{:<8} {:>4} B: nothing came back ({} lost)", path.name(), size, row.lost),
+            });
+            let empty = row.lat.is_none() && !progress::interrupted();
+            rows.push(row);
+            if empty {
+                no_rx = true;
+                eal::stop(port);
+                break 'paths;
+            }
+        }
+        eal::stop(port);
+    }
+    let interrupted = progress::interrupted();
+    let md = write_report(o, &rows, &model, hz, interrupted, no_rx, t_start)?;
+    println!("{md}");
+    Ok(if no_rx {
+        NO_RX
+    } else if interrupted {
+        130
+    } else {
+        0
+    })
+}
+
+/// The `ib_write_lat` table for one path, plus the modeled column.
+fn lat_table(rows: &[&Row], model: &Model) -> String {
+    let mut s = String::from(
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]   modeled[usec]\n",
+    );
+    for r in rows {
+        let m = model.latency_us(&r.counts, r.frame);
+        match &r.lat {
+            Some(l) => {
+                let _ = writeln!(
+                    s,
+                    " {:<7}{:<10}{:>14.2}{:>15.2}{:>17.2}{:>15.2}{:>17.2}{:>23.2}{:>25.2}{:>16.2}",
+                    r.size, l.n, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999, m
+                );
+            }
+            None => {
+                let _ = writeln!(s, " {:<7}{:<10}   (nothing came back)", r.size, 0);
+            }
+        }
+    }
+    s
+}
+
+fn write_report(
+    o: &Opts,
+    rows: &[Row],
+    model: &Model,
+    hz: f64,
+    interrupted: bool,
+    no_rx: bool,
+    t_start: Instant,
+) -> Result<String, String> {
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
+    let mut md = String::from("## Latency (latency)\n\n");
+    if interrupted {
+        md += "**Interrupted: partial results.**\n\n";
+    }
+    if no_rx {
+        md += "**No packet came back over the looped wire: the receive path (rx_burst) returned \
+               nothing, so there is no latency to report.**\n\n";
+    }
+    let _ = writeln!(
+        md,
+        "Machine: {}. TSC {:.3} GHz. One packet per burst over `wire=loop,busy_poll=1`; a sample \
+         is the time from handing the packet to `tx_burst` until `rx_burst` returns it on the \
+         same port (one pass through the TX path, the device and the RX path; `ib_write_lat` \
+         reports half a round trip, which is the same one pass). The software HCA's device \
+         thread shares the 2 cores with the application (which runs on the worker lcore). \
+         {} samples per size after {} warm-up; {:.0} s in all. Message sizes are bytes after \
+         the 14-byte Ethernet header, frames padded to 60 bytes. **modeled[usec]** is the bus \
+         cost model's hardware latency for the same per-packet counts, not a measurement.\n",
+        report::machine(),
+        hz / 1e9,
+        o.iters,
+        o.warmup,
+        t_start.elapsed().as_secs_f64()
+    );
+    for &path in &o.paths {
+        let rs: Vec<&Row> = rows.iter().filter(|r| r.path == path).collect();
+        if rs.is_empty() {
+            continue;
+        }
+        let _ = writeln!(md, "### TX path: {}\n\n```", path.label());
+        md += &lat_table(&rs, model);
+        md += "```\n\n";
+    }
+    let mut t = Table::new(&[
+        "path",
+        "size",
+        "lost",
+        "doorbells/pkt",
+        "BF writes/pkt",
+        "WQE fetches/pkt",
+        "torn pieces/pkt",
+        "gathers/pkt",
+    ]);
+    for r in rows {
+        let c = &r.counts;
+        t.row(vec![
+            r.path.name().into(),
+            r.size.to_string(),
+            r.lost.to_string(),
+            format!("{:.3}", c.doorbells),
+            format!("{:.3}", c.bf_writes),
+            format!("{:.3}", c.wqe_fetches),
+            format!("{:.2}", c.torn_pieces),
+            format!("{:.3}", c.gathers),
+        ]);
+    }
+    if !t.is_empty() {
+        md += "Per-packet counts (xstats deltas), the model's inputs:\n\n";
+        md += &t.markdown();
+        md += "\n";
+    }
+    let mut csv =
+        String::from("path,size,n,t_min,t_max,t_typical,t_avg,t_stdev,p99,p999,lost,modeled_us\n");
+    for r in rows {
+        let m = model.latency_us(&r.counts, r.frame);
+        match &r.lat {
+            Some(l) => {
+                let _ = writeln!(
+                    csv,
+                    "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{:.3}",
+                    r.path.name(),
+                    r.size,
+                    l.n,
+                    l.min,
+                    l.max,
+                    l.typical,
+                    l.avg,
+                    l.stdev,
+                    l.p99,
+                    l.p999,
+                    r.lost,
+                    m
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    csv,
+                    "{},{},0,,,,,,,,{},{:.3}",
+                    r.path.name(),
+                    r.size,
+                    r.lost,
+                    m
+                );
+            }
+        }
+    }
+    let csv_path = o.out.join("latency.csv");
+    std::fs::write(&csv_path, csv).map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    if o.plots && rows.iter().any(|r| r.lat.is_some()) {
+        let mut series = Vec::new();
+        for &path in &o.paths {
+            let rs: Vec<&Row> = rows.iter().filter(|r| r.path == path).collect();
+            series.push(Series {
+                name: format!("{} t_typical (measured)", path.label()),
+                points: rs
+                    .iter()
+                    .filter_map(|r| r.lat.map(|l| (f64::from(r.size), l.typical)))
+                    .collect(),
+                modeled: false,
+            });
+            series.push(Series {
+                name: format!("{} (modeled)", path.label()),
+                points: rs
+                    .iter()
+                    .map(|r| (f64::from(r.size), model.latency_us(&r.counts, r.frame)))
+                    .collect(),
+                modeled: true,
+            });
+        }
+        series.retain(|s| !s.points.is_empty());
+        let file = "latency_vs_size.png";
+        let title = "Latency vs message size (software HCA measured; modeled lines thin)";
+        match report::line_plot(
+            &o.out.join(file),
+            title,
+            "message size (bytes)",
+            "usec",
+            &series,
+            true,
+        ) {
+            Ok(()) => {
+                let _ = writeln!(md, "![{title}]({file})\n");
+            }
+            Err(e) => {
+                let _ = writeln!(md, "(plot {file} not drawn: {e})\n");
+            }
+        }
+    }
+    let md_path = o.out.join("latency.md");
+    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    eprintln!(
+        "latency: report in {} (latency.md, latency.csv, PNG)",
+        o.out.display()
+    );
+    Ok(md)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_carry_the_sequence_and_are_padded() {
+        let mut b = Vec::new();
+        frame(2, 0x0102, &mut b);
+        assert_eq!(b.len(), 60);
+        assert_eq!(&b[12..16], &[0x88, 0xb5, 0x02, 0x01]);
+        frame(1024, 7, &mut b);
+        assert_eq!(b.len(), 14 + 1024);
+        assert_eq!(b[14], 7);
+        assert_eq!(b[14 + 100], 100);
+    }
+}

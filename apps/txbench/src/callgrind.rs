@@ -1,0 +1,116 @@
+//! Instruction counts: the driver's generic TX queue against the software HCA in step mode, in
+//! this one thread, without EAL, so that callgrind sees exactly the same instructions on every
+//! run. Only `measured_burst` is meant to be collected (`--toggle-collect='*measured_burst*'`);
+//! the device's work happens in `step`, outside it.
+
+use std::sync::Arc;
+
+use apps::Path;
+use mlx4rs::hca::{Hca, HcaConfig, Wire};
+use mlx4rs::mem::MemSource;
+use mlx4rs::mmio::Copy64;
+use mlx4rs::txq::{TxBuf, TxConfig, TxPath, TxQueue};
+use mlx4rs::wqe::TxOffloads;
+
+use crate::opts::Callgrind;
+
+/// A packet: one segment of a buffer that lives for the whole run.
+#[derive(Clone, Copy, Default)]
+struct Pkt(&'static [u8]);
+
+impl TxBuf for Pkt {
+    fn pkt_len(&self) -> u32 {
+        self.0.len() as u32
+    }
+    fn segs(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(self.0)
+    }
+    fn offloads(&self) -> TxOffloads {
+        TxOffloads::default()
+    }
+    // The buffers are static: nothing to give back, so the count is the driver's alone.
+    fn free_bulk(_bufs: &[Self]) {}
+}
+
+/// The one function callgrind collects: `tx_burst` minus the C calling convention.
+#[inline(never)]
+fn measured_burst(q: &mut TxQueue<Pkt>, pkts: &[Pkt]) -> usize {
+    q.burst(std::hint::black_box(pkts))
+}
+
+pub fn run(c: &Callgrind) -> Result<(), String> {
+    let hca = Hca::open(HcaConfig {
+        wc: c.path != Path::BfNoWc,
+        threaded: false,
+        name: format!("txbench-callgrind-{}", std::process::id()),
+        ..HcaConfig::default()
+    })
+    .map_err(|e| format!("opening the software HCA: {e}"))?;
+    hca.set_wire(Wire::Null).map_err(|e| e.to_string())?;
+    hca.start().map_err(|e| e.to_string())?;
+    hca.set_port_up(true);
+    let burst = usize::from(c.burst);
+    let frame: Vec<u8> = (0..usize::from(c.size) * burst)
+        .map(|i| (i * 7) as u8)
+        .collect();
+    let frame: &'static [u8] = frame.leak();
+    let mr = mlx4rs::hw::reg_mr_range(
+        &hca,
+        frame.as_ptr() as usize,
+        frame.as_ptr() as usize + frame.len(),
+    )?;
+    let pkts: Vec<Pkt> = frame.chunks(usize::from(c.size)).map(Pkt).collect();
+    let cfg = TxConfig {
+        inline_max: c.inline,
+        path: match c.path {
+            Path::Doorbell => TxPath::Doorbell,
+            _ => TxPath::BlueFlame,
+        },
+        copy: Copy64::best(),
+        fast_free: false,
+        source: MemSource::Heap,
+    };
+    let mut q: TxQueue<Pkt> =
+        TxQueue::new(&hca, "txbench".into(), 0, 1024, cfg, Arc::from(vec![mr]))?;
+    let mut sent = 0u64;
+    while sent < c.packets {
+        let n = (c.packets - sent).min(burst as u64) as usize;
+        let k = measured_burst(&mut q, &pkts[..n]);
+        sent += k as u64;
+        // Every burst is consumed before the next, so each one costs the same.
+        hca.step();
+    }
+    hca.step();
+    q.complete();
+    let st = q.stats();
+    let hc = hca.counters();
+    let per = |x: u64| x as f64 / sent as f64;
+    println!(
+        "callgrind mode: path {} size {} burst {} inline {} copy {}",
+        c.path.name(),
+        c.size,
+        c.burst,
+        c.inline,
+        Copy64::best().name()
+    );
+    println!(
+        "packets {sent} doorbells/pkt {:.4} bf_writes/pkt {:.4} inline/pkt {:.3} \
+         hca_wqe_fetched/pkt {:.4} hca_wqe_from_bf/pkt {:.4} hca_bf_torn/pkt {:.4} ring_full {}",
+        per(st.doorbells),
+        per(st.bf_writes),
+        per(st.inline_packets),
+        per(hc.wqe_fetched),
+        per(hc.wqe_from_bf),
+        per(hc.bf_torn),
+        st.ring_full
+    );
+    if st.packets != c.packets || hc.tx_frames != c.packets {
+        return Err(format!(
+            "sent {} but the queue counted {} and the device {}",
+            c.packets, st.packets, hc.tx_frames
+        ));
+    }
+    drop(q);
+    hca.stop();
+    Ok(())
+}
