@@ -70,8 +70,12 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         fast_free: false,
         source: MemSource::Heap,
     };
-    let mut q: TxQueue<Pkt> =
-        TxQueue::new(&hca, "txbench".into(), 0, 1024, cfg, Arc::from(vec![mr]))?;
+    // Large inline thresholds make WQEs of up to 16 TXBBs and the device caps the ring size.
+    let mrs: Arc<[_]> = Arc::from(vec![mr]);
+    let mut q: TxQueue<Pkt> = [1024, 512, 256]
+        .into_iter()
+        .find_map(|n| TxQueue::new(&hca, "txbench".into(), 0, n, cfg.clone(), mrs.clone()).ok())
+        .ok_or("no TX queue size the device accepts")?;
     let mut sent = 0u64;
     while sent < c.packets {
         let n = (c.packets - sent).min(burst as u64) as usize;

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Instructions per packet of tx_burst per TX path, counted by callgrind: txbench --callgrind
+# pushes a fixed number of packets through the driver's TX queue against the software HCA
+# stepped in the same thread (no EAL, no device thread), and only `measured_burst` (the queue's
+# burst function) is collected, so the count is the driver's and repeats exactly.
+# Usage: apps/txbench/callgrind.sh [packets]   (default 100000)
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+packets=${1:-100000}
+cd "$top"
+cargo build --release -q -p txbench
+bin="$top/target/release/txbench"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+printf '| path | burst | size | inline | instructions/packet | doorbells/pkt | BF writes/pkt |\n|---|---|---|---|---|---|---|\n'
+for path in bf-wc bf-nowc doorbell; do
+  for point in "1 64 104" "32 64 104" "32 512 104" "32 512 928"; do
+    set -- $point
+    out="$work/cg.$path.$1.$2.$3"
+    valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect='*measured_burst*' \
+      "$bin" --callgrind --path "$path" --burst "$1" --size "$2" --inline "$3" --packets "$packets" \
+      > "$out.stdout" 2> "$out.stderr"
+    ir=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)/\1/p' "$out.stderr")
+    db=$(sed -n 's/.*doorbells\/pkt \([0-9.]*\).*/\1/p' "$out.stdout")
+    bf=$(sed -n 's/.*bf_writes\/pkt \([0-9.]*\).*/\1/p' "$out.stdout")
+    printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$path" "$1" "$2" "$3" \
+      "$(awk -v a="$ir" -v n="$packets" 'BEGIN { printf "%.1f", a / n }')" "$db" "$bf"
+  done
+done
