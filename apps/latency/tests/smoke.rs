@@ -1,0 +1,86 @@
+//! latency as a process (EAL starts once per process), from a scratch directory.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("latency-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn short_run_prints_an_ib_write_lat_table_per_path() {
+    let d = scratch("short");
+    let out = d.join("report");
+    let o = Command::new(env!("CARGO_BIN_EXE_latency"))
+        .current_dir(&d)
+        .args(["--short", "--iters=50", "--warmup=5", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let all = text(&o);
+    assert!(o.status.success(), "{all}");
+    let md = std::fs::read_to_string(out.join("latency.md")).unwrap();
+    for label in [
+        "TX path: BlueFlame with WC",
+        "TX path: BlueFlame without WC",
+        "TX path: doorbell",
+    ] {
+        assert!(md.contains(label), "{label}:\n{md}");
+    }
+    assert!(md.contains("t_typical[usec]") && md.contains("99% percentile[usec]"));
+    assert!(!md.contains("nothing came back"), "{md}");
+    // Every size of every path: n samples, t_min <= t_typical <= t_max.
+    let csv = std::fs::read_to_string(out.join("latency.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 3 * 4, "{csv}");
+    for r in &rows {
+        assert_eq!(r[2], "50", "{r:?}");
+        let (min, max, typ): (f64, f64, f64) = (
+            r[3].parse().unwrap(),
+            r[4].parse().unwrap(),
+            r[5].parse().unwrap(),
+        );
+        assert!(min > 0.0 && min <= typ && typ <= max, "{r:?}");
+    }
+    // Burst 1 on the doorbell path: one doorbell per packet.
+    assert!(md.contains("| doorbell | 2 | 0 | 1.000 | 0.000 |"), "{md}");
+    let png = std::fs::read(out.join("latency_vs_size.png")).unwrap_or_default();
+    assert!(png.starts_with(b"\x89PNG"), "{all}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn bad_arguments_exit_2_with_the_reason() {
+    let d = scratch("args");
+    for (args, needle) in [
+        (&["--sizes", "1"][..], "outside 2..=1024"),
+        (&["--paths", "bf"][..], "unknown TX path"),
+        (&["--bursts", "4"][..], "unknown option"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_latency"))
+            .current_dir(&d)
+            .args(args)
+            .output()
+            .unwrap();
+        let all = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {all}");
+        assert!(all.contains(needle), "{args:?}: {all}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
