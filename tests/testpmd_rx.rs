@@ -337,11 +337,14 @@ fn tap_wire_talks_to_the_kernel() {
     quiet_del();
     let all = out.all();
     assert!(out.status.success(), "{all}");
+    let stats = &all[all.find("NIC statistics for port 0").expect("port stats")..];
     assert_eq!(
-        all.matches("type=0x88b5").count(),
-        50,
+        common::number_after(stats, "RX-packets:"),
+        Some(50),
         "the kernel's 50 frames arrived:\n{all}"
     );
+    // Verbose lines from the forwarding core can interleave with the prompt; most are whole.
+    assert!(all.matches("type=0x88b5").count() >= 45, "{all}");
     let sent = xstat(&all, "tx_good_packets").unwrap();
     assert!(sent > 0, "{all}");
     assert_eq!(xstat(&all, "hca_tx_frames"), Some(sent), "{all}");
