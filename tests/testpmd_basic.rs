@@ -12,15 +12,19 @@ const LIMIT: Duration = Duration::from_secs(60);
 fn two_ports_link_follows_start_and_stop() {
     let out = testpmd(
         &["net_mlx4rs0", "net_mlx4rs1"],
-        &["--total-num-mbufs=4096"],
+        &["--total-num-mbufs=4096", "--forward-mode=txonly"],
         &[
             // testpmd starts every port before its prompt.
             Cmd("port stop all"),
             Cmd("show port info 0"),
             Cmd("port start all"),
             Cmd("show port info all"),
-            Cmd("show port stats all"),
+            Cmd("start"),
+            Sleep(500),
+            Cmd("stop"),
+            Cmd("show port stats 0"),
             Cmd("clear port stats all"),
+            Cmd("show port stats 0"),
             Cmd("port stop all"),
             Cmd("show port info 1"),
             Cmd("quit"),
@@ -52,6 +56,11 @@ fn two_ports_link_follows_start_and_stop() {
         .map(str::trim)
         .collect();
     assert_eq!(status, ["down", "up", "up", "down"], "{all}");
+    // Basic stats count and reset.
+    let tx = common::numbers_after(&out.stdout, "TX-packets:");
+    let (before, after) = (tx[tx.len() - 2], tx[tx.len() - 1]);
+    assert!(before > 0, "{all}");
+    assert_eq!(after, 0, "stats reset:\n{all}");
     assert!(all.contains("Bye..."), "{all}");
 }
 
