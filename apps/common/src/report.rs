@@ -117,12 +117,19 @@ pub fn line_plot(
             let mut chart = $chart;
             chart
                 .configure_mesh()
+                .light_line_style(WHITE)
+                .x_label_formatter(&|x| format!("{x:.0}"))
                 .x_desc(x_label)
                 .y_desc(y_label)
                 .draw()
                 .map_err(e)?;
-            for (i, s) in series.iter().enumerate() {
-                let c = colors[i % colors.len()];
+            // A modeled line takes the colour of the measured line before it.
+            let mut ci = 0usize;
+            for s in series.iter() {
+                if !s.modeled {
+                    ci += 1;
+                }
+                let c = colors[ci.max(1).wrapping_sub(1) % colors.len()];
                 let width = if s.modeled { 1 } else { 2 };
                 chart
                     .draw_series(LineSeries::new(
