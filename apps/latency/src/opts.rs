@@ -37,7 +37,7 @@ port, per TX path and message size, printed in the shape of ib_write_lat's table
   --out DIR          report directory (default target/bench-report)
   --paths LIST       bf-wc,bf-nowc,doorbell (default all)
   --sizes LIST       message sizes, 2..1024 (default 2,4,8,...,1024; short 2,64,256,1024)
-  --iters N          samples per size (default 2000, short 300)
+  --iters N          samples per size (default 10000, short 1000)
   --warmup N         unrecorded round trips first (default 100, short 20)
   --timeout-ms MS    a packet not back by then is lost (default 100)
   --no-plots         Markdown only
@@ -92,7 +92,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
         };
     }
     if o.iters == 0 {
-        o.iters = if short { 300 } else { 2000 };
+        o.iters = if short { 1000 } else { 10_000 };
     }
     if o.warmup == u32::MAX {
         o.warmup = if short { 20 } else { 100 };
@@ -119,7 +119,7 @@ mod tests {
     fn defaults_are_ib_write_lat_sizes() {
         let o = run(&[]);
         assert_eq!(o.sizes, [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]);
-        assert_eq!((o.iters, o.warmup, o.timeout_ms), (2000, 100, 100));
+        assert_eq!((o.iters, o.warmup, o.timeout_ms), (10_000, 100, 100));
         assert_eq!(o.paths, Path::ALL);
         assert_eq!(o.out, PathBuf::from("target/bench-report"));
     }
@@ -128,7 +128,7 @@ mod tests {
     fn short_and_explicit() {
         let o = run(&["--short"]);
         assert_eq!(o.sizes, [2, 64, 256, 1024]);
-        assert_eq!((o.iters, o.warmup), (300, 20));
+        assert_eq!((o.iters, o.warmup), (1000, 20));
         let o = run(&[
             "--short",
             "--iters=5",

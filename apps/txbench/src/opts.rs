@@ -50,15 +50,15 @@ usage: txbench [--short] [--out DIR] [--paths LIST] [--bursts LIST] [--sizes LIS
        txbench --callgrind [--path P] [--packets N] [--size B] [--burst N] [--inline B]
 
 Sweep (needs EAL; runs net_mlx4rs ports on the software HCA next to net_null and net_ring):
-  --short            about a tenth of the points and shorter turns (about 15 s)
+  --short            about a quarter of the points and shorter turns (about 15 s)
   --out DIR          report directory (default target/bench-report)
   --paths LIST       bf-wc,bf-nowc,doorbell (default all)
   --bursts LIST      burst sizes, 1..64 (default 1,8,32,64)
   --sizes LIST       packet sizes, 60..1500 (default 64,108,128,256,512,1024,1500)
   --inlines LIST     txq_inline values also swept at --inline-burst (default 0,104,928)
   --inline-burst N   burst of the inline sweep (default 32)
-  --slice-ms MS      one driver's turn per round (default 40, short 15)
-  --rounds N         alternating rounds per point (default 3, short 2)
+  --slice-ms MS      one driver's turn per round (default 100, short 20)
+  --rounds N         alternating rounds per point (default 5, short 3)
   --no-plots         Markdown only
   --quiet            no progress lines
   --eal ARG          pass ARG to EAL (repeatable), e.g. --eal=--log-level=pmd.net.mlx4rs:debug
@@ -175,10 +175,10 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
         }
     }
     if s.slice_ms == 0 {
-        s.slice_ms = if short { 15 } else { 40 };
+        s.slice_ms = if short { 20 } else { 100 };
     }
     if s.rounds == 0 {
-        s.rounds = if short { 2 } else { 3 };
+        s.rounds = if short { 3 } else { 5 };
     }
     Ok(Mode::Sweep(s))
 }
@@ -269,7 +269,7 @@ mod tests {
         assert_eq!(s.bursts, [1, 8, 32, 64]);
         assert_eq!(s.sizes, [64, 108, 128, 256, 512, 1024, 1500]);
         assert_eq!(s.paths, Path::ALL);
-        assert_eq!((s.slice_ms, s.rounds), (40, 3));
+        assert_eq!((s.slice_ms, s.rounds), (100, 5));
         // 3 paths x 4 bursts x 7 sizes, plus thresholds 0 and 928 at burst 32.
         assert_eq!(s.points().len(), 84 + 2 * 3 * 7);
         assert_eq!(s.port_inlines(), [104, 0, 928]);
@@ -280,7 +280,7 @@ mod tests {
         let s = sweep(&["--short"]);
         assert_eq!(s.bursts, [1, 32]);
         assert_eq!(s.sizes, [64, 512, 1500]);
-        assert_eq!((s.slice_ms, s.rounds), (15, 2));
+        assert_eq!((s.slice_ms, s.rounds), (20, 3));
         assert_eq!(s.points().len(), 18 + 18);
         let s = sweep(&["--short", "--sizes", "128", "--rounds=1"]);
         assert_eq!((s.sizes.as_slice(), s.rounds), (&[128u16][..], 1));
