@@ -232,8 +232,9 @@ fn run_sweep(
         let port = eal::port_by_name(name)?;
         // A large inline threshold makes every WQE up to 16 TXBBs, and the device caps the
         // ring: fewer descriptors then.
+        let first = if k.1 > 256 { 512 } else { 1024 };
         let mut res = Err(String::new());
-        for nb_desc in [1024, 512, 256] {
+        for nb_desc in [first, first / 2, 256] {
             res = eal::setup_port(port, pool, nb_desc);
             if res.is_ok() {
                 break;

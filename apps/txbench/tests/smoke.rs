@@ -148,7 +148,10 @@ fn bad_arguments_exit_2_with_the_reason() {
         let all = text(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {all}");
         assert!(all.contains(needle), "{args:?}: {all}");
-        assert!(!all.contains("EAL: Detected"), "rejected before EAL starts: {all}");
+        assert!(
+            !all.contains("EAL: Detected"),
+            "rejected before EAL starts: {all}"
+        );
     }
     let o = txbench(&d, &["--help"]).output().unwrap();
     assert!(o.status.success());
