@@ -84,3 +84,31 @@ fn bad_arguments_exit_2_with_the_reason() {
     }
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn sigint_stops_cleanly_with_partial_results() {
+    let d = scratch("sigint");
+    let out = d.join("report");
+    let child = Command::new(env!("CARGO_BIN_EXE_latency"))
+        .current_dir(&d)
+        .args(["--iters=10000000", "--no-plots", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let rc = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(rc.success());
+    let o = child.wait_with_output().unwrap();
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(130), "{all}");
+    let md = std::fs::read_to_string(out.join("latency.md")).unwrap();
+    assert!(md.contains("Interrupted: partial results"), "{md}");
+    // The interrupted size still reports what it measured.
+    assert!(md.contains("TX path: BlueFlame with WC"), "{md}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -158,3 +158,45 @@ fn bad_arguments_exit_2_with_the_reason() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("usage: txbench"));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// The point of the callgrind mode: the same run gives the same instruction count, and the
+/// count covers the driver's burst function (not zero: the toggle pattern matched).
+#[test]
+fn callgrind_counts_repeat_exactly() {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        eprintln!("valgrind not installed (scripts/setup.sh installs it): skipped");
+        return;
+    }
+    let d = scratch("cgrepeat");
+    let count = |i: usize| -> u64 {
+        let o = Command::new("valgrind")
+            .current_dir(&d)
+            .arg("--tool=callgrind")
+            .arg(format!(
+                "--callgrind-out-file={}",
+                d.join(format!("cg.{i}")).display()
+            ))
+            .arg("--toggle-collect=*measured_burst*")
+            .arg(env!("CARGO_BIN_EXE_txbench"))
+            .args(["--callgrind", "--path", "bf-wc", "--packets", "20000"])
+            .output()
+            .unwrap();
+        let all = text(&o);
+        assert!(o.status.success(), "{all}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        err.lines()
+            .find_map(|l| {
+                l.split_once("Collected : ")
+                    .map(|(_, n)| n.trim().parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no Collected line:\n{all}"))
+    };
+    let (a, b) = (count(0), count(1));
+    assert_eq!(a, b, "instruction counts differ between identical runs");
+    let per_packet = a as f64 / 20000.0;
+    assert!(
+        (50.0..5000.0).contains(&per_packet),
+        "{per_packet} instructions per packet"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
