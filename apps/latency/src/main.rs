@@ -15,7 +15,7 @@ use apps::report::{self, Series, Table};
 use apps::stats::{summarize, LatSummary};
 use apps::Path;
 
-use opts::{Mode, Opts};
+use opts::{Mode, Opts, Wire};
 
 /// Exit status when nothing came back: the receive path is missing or broken.
 const NO_RX: i32 = 3;
@@ -77,12 +77,42 @@ struct Samples {
     wrong: u32,
 }
 
-fn ping(fp: FastPath, pool: Pool, o: &Opts, size: u16, hz: f64) -> Samples {
+/// Polls `fp` until a packet arrives or `deadline` (TSC) passes; returns the arrival time.
+#[inline(always)]
+fn wait_rx(fp: FastPath, rx: &mut Mbufs, deadline: u64) -> Option<u64> {
+    loop {
+        let got = fp.rx(rx);
+        let t = eal::rdtsc();
+        if got > 0 {
+            return Some(t);
+        }
+        if t >= deadline {
+            return None;
+        }
+    }
+}
+
+/// Offers `m` until the driver takes it or `deadline` passes.
+#[inline(always)]
+fn send(fp: FastPath, m: &mut Mbufs, deadline: u64) -> bool {
+    loop {
+        if fp.tx_timed(m).0 > 0 && m.is_empty() {
+            return true;
+        }
+        if eal::rdtsc() >= deadline {
+            return false;
+        }
+    }
+}
+
+/// `a` pings; over a peer cable `b` sends each packet straight back to `a`.
+fn ping(a: FastPath, b: Option<FastPath>, pool: Pool, o: &Opts, size: u16, hz: f64) -> Samples {
     let mut s = Samples::default();
     let mut tx = Mbufs::default();
     let mut rx = Mbufs::default();
     let mut buf = Vec::with_capacity(1100);
     let timeout = (hz * o.timeout_ms as f64 / 1e3) as u64;
+    let passes = if b.is_some() { 2.0 } else { 1.0 };
     for i in 0..u64::from(o.warmup + o.iters) {
         if progress::interrupted() {
             break;
@@ -94,39 +124,35 @@ fn ping(fp: FastPath, pool: Pool, o: &Opts, size: u16, hz: f64) -> Samples {
         }
         tx.fill(&buf);
         let t0 = eal::rdtsc();
-        let mut sent = fp.tx_timed(&mut tx).0;
-        while sent == 0 && eal::rdtsc().wrapping_sub(t0) < timeout {
-            sent = fp.tx_timed(&mut tx).0;
+        let deadline = t0 + timeout;
+        let mut back = send(a, &mut tx, deadline).then_some(t0);
+        if let (Some(_), Some(b)) = (back, b) {
+            back = wait_rx(b, &mut rx, deadline)
+                .filter(|_| rx.len() == 1 && send(b, &mut rx, deadline))
+                .map(|_| t0);
+            // Whatever the echo side could not send goes back to the pool.
+            rx.free_all();
         }
-        let mut got = 0;
-        let mut t1 = t0;
-        if sent == 1 {
-            loop {
-                got = fp.rx(&mut rx);
-                t1 = eal::rdtsc();
-                if got > 0 || t1.wrapping_sub(t0) >= timeout {
-                    break;
-                }
-            }
-        }
-        if got == 0 {
+        let t1 = back.and_then(|_| wait_rx(a, &mut rx, deadline));
+        let Some(t1) = t1 else {
             s.lost += 1;
+            rx.free_all();
             // Ten timeouts before any packet came back: the path does not receive at all;
             // waiting out every remaining timeout would only delay saying so.
             if s.lost >= 10 && u64::from(s.lost) == i + 1 {
                 break;
             }
             continue;
-        }
+        };
         // Anything but our frame (a late one after a timeout) does not make a sample.
-        let ok = got == 1 && rx.data(0) == buf.as_slice();
+        let ok = rx.len() == 1 && rx.data(0) == buf.as_slice();
         rx.free_all();
         if !ok {
             s.wrong += 1;
             continue;
         }
         if i >= u64::from(o.warmup) {
-            s.us.push(t1.wrapping_sub(t0) as f64 / hz * 1e6);
+            s.us.push(t1.wrapping_sub(t0) as f64 / hz * 1e6 / passes);
         }
     }
     s
@@ -166,16 +192,36 @@ fn run(o: &Opts) -> Result<i32, String> {
     eal_args.push(format!("--file-prefix=latency-{}", std::process::id()));
     eal_args.extend(o.eal.iter().cloned());
     for (i, p) in o.paths.iter().enumerate() {
-        eal_args.push("--vdev".into());
-        eal_args.push(format!(
-            "net_mlx4rs{i},wire=loop,busy_poll=1,{}",
-            p.devargs()
-        ));
+        for (name, wire) in port_names(o.wire, i) {
+            eal_args.push("--vdev".into());
+            eal_args.push(format!(
+                "{name},{wire},busy_poll={},{}",
+                u8::from(o.busy_poll),
+                p.devargs()
+            ));
+        }
     }
     eal::init("latency", &eal_args)?;
     let res = measure(o, t_start);
     eal::shutdown();
     res
+}
+
+/// The ports of path number `i` and their wire devargs: the pinging port first.
+fn port_names(wire: Wire, i: usize) -> Vec<(String, String)> {
+    match wire {
+        Wire::Loop => vec![(format!("net_mlx4rs{i}"), "wire=loop".into())],
+        Wire::Peer => {
+            let (a, b) = (
+                format!("net_mlx4rs{}", 2 * i),
+                format!("net_mlx4rs{}", 2 * i + 1),
+            );
+            vec![
+                (a.clone(), format!("wire=peer:{b}")),
+                (b, format!("wire=peer:{a}")),
+            ]
+        }
+    }
 }
 
 fn measure(o: &Opts, t_start: Instant) -> Result<i32, String> {
@@ -186,24 +232,33 @@ fn measure(o: &Opts, t_start: Instant) -> Result<i32, String> {
     let mut rows = Vec::new();
     let mut no_rx = false;
     'paths: for (i, &path) in o.paths.iter().enumerate() {
-        let port = eal::port_by_name(&format!("net_mlx4rs{i}"))?;
-        eal::setup_port(port, pool, 512)?;
-        eal::start(port)?;
-        let fp = FastPath::of(port)?;
+        let mut ports = Vec::new();
+        for (name, _) in port_names(o.wire, i) {
+            let port = eal::port_by_name(&name)?;
+            eal::setup_port(port, pool, 512)?;
+            eal::start(port)?;
+            ports.push(port);
+        }
+        let stop_all = |ports: &[u16]| ports.iter().for_each(|&p| eal::stop(p));
+        let fa = FastPath::of(ports[0])?;
+        let fb = match ports.get(1) {
+            Some(&p) => Some(FastPath::of(p)?),
+            None => None,
+        };
+        // Counts over every port of the path: per transmitted packet, both directions.
+        let sum = |k: &str, x: &[HashMap<String, u64>]| -> u64 {
+            x.iter().map(|m| m.get(k).copied().unwrap_or(0)).sum()
+        };
         for &size in &o.sizes {
             if progress::interrupted() {
-                eal::stop(port);
+                stop_all(&ports);
                 break 'paths;
             }
-            let x0 = xs(port);
-            let s = eal::on_worker(|| ping(fp, pool, o, size, hz));
-            let x1 = xs(port);
-            let sent = (x1.get("tx_good_packets").copied().unwrap_or(0)
-                - x0.get("tx_good_packets").copied().unwrap_or(0))
-            .max(1) as f64;
-            let pp = |k: &str| {
-                (x1.get(k).copied().unwrap_or(0) - x0.get(k).copied().unwrap_or(0)) as f64 / sent
-            };
+            let x0: Vec<_> = ports.iter().map(|&p| xs(p)).collect();
+            let s = eal::on_worker(|| ping(fa, fb, pool, o, size, hz));
+            let x1: Vec<_> = ports.iter().map(|&p| xs(p)).collect();
+            let sent = (sum("tx_good_packets", &x1) - sum("tx_good_packets", &x0)).max(1) as f64;
+            let pp = |k: &str| (sum(k, &x1) - sum(k, &x0)) as f64 / sent;
             let mut buf = Vec::new();
             frame(size, 0, &mut buf);
             let row = Row {
@@ -232,11 +287,11 @@ fn measure(o: &Opts, t_start: Instant) -> Result<i32, String> {
             rows.push(row);
             if empty {
                 no_rx = true;
-                eal::stop(port);
+                stop_all(&ports);
                 break 'paths;
             }
         }
-        eal::stop(port);
+        stop_all(&ports);
     }
     let interrupted = progress::interrupted();
     let md = write_report(o, &rows, &model, hz, interrupted, no_rx, t_start)?;
@@ -291,18 +346,29 @@ fn write_report(
         md += "**No packet came back over the looped wire: the receive path (rx_burst) returned \
                nothing, so there is no latency to report.**\n\n";
     }
+    let how = match o.wire {
+        Wire::Loop => {
+            "One packet per burst over `wire=loop`; a sample is the time from handing \
+             the packet to `tx_burst` until `rx_burst` returns it on the same port (one pass \
+             through the TX path, the device and the RX path: what `ib_write_lat` reports as \
+             half a round trip)"
+        }
+        Wire::Peer => {
+            "One packet per burst between two ports cabled with `wire=peer`; the \
+             second port sends every packet straight back and a sample is half the round trip, \
+             as `ib_write_lat` reports; both ports run the same TX path"
+        }
+    };
     let _ = writeln!(
         md,
-        "Machine: {}. TSC {:.3} GHz. One packet per burst over `wire=loop,busy_poll=1`; a sample \
-         is the time from handing the packet to `tx_burst` until `rx_burst` returns it on the \
-         same port (one pass through the TX path, the device and the RX path; `ib_write_lat` \
-         reports half a round trip, which is the same one pass). The software HCA's device \
-         thread shares the 2 cores with the application (which runs on the worker lcore). \
-         {} samples per size after {} warm-up; {:.0} s in all. Message sizes are bytes after \
-         the 14-byte Ethernet header, frames padded to 60 bytes. **modeled[usec]** is the bus \
-         cost model's hardware latency for the same per-packet counts, not a measurement.\n",
+        "Machine: {}. TSC {:.3} GHz. {how}. The software HCA's device threads share the 2 \
+         cores with the application (which runs on the worker lcore); device busy_poll={}. {} samples per size \
+         after {} warm-up; {:.0} s in all. Message sizes are bytes after the 14-byte Ethernet \
+         header, frames padded to 60 bytes. **modeled[usec]** is the bus cost model's \
+         hardware latency of one pass for the same per-packet counts, not a measurement.\n",
         report::machine(),
         hz / 1e9,
+        u8::from(o.busy_poll),
         o.iters,
         o.warmup,
         t_start.elapsed().as_secs_f64()

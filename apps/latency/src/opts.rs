@@ -5,8 +5,20 @@ use std::path::PathBuf;
 use apps::args::{num_list, path_list, ArgIter};
 use apps::Path;
 
+/// How the ping gets back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// One port with a loopback plug: a sample is one pass, TX to RX on the same port.
+    Loop,
+    /// Two ports cabled to each other; the second echoes: a sample is half a round trip.
+    Peer,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Opts {
+    pub wire: Wire,
+    /// The device threads spin (`busy_poll=1`) instead of backing off when idle.
+    pub busy_poll: bool,
     pub paths: Vec<Path>,
     /// Message sizes (payload bytes after the 14-byte Ethernet header).
     pub sizes: Vec<u16>,
@@ -27,13 +39,19 @@ pub enum Mode {
 }
 
 pub const USAGE: &str = "\
-usage: latency [--short] [--out DIR] [--paths LIST] [--sizes LIST] [--iters N] [--warmup N]
-               [--timeout-ms MS] [--no-plots] [--quiet] [--eal ARG]...
+usage: latency [--short] [--wire loop|peer] [--out DIR] [--paths LIST] [--sizes LIST]
+               [--iters N] [--warmup N] [--timeout-ms MS] [--busy-poll 0|1] [--no-plots]
+               [--quiet] [--eal ARG]...
 
-Ping-pong with one packet per burst over a looped net_mlx4rs wire (wire=loop, busy_poll=1):
-each sample is the time from handing a packet to tx_burst until rx_burst returns it on the same
-port, per TX path and message size, printed in the shape of ib_write_lat's table.
+Ping-pong with one packet per burst, per TX path and message size, printed in the shape of
+ib_write_lat's table.
+  --wire loop        (default) one port, wire=loop: a sample is the time from handing the packet
+                     to tx_burst until rx_burst returns it on the same port
+  --wire peer        two ports cabled together (wire=peer:<other>); the second sends every packet
+                     straight back: a sample is half the round trip, as ib_write_lat reports
   --short            fewer sizes and iterations (a few seconds)
+  --busy-poll 0|1    the software HCA's device threads spin when idle (default 1; with
+                     --wire peer two spinning device threads share one core: use 0)
   --out DIR          report directory (default target/bench-report)
   --paths LIST       bf-wc,bf-nowc,doorbell (default all)
   --sizes LIST       message sizes, 2..1024 (default 2,4,8,...,1024; short 2,64,256,1024)
@@ -49,6 +67,8 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
     let mut a = ArgIter::new(args);
     let mut short = false;
     let mut o = Opts {
+        wire: Wire::Loop,
+        busy_poll: true,
         paths: Path::ALL.to_vec(),
         sizes: Vec::new(),
         iters: 0,
@@ -75,6 +95,20 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
                 o.quiet = true;
             }
             "--out" => o.out = PathBuf::from(a.value(&k)?),
+            "--busy-poll" => {
+                o.busy_poll = match a.value(&k)?.as_str() {
+                    "0" => false,
+                    "1" => true,
+                    v => return Err(format!("--busy-poll: `{v}` is not 0 or 1")),
+                }
+            }
+            "--wire" => {
+                o.wire = match a.value(&k)?.as_str() {
+                    "loop" => Wire::Loop,
+                    "peer" => Wire::Peer,
+                    w => return Err(format!("--wire: `{w}` is not loop or peer")),
+                }
+            }
             "--paths" => o.paths = path_list(&k, &a.value(&k)?)?,
             "--sizes" => o.sizes = num_list(&k, &a.value(&k)?, 2, 1024)?,
             "--iters" => o.iters = num_list(&k, &a.value(&k)?, 1, 10_000_000)?[0],
@@ -122,6 +156,10 @@ mod tests {
         assert_eq!((o.iters, o.warmup, o.timeout_ms), (10_000, 100, 100));
         assert_eq!(o.paths, Path::ALL);
         assert_eq!(o.out, PathBuf::from("target/bench-report"));
+        assert_eq!(o.wire, Wire::Loop);
+        assert_eq!(run(&["--wire=peer"]).wire, Wire::Peer);
+        assert!(o.busy_poll);
+        assert!(!run(&["--busy-poll", "0"]).busy_poll);
     }
 
     #[test]
@@ -153,6 +191,8 @@ mod tests {
         assert!(err(&["--paths", "fast"]).contains("unknown TX path"));
         assert!(err(&["--bursts", "1"]).contains("unknown option"));
         assert!(err(&["--iters"]).contains("needs a value"));
+        assert!(err(&["--wire", "tap"]).contains("not loop or peer"));
+        assert!(err(&["--busy-poll", "2"]).contains("not 0 or 1"));
         assert!(err(&["--short=yes"]).contains("takes no value"));
         assert_eq!(parse(["--help".to_string()]).unwrap(), Mode::Help);
     }

@@ -112,3 +112,39 @@ fn sigint_stops_cleanly_with_partial_results() {
     assert!(md.contains("TX path: BlueFlame with WC"), "{md}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn peer_cable_echoes_back() {
+    let d = scratch("peer");
+    let out = d.join("report");
+    let o = Command::new(env!("CARGO_BIN_EXE_latency"))
+        .current_dir(&d)
+        .args([
+            "--wire=peer",
+            "--busy-poll=0",
+            "--paths=doorbell,bf-wc",
+            "--sizes=2,1024",
+            "--iters=30",
+            "--warmup=2",
+            "--no-plots",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let all = text(&o);
+    assert!(o.status.success(), "{all}");
+    let md = std::fs::read_to_string(out.join("latency.md")).unwrap();
+    assert!(md.contains("half the round trip"), "{md}");
+    let csv = std::fs::read_to_string(out.join("latency.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 2 * 2, "{csv}");
+    assert!(
+        csv.lines()
+            .skip(1)
+            .all(|l| l.split(',').nth(2) == Some("30")),
+        "{csv}"
+    );
+    // Both ports transmit once per sample: still one doorbell per packet on that path.
+    assert!(md.contains("| doorbell | 2 | 0 | 1.000 | 0.000 |"), "{md}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
