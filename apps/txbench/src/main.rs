@@ -189,8 +189,9 @@ fn sweep(s: &Sweep) -> Result<i32, String> {
         for &inline in &inlines {
             let name = format!("net_mlx4rs{}", vdevs.len());
             vdevs.push(format!(
-                "{name},wire=null,{},txq_inline={inline}",
-                path.devargs()
+                "{name},wire=null,{},txq_inline={inline},busy_poll={}",
+                path.devargs(),
+                u8::from(s.busy_poll)
             ));
             mlx_names.insert((path, inline), name);
         }

@@ -23,6 +23,8 @@ pub struct Sweep {
     pub out: PathBuf,
     pub plots: bool,
     pub quiet: bool,
+    /// The software HCA's device threads spin instead of backing off when idle.
+    pub busy_poll: bool,
     /// Extra EAL arguments (before the generated `--vdev`s).
     pub eal: Vec<String>,
 }
@@ -46,7 +48,7 @@ pub enum Mode {
 pub const USAGE: &str = "\
 usage: txbench [--short] [--out DIR] [--paths LIST] [--bursts LIST] [--sizes LIST]
                [--inlines LIST] [--inline-burst N] [--slice-ms MS] [--rounds N]
-               [--no-plots] [--quiet] [--eal ARG]...
+               [--busy-poll 0|1] [--no-plots] [--quiet] [--eal ARG]...
        txbench --callgrind [--path P] [--packets N] [--size B] [--burst N] [--inline B]
 
 Sweep (needs EAL; runs net_mlx4rs ports on the software HCA next to net_null and net_ring):
@@ -59,6 +61,9 @@ Sweep (needs EAL; runs net_mlx4rs ports on the software HCA next to net_null and
   --inline-burst N   burst of the inline sweep (default 32)
   --slice-ms MS      one driver's turn per round (default 100, short 20)
   --rounds N         alternating rounds per point (default 5, short 3)
+  --busy-poll 0|1    the software HCA's device thread spins when idle (default 0, as the
+                     driver's default; 1 lets it see more BlueFlame copies before the next
+                     one overwrites the half)
   --no-plots         Markdown only
   --quiet            no progress lines
   --eal ARG          pass ARG to EAL (repeatable), e.g. --eal=--log-level=pmd.net.mlx4rs:debug
@@ -88,6 +93,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
         out: PathBuf::from("target/bench-report"),
         plots: true,
         quiet: false,
+        busy_poll: false,
         eal: Vec::new(),
     };
     let mut c = Callgrind {
@@ -137,6 +143,13 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
             "--slice-ms" => s.slice_ms = num_list(&k, &a.value(&k)?, 1, 10_000)?[0],
             "--rounds" => s.rounds = num_list(&k, &a.value(&k)?, 1, 100)?[0],
             "--eal" => s.eal.push(a.value(&k)?),
+            "--busy-poll" => {
+                s.busy_poll = match a.value(&k)?.as_str() {
+                    "0" => false,
+                    "1" => true,
+                    v => return Err(format!("--busy-poll: `{v}` is not 0 or 1")),
+                }
+            }
             "--path" => c.path = Path::parse(&a.value(&k)?)?,
             "--packets" => c.packets = num_list(&k, &a.value(&k)?, 1, 1 << 40)?[0],
             "--size" => c.size = num_list(&k, &a.value(&k)?, 14, 1500)?[0],
@@ -305,6 +318,11 @@ mod tests {
         assert_eq!(s.out, PathBuf::from("/x"));
         assert_eq!(s.eal, ["--log-level=8"]);
         assert!(!s.plots);
+        assert!(!s.busy_poll);
+        assert!(sweep(&["--busy-poll=1"]).busy_poll);
+        assert!(p(&["--busy-poll", "yes"])
+            .unwrap_err()
+            .contains("not 0 or 1"));
         assert_eq!(s.port_inlines(), [104, 0]);
     }
 
