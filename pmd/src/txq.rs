@@ -102,6 +102,9 @@ struct Completion {
     completions: u64,
     error_cqes: u64,
     error_logged: bool,
+    /// An error CQE arrived: the device queue is dead until recreated, which happens at the
+    /// start of the next burst (never in the middle of one, with a WQE still unpublished).
+    failed: bool,
 }
 
 /// Where a requested completion ends: everything before these counters is done when its CQE
@@ -173,9 +176,18 @@ impl<B: TxBuf> TxQueue<B> {
         let elts_n = u32::from(nb_desc).max(64).next_power_of_two();
         let per_pkt = txbbs_for(wqe::inline_wqe_bytes(usize::from(cfg.inline_max))).max(1);
         let headroom = (SQ_HEADROOM_BYTES >> TXBB_SHIFT) as u32 + MAX_WQE_TXBBS;
+        // As many TXBBs as nb_desc packets of the largest inline size need, within what the
+        // device allows (a smaller ring only means the room check stops a burst sooner).
+        let max = hca.caps().max_sq_wqes.max(1);
+        let max = 1 << max.ilog2();
         let txbb_cnt = (elts_n * per_pkt + headroom + MAX_WQE_TXBBS)
             .next_power_of_two()
-            .min(1 << 16);
+            .min(max);
+        if txbb_cnt < headroom + 2 * MAX_WQE_TXBBS {
+            return Err(format!(
+                "the device's SQ limit ({max} TXBBs) is below the headroom"
+            ));
+        }
         let comp_every = 64.min(elts_n / 4).max(1);
         let comp_txbbs = (txbb_cnt / 4).max(MAX_WQE_TXBBS);
         // At most one mark per comp_every WQEs or comp_txbbs TXBBs in flight, plus slack.
@@ -272,6 +284,9 @@ impl<B: TxBuf> TxQueue<B> {
     /// the queue (sent, or dropped and counted in `errors` if they can never be sent).
     pub fn burst(&mut self, pkts: &[B]) -> usize {
         self.complete();
+        if self.comp.failed && !self.recover() {
+            return 0;
+        }
         let mut done = [B::default(); FREE_BATCH];
         let mut n_done = 0;
         let mut pending: Option<Pending> = None;
@@ -319,7 +334,7 @@ impl<B: TxBuf> TxQueue<B> {
             };
             if !self.room(pad + txbbs, !inline) {
                 self.complete();
-                if !self.room(pad + txbbs, !inline) {
+                if self.comp.failed || !self.room(pad + txbbs, !inline) {
                     self.prod.ring_full += 1;
                     break;
                 }
@@ -456,7 +471,7 @@ impl<B: TxBuf> TxQueue<B> {
         while let Some(cqe) = self.hw.cq.poll() {
             if cqe.opcode() == cqe_opcode::ERROR {
                 self.on_error_cqe(cqe.syndrome(), cqe.vendor_err(), cqe.wqe_index());
-                return freed;
+                break;
             }
             let mask = self.marks.len() as u32 - 1;
             let m = self.marks[(self.comp.marks_tail & mask) as usize];
@@ -492,11 +507,12 @@ impl<B: TxBuf> TxQueue<B> {
         n
     }
 
-    /// An error CQE: the device moved the SQ to the error state. Count, log once per queue,
-    /// drop what was in flight, and recreate the queue on the device.
+    /// An error CQE: the device moved the SQ to the error state. Count and log once per queue;
+    /// the next burst recreates the queue.
     fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
         self.comp.error_cqes += 1;
         self.prod.errors += 1;
+        self.comp.failed = true;
         if !self.comp.error_logged {
             self.comp.error_logged = true;
             pmd_log!(
@@ -506,13 +522,21 @@ impl<B: TxBuf> TxQueue<B> {
                 self.qid
             );
         }
-        if let Err(e) = self.reset() {
-            pmd_log!(
-                ERR,
-                "{}: TX queue {}: recovery failed: {e}",
-                self.name,
-                self.qid
-            );
+    }
+
+    /// Drops what was in flight on a failed queue and recreates it on the device.
+    fn recover(&mut self) -> bool {
+        match self.reset() {
+            Ok(()) => true,
+            Err(e) => {
+                pmd_log!(
+                    ERR,
+                    "{}: TX queue {}: recovery failed: {e}",
+                    self.name,
+                    self.qid
+                );
+                false
+            }
         }
     }
 
@@ -529,6 +553,7 @@ impl<B: TxBuf> TxQueue<B> {
         (self.prod.prod, self.prod.marks_head, self.prod.since_comp) = (0, 0, 0);
         self.prod.txbbs_since_comp = 0;
         (self.comp.cons, self.comp.marks_tail) = (0, 0);
+        self.comp.failed = false;
         Ok(())
     }
 
@@ -544,6 +569,10 @@ impl<B: TxBuf> TxQueue<B> {
         let start = std::time::Instant::now();
         loop {
             self.complete();
+            if self.comp.failed {
+                // Nothing more will execute; the queue is recreated when the port stops.
+                return false;
+            }
             if self.comp.cons == self.prod.prod {
                 return true;
             }
@@ -575,7 +604,11 @@ impl<B: TxBuf> TxQueue<B> {
 
     /// `tx_done_cleanup`: reclaims completed buffers; returns how many were freed.
     pub fn done_cleanup(&mut self, _free_cnt: u32) -> usize {
-        self.complete()
+        let n = self.complete();
+        if self.comp.failed {
+            self.recover();
+        }
+        n
     }
 }
 
