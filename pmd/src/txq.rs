@@ -477,7 +477,6 @@ impl<B: TxBuf> TxQueue<B> {
             let m = self.marks[(self.comp.marks_tail & mask) as usize];
             self.comp.marks_tail = self.comp.marks_tail.wrapping_add(1);
             debug_assert_eq!(cqe.wqe_index(), m.wqe_index, "CQEs arrive in WQE order");
-            // The producer line is written before it is read here: counters only move forward.
             self.hw.sq.stamp(self.comp.cons, m.txbb_end);
             self.comp.cons = m.txbb_end;
             freed += self.free_elts(m.elts_end);
