@@ -17,7 +17,7 @@ cd "$work"
 {
   sleep 2; echo start; sleep 1; echo "show port stats all"; sleep "$secs"
   echo "show port stats all"; echo stop; echo "show port xstats all"; echo quit
-} | LD_LIBRARY_PATH="$top/target/release" timeout $((secs + 60)) dpdk-testpmd \
+} | LD_LIBRARY_PATH="$top/target/release" timeout $((secs + 60)) stdbuf -oL dpdk-testpmd \
     -l 0-1 --no-huge -m 512 --no-pci --file-prefix="mlx4rs-run-$$" \
     -d librte_net_mlx4rs.so \
     --vdev net_mlx4rs0,wire=null,wc=on --vdev net_mlx4rs1,wire=null,wc=off \
@@ -28,6 +28,8 @@ grep -E "TX path" testpmd.log | sed 's/^/  /'
 python3 - testpmd.log "$secs" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
+# testpmd writes its prompt unbuffered; keep it from splitting the lines we parse.
+text = re.sub(r"testpmd> [^\n#]*", "", text)
 # The second `show port stats all` holds the rate over the measured interval.
 blocks = re.findall(r"NIC statistics for port (\d+).*?Tx-pps:\s+(\d+)", text, re.S)
 rates = {}

@@ -69,8 +69,11 @@ pub enum Step<'a> {
 /// pipe, and waits for it to exit (at most `limit`).
 pub fn testpmd(vdevs: &[&str], app_args: &[&str], steps: &[Step], limit: Duration) -> Output {
     let dir = plugin_dir();
-    let mut cmd = Command::new("dpdk-testpmd");
-    cmd.current_dir(std::env::temp_dir())
+    // Line-buffered stdout: testpmd prints with stdio but its prompt with write(2), so a
+    // block-buffered pipe would splice prompts into the middle of lines.
+    let mut cmd = Command::new("stdbuf");
+    cmd.args(["-oL", "dpdk-testpmd"])
+        .current_dir(std::env::temp_dir())
         .env("LD_LIBRARY_PATH", &dir)
         .args(["-l", "0-1", "--no-huge", "-m", "512", "--no-pci"])
         .arg(format!("--file-prefix={}", file_prefix("testpmd")))
