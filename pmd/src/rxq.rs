@@ -281,6 +281,16 @@ impl<B: RxBuf> RxQueue<B> {
         true
     }
 
+    /// Writes scatter entry `i` as one the device cannot use (no room, invalid key).
+    fn post_empty(&mut self, i: usize) {
+        let at = i * DataSeg::<&[u8]>::LEN;
+        let ring = crate::ring::dma_bytes_mut(&mut self.rq, at, DataSeg::<&[u8]>::LEN);
+        let mut d = DataSeg::new_unchecked(ring);
+        d.set_addr(0);
+        d.set_lkey(mlx4_prm::INVALID_LKEY);
+        d.set_byte_count(0);
+    }
+
     /// Receives up to `out.len()` frames.
     pub fn burst(&mut self, out: &mut [B]) -> usize {
         let mut got = 0;
@@ -291,7 +301,7 @@ impl<B: RxBuf> RxQueue<B> {
                 .min(CHUNK)
                 .min(CHUNK * 4 / self.cfg.sges as usize)
                 .max(1);
-            // Peek the CQEs first so one bulk allocation covers the whole chunk.
+            // Take the chunk's CQEs first so one bulk allocation covers all its frames.
             let mut cqes = [(0u32, 0u32, 0u32, 0u8); CHUNK];
             let mut n = 0;
             let mut need = 0usize;
@@ -344,8 +354,13 @@ impl<B: RxBuf> RxQueue<B> {
                 for i in 0..k {
                     self.elts[base + i] = fresh[f];
                     f += 1;
-                    // Fresh buffers come from the same pool, hence the same registered memory.
-                    let _ = self.post(base + i);
+                    if !self.post(base + i) {
+                        // A buffer outside registered memory (the pool grew into memory we
+                        // never saw): the entry must no longer point at the buffer just
+                        // handed up, so it becomes an empty one and its frames fail.
+                        self.post_empty(base + i);
+                        self.stats.errors += 1;
+                    }
                 }
             }
             if n < want {

@@ -158,6 +158,11 @@ struct Rig {
 }
 
 fn rig(sges: u32) -> Rig {
+    rig_with_mr(sges, NBUFS)
+}
+
+/// As `rig`, with only the first `registered` buffers of the arena registered.
+fn rig_with_mr(sges: u32, registered: usize) -> Rig {
     let hca = Hca::open(HcaConfig {
         threaded: false,
         name: format!("rx_step{}", N.fetch_add(1, Ordering::Relaxed)),
@@ -170,7 +175,7 @@ fn rig(sges: u32) -> Rig {
     hca.set_mtu(9000);
     let (start, end) = POOL.with(|p| {
         let a = &p.borrow().arena;
-        (a.as_ptr() as usize, a.as_ptr() as usize + a.len())
+        (a.as_ptr() as usize, a.as_ptr() as usize + registered * BUF)
     });
     let mr: Mr = mlx4rs::hw::reg_mr_range(&hca, start, end).unwrap();
     let tx = TxQueue::new(
@@ -311,4 +316,48 @@ fn too_long_without_scatter_is_an_error_and_the_slot_survives() {
     free_chains(&got);
     assert_eq!(r.rx.stats().errors, 1);
     assert_eq!(r.hca.counters().rx_drops_too_long, 1);
+}
+
+#[test]
+fn buffer_outside_registered_memory_is_never_posted() {
+    // Buffers are handed out in index order: the ring takes 0..256, refills come after. Only
+    // 0..300 are registered, so from the 45th frame on the refills cannot be posted, and the
+    // second pass over the ring finds those slots empty.
+    let mut r = rig_with_mr(1, 300);
+    let mut delivered = 0;
+    // Held until the end, so that refills keep coming from fresh indexes.
+    let mut held = Vec::new();
+    for round in 0..24u32 {
+        let frames: Vec<Vec<u8>> = (0..16).map(|i| frame(round * 16 + i, 100)).collect();
+        send(&mut r, &frames);
+        let got = receive_all(&mut r);
+        for g in &got {
+            let b = bytes_of(*g);
+            assert!(
+                frames.contains(&b),
+                "a delivered frame is one that was sent, intact"
+            );
+            let (addr, _) = g.data_area();
+            let base = POOL.with(|p| p.borrow().arena.as_ptr() as usize);
+            assert!(
+                addr < base + 300 * BUF,
+                "only registered buffers were ever written"
+            );
+        }
+        delivered += got.len();
+        held.extend(got);
+    }
+    free_chains(&held);
+    let st = r.rx.stats();
+    assert!(
+        st.errors > 0,
+        "refills outside registered memory are counted"
+    );
+    assert_eq!(delivered, 300, "one frame per registered buffer");
+    // Refills that could not be posted (frames 45..=300), then frames that met empty slots.
+    assert_eq!(st.errors, (300 - 44) + (384 - 300), "{st:?}");
+    assert!(
+        r.hca.counters().rx_drops_too_long > 0,
+        "slots left empty refuse frames"
+    );
 }
