@@ -13,7 +13,7 @@ use dpdk_sys as sys;
 
 use crate::devargs::Devargs;
 use crate::mbuf::{Mbuf, Pool};
-use crate::mem::MemSource;
+use crate::mem::{DmaRange, MemSource};
 use crate::pmd_log;
 use crate::port::{self, Port};
 use crate::rxq::{RxConfig, RxQueue};
@@ -262,21 +262,23 @@ unsafe fn attach_port(
 
 /// Every memseg list's virtual range: where mbufs can live. Registered once per port so the
 /// data path never registers memory.
-fn memseg_ranges() -> Vec<(usize, usize)> {
+fn memseg_ranges() -> Vec<DmaRange> {
     unsafe extern "C" fn cb(msl: *const sys::rte_memseg_list, arg: *mut std::ffi::c_void) -> c_int {
         // SAFETY: EAL passes a live list and our Vec as `arg`.
         unsafe {
-            let v = &mut *(arg as *mut Vec<(usize, usize)>);
+            let v = &mut *(arg as *mut Vec<DmaRange>);
             let base = (*msl).__bindgen_anon_1.base_va as usize;
             if base != 0 && (*msl).len > 0 {
-                v.push((base, base + (*msl).len));
+                // A memseg list's address range is reserved until EAL cleans up, after
+                // every port is closed.
+                v.push(DmaRange::new(base, base + (*msl).len));
             }
         }
         0
     }
-    let mut v: Vec<(usize, usize)> = Vec::new();
+    let mut v: Vec<DmaRange> = Vec::new();
     // SAFETY: the callback only appends to `v`, which outlives the walk.
-    unsafe { sys::rte_memseg_list_walk(Some(cb), (&mut v as *mut Vec<(usize, usize)>).cast()) };
+    unsafe { sys::rte_memseg_list_walk(Some(cb), (&mut v as *mut Vec<DmaRange>).cast()) };
     v
 }
 

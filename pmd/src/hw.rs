@@ -3,7 +3,7 @@
 
 use mlx4_hca::{CqAttr, Hca, RqAttr, SqAttr, SqInfo};
 
-use crate::mem::{DmaBuf, Mr};
+use crate::mem::{DmaBuf, DmaRange, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell};
 use crate::ring::{CqRing, SqRing};
 
@@ -80,11 +80,10 @@ pub fn bf_reg(info: &SqInfo, copy: Copy64) -> Option<BfReg> {
     Some(unsafe { BfReg::new(bf.reg, bf.half_size, copy) })
 }
 
-/// Registers `[start, end)` with the device. The caller (port set-up) passes only ranges
-/// that stay mapped for the life of the device: DPDK memseg lists, or test arenas.
-pub fn reg_mr_range(hca: &Hca, start: usize, end: usize) -> Result<Mr, String> {
-    // SAFETY: see above; the device only reads inside the range, and only for WQEs the driver
-    // posts with buffers it owns.
+/// Registers a range with the device.
+pub fn reg_mr_range(hca: &Hca, range: DmaRange) -> Result<Mr, String> {
+    let (start, end) = (range.start(), range.end());
+    // SAFETY: a `DmaRange` stays mapped for the device's life (its constructor's contract).
     let lkey = unsafe { hca.reg_mr(start as *const u8, end - start) }
         .map_err(|e| format!("register memory {start:#x}..{end:#x}: {e}"))?;
     Ok(Mr { start, end, lkey })

@@ -84,6 +84,41 @@ impl Drop for DmaBuf {
     }
 }
 
+/// Memory the device may read and write for as long as it lives. Building one is the promise;
+/// registering it with the device is then safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DmaRange {
+    start: usize,
+    end: usize,
+}
+
+impl DmaRange {
+    /// # Safety
+    /// `[start, end)` must stay mapped, readable and writable, until every device it is
+    /// registered with is closed (DPDK memseg lists, for instance, live as long as EAL).
+    pub unsafe fn new(start: usize, end: usize) -> DmaRange {
+        assert!(start <= end);
+        DmaRange { start, end }
+    }
+
+    /// The range of a slice that is never freed.
+    pub fn of_static(mem: &'static [u8]) -> DmaRange {
+        let start = mem.as_ptr() as usize;
+        DmaRange {
+            start,
+            end: start + mem.len(),
+        }
+    }
+
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    pub fn end(&self) -> usize {
+        self.end
+    }
+}
+
 /// A registered memory region: `[start, end)` reachable by the device under `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mr {

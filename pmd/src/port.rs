@@ -6,7 +6,7 @@ use std::sync::Arc;
 use mlx4_hca::{Caps, Hca, HcaConfig, RssFields};
 
 use crate::devargs::{Devargs, WcMode};
-use crate::mem::{MemSource, Mr};
+use crate::mem::{DmaRange, MemSource, Mr};
 use crate::mmio::Copy64;
 use crate::pmd_log;
 use crate::txq::{TxConfig, TxPath, TxStats};
@@ -154,7 +154,7 @@ impl Port {
         name: &str,
         args: Devargs,
         source: MemSource,
-        mem: &[(usize, usize)],
+        mem: &[DmaRange],
     ) -> Result<Port, PortError> {
         let cfg = HcaConfig {
             wc: args.wc == WcMode::On,
@@ -173,9 +173,8 @@ impl Port {
             args.wire.as_str()
         );
         let mut mrs = Vec::with_capacity(mem.len());
-        for &(start, end) in mem {
-            // SAFETY-free: the caller guarantees these ranges stay mapped while the port lives.
-            mrs.push(crate::hw::reg_mr_range(&hca, start, end).map_err(PortError::Hca)?);
+        for &range in mem {
+            mrs.push(crate::hw::reg_mr_range(&hca, range).map_err(PortError::Hca)?);
         }
         let copy = Copy64::best();
         hca.start().map_err(|e| PortError::Hca(e.to_string()))?;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use mlx4rs::hca::{Hca, HcaConfig, Wire};
-use mlx4rs::mem::{MemSource, Mr};
+use mlx4rs::mem::{DmaRange, MemSource, Mr};
 use mlx4rs::mmio::Copy64;
 use mlx4rs::rxq::{RxBuf, RxConfig, RxMeta, RxQueue};
 use mlx4rs::txq::{TxBuf, TxConfig, TxPath, TxQueue};
@@ -177,7 +177,8 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
         let a = &p.borrow().arena;
         (a.as_ptr() as usize, a.as_ptr() as usize + registered * BUF)
     });
-    let mr: Mr = mlx4rs::hw::reg_mr_range(&hca, start, end).unwrap();
+    // SAFETY: the pool's arena is a thread-local that outlives every queue of the thread.
+    let mr: Mr = mlx4rs::hw::reg_mr_range(&hca, unsafe { DmaRange::new(start, end) }).unwrap();
     let tx = TxQueue::new(
         &hca,
         "rx_step".into(),

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use mlx4rs::devargs::BfMode;
 use mlx4rs::hca::{Hca, HcaConfig, Wire};
-use mlx4rs::mem::{MemSource, Mr};
+use mlx4rs::mem::{DmaRange, MemSource, Mr};
 use mlx4rs::mmio::Copy64;
 use mlx4rs::txq::{TxBuf, TxConfig, TxPath, TxQueue};
 use mlx4rs::wc;
@@ -192,7 +192,9 @@ fn rig(wc: bool) -> Rig {
         arena.as_ptr() as usize,
         arena.as_ptr() as usize + arena.len(),
     );
-    let mr = mlx4rs::hw::reg_mr_range(&hca, s, e).unwrap();
+    // SAFETY: the arena lives in the rig next to the device, and the rig keeps it (moving a
+    // Vec does not move its heap buffer) until both are dropped.
+    let mr = mlx4rs::hw::reg_mr_range(&hca, unsafe { DmaRange::new(s, e) }).unwrap();
     Rig {
         hca,
         wire,
@@ -532,12 +534,14 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     );
     assert_eq!(r.hca.counters().error_cqes, 1);
     // Memory back: traffic flows on the new queue.
-    let mr = mlx4rs::hw::reg_mr_range(
-        &r.hca,
-        arena.as_ptr() as usize,
-        arena.as_ptr() as usize + arena.len(),
-    )
-    .unwrap();
+    // SAFETY: the arena outlives the device (it is returned to the rig below).
+    let range = unsafe {
+        DmaRange::new(
+            arena.as_ptr() as usize,
+            arena.as_ptr() as usize + arena.len(),
+        )
+    };
+    let mr = mlx4rs::hw::reg_mr_range(&r.hca, range).unwrap();
     drop(q);
     let mut q: TxQueue<Pkt> = TxQueue::new(
         &r.hca,

@@ -54,11 +54,7 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         .map(|i| (i * 7) as u8)
         .collect();
     let frame: &'static [u8] = frame.leak();
-    let mr = mlx4rs::hw::reg_mr_range(
-        &hca,
-        frame.as_ptr() as usize,
-        frame.as_ptr() as usize + frame.len(),
-    )?;
+    let mr = mlx4rs::hw::reg_mr_range(&hca, mlx4rs::mem::DmaRange::of_static(frame))?;
     let pkts: Vec<Pkt> = frame.chunks(usize::from(c.size)).map(Pkt).collect();
     let cfg = TxConfig {
         inline_max: c.inline,
