@@ -294,8 +294,12 @@ impl<B: TxBuf> TxQueue<B> {
             return 0;
         }
         // Scratch kept in the queue: zeroing ~1.5 KB per burst cost more than a small burst.
-        let mut done = std::mem::take(&mut self.done);
-        let mut segs = std::mem::take(&mut self.segs);
+        let mut done_buf = std::mem::take(&mut self.done);
+        let mut segs_buf = std::mem::take(&mut self.segs);
+        // Fixed-size views: indexing them needs no length loads.
+        let done: &mut [B; FREE_BATCH] = (&mut done_buf[..]).try_into().expect("sized at setup");
+        let segs: &mut [(u64, u32, u32); MAX_GATHER_SEGS] =
+            (&mut segs_buf[..]).try_into().expect("sized at setup");
         let mut n_done = 0;
         let mut pending: Option<Pending> = None;
         let mut taken = 0;
@@ -326,7 +330,7 @@ impl<B: TxBuf> TxQueue<B> {
                     // Empty, too many segments, or memory the device cannot reach: it can
                     // never go out, so it is dropped and counted rather than retried forever.
                     self.prod.errors += 1;
-                    push_done::<B>(&mut done, &mut n_done, pkt, self.cfg.fast_free);
+                    push_done::<B>(done, &mut n_done, pkt, self.cfg.fast_free);
                     taken += 1;
                     continue;
                 }
@@ -368,7 +372,7 @@ impl<B: TxBuf> TxQueue<B> {
             self.prod.prod = start.wrapping_add(txbbs);
             if inline {
                 self.prod.inline_packets += 1;
-                push_done::<B>(&mut done, &mut n_done, pkt, self.cfg.fast_free);
+                push_done::<B>(done, &mut n_done, pkt, self.cfg.fast_free);
             } else {
                 self.prod.gather_packets += 1;
                 let mask = self.elts.len() as u32 - 1;
@@ -397,8 +401,8 @@ impl<B: TxBuf> TxQueue<B> {
         if n_done > 0 {
             free::<B>(&done[..n_done], self.cfg.fast_free);
         }
-        self.done = done;
-        self.segs = segs;
+        self.done = done_buf;
+        self.segs = segs_buf;
         taken
     }
 
@@ -646,7 +650,7 @@ fn create_hw(hca: &Hca, txbb_cnt: u32, cqe_cnt: u32, cfg: &TxConfig) -> Result<H
 }
 
 #[inline]
-fn push_done<B: TxBuf>(done: &mut [B], n: &mut usize, pkt: B, fast: bool) {
+fn push_done<B: TxBuf>(done: &mut [B; FREE_BATCH], n: &mut usize, pkt: B, fast: bool) {
     done[*n] = pkt;
     *n += 1;
     if *n == FREE_BATCH {
