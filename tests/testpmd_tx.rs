@@ -134,3 +134,46 @@ fn no_inline_uses_gather() {
     assert_eq!(xstat(&all, "tx_inline_packets"), Some(0));
     assert_eq!(xstat(&all, "tx_good_packets"), Some(pkts));
 }
+
+#[test]
+fn vlan_insertion_goes_through_the_doorbell() {
+    let dir = scratch_dir("txvlan");
+    let pcap = dir.join("vlan.pcap");
+    let vdev = format!("net_mlx4rs0,wire=pcap:{},wc=on", pcap.display());
+    let out = testpmd(
+        &[&vdev],
+        &[
+            "--forward-mode=txonly",
+            "--txpkts=64",
+            "--total-num-mbufs=4096",
+        ],
+        &[
+            Cmd("port stop 0"),
+            Cmd("tx_vlan set 0 291"),
+            Cmd("port start 0"),
+            Cmd("start"),
+            Sleep(800),
+            Cmd("stop"),
+            Cmd("port stop all"),
+            Cmd("show port xstats 0"),
+            Cmd("quit"),
+        ],
+        Duration::from_secs(60),
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    let frames = read_pcap(&pcap);
+    std::fs::remove_dir_all(&dir).ok();
+    let sent = xstat(&all, "tx_good_packets").unwrap();
+    assert!(sent > 0, "{all}");
+    assert_eq!(frames.len() as u64, sent);
+    for f in &frames {
+        assert_eq!(f.len(), 68, "64-byte packet plus the tag");
+        assert_eq!(&f[12..16], &[0x81, 0x00, 0x01, 0x23], "802.1Q tag, VID 291");
+        assert_eq!(&f[16..18], &[0x08, 0x00], "then the original EtherType");
+    }
+    // The BlueFlame path is live, but a VLAN-inserting WQE cannot go through it.
+    assert_eq!(xstat(&all, "tx_path_bf"), Some(1));
+    assert_eq!(xstat(&all, "tx_bf_writes"), Some(0), "{all}");
+    assert!(xstat(&all, "tx_doorbells").unwrap() > 0);
+}
