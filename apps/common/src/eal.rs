@@ -16,6 +16,25 @@ extern "C" {
 }
 
 /// Starts EAL with `args` (without the program name). Once per process.
+/// EAL arguments for these 2-core machines without hugepages, with a per-process file prefix
+/// so that runs never share EAL state.
+pub fn base_args(app: &str) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "-l",
+        "0-1",
+        "--no-huge",
+        "-m",
+        "512",
+        "--no-pci",
+        "--log-level=pmd.net.mlx4rs:warning",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.push(format!("--file-prefix={app}-{}", std::process::id()));
+    v
+}
+
 pub fn init(prog: &str, args: &[String]) -> Result<(), String> {
     let mut owned: Vec<CString> = Vec::with_capacity(args.len() + 1);
     for a in std::iter::once(prog).chain(args.iter().map(String::as_str)) {

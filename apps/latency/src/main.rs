@@ -177,19 +177,7 @@ fn xs(port: u16) -> HashMap<String, u64> {
 fn run(o: &Opts) -> Result<i32, String> {
     progress::install_interrupt();
     let t_start = Instant::now();
-    let mut eal_args: Vec<String> = [
-        "-l",
-        "0-1",
-        "--no-huge",
-        "-m",
-        "512",
-        "--no-pci",
-        "--log-level=pmd.net.mlx4rs:warning",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    eal_args.push(format!("--file-prefix=latency-{}", std::process::id()));
+    let mut eal_args = apps::eal::base_args("latency");
     eal_args.extend(o.eal.iter().cloned());
     for (i, p) in o.paths.iter().enumerate() {
         for (name, wire) in port_names(o.wire, i) {

@@ -198,19 +198,7 @@ fn sweep(s: &Sweep) -> Result<i32, String> {
     }
     vdevs.push("net_null0".into());
     vdevs.push("net_ring0".into());
-    let mut eal_args: Vec<String> = [
-        "-l",
-        "0-1",
-        "--no-huge",
-        "-m",
-        "512",
-        "--no-pci",
-        "--log-level=pmd.net.mlx4rs:warning",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    eal_args.push(format!("--file-prefix=txbench-{}", std::process::id()));
+    let mut eal_args = apps::eal::base_args("txbench");
     eal_args.extend(s.eal.iter().cloned());
     for v in &vdevs {
         eal_args.push("--vdev".into());
