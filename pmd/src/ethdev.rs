@@ -1021,7 +1021,9 @@ unsafe extern "C" fn xstats_get(
 unsafe extern "C" fn xstats_reset(dev: *mut sys::rte_eth_dev) -> c_int {
     // SAFETY: live port.
     unsafe {
+        // ethdev does not reset the basic stats when a driver resets its xstats.
         for_each_txq(dev, |_, q| q.reset_stats());
+        for_each_rxq(dev, |_, q| q.reset_stats());
         port_of(dev).hca.reset_counters();
     }
     0
