@@ -25,6 +25,11 @@ fn two_ports_link_follows_start_and_stop() {
             Cmd("show port stats 0"),
             Cmd("clear port stats all"),
             Cmd("show port stats 0"),
+            Cmd("start"),
+            Sleep(300),
+            Cmd("stop"),
+            Cmd("clear port xstats 0"),
+            Cmd("show port xstats 0"),
             Cmd("port stop all"),
             Cmd("show port info 1"),
             Cmd("quit"),
@@ -57,10 +62,28 @@ fn two_ports_link_follows_start_and_stop() {
         .collect();
     assert_eq!(status, ["down", "up", "up", "down"], "{all}");
     // Basic stats count and reset.
-    let tx = common::numbers_after(&out.stdout, "TX-packets:");
-    let (before, after) = (tx[tx.len() - 2], tx[tx.len() - 1]);
+    let shown: Vec<u64> = out
+        .stdout
+        .split("NIC statistics for port 0")
+        .skip(1)
+        .filter_map(|block| common::number_after(block, "TX-packets:"))
+        .collect();
+    let (before, after) = (shown[0], shown[1]);
     assert!(before > 0, "{all}");
     assert_eq!(after, 0, "stats reset:\n{all}");
+    // xstats reset clears driver, basic and device counters alike.
+    for name in [
+        "tx_good_packets",
+        "tx_doorbells",
+        "tx_bf_writes",
+        "hca_tx_frames",
+    ] {
+        assert_eq!(
+            common::xstat(&all, name),
+            Some(0),
+            "{name} after xstats reset:\n{all}"
+        );
+    }
     assert!(all.contains("Bye..."), "{all}");
 }
 
