@@ -102,10 +102,15 @@ impl SqRing {
     pub fn stamp(&self, from: u32, to: u32) {
         let mut c = from;
         while c != to {
-            let parity = u32::from(self.owner(c)) << 31;
-            self.first_dword(c)
-                .store((STAMP_DWORD | parity).to_be(), Ordering::Relaxed);
-            c = c.wrapping_add(1);
+            // TXBBs up to the ring's end share one pass, hence one stamp value.
+            let slot = c & (self.txbb_cnt - 1);
+            let run = (self.txbb_cnt - slot).min(to.wrapping_sub(c));
+            let value = (STAMP_DWORD | (u32::from(self.owner(c)) << 31)).to_be();
+            for i in 0..run {
+                self.first_dword(c.wrapping_add(i))
+                    .store(value, Ordering::Relaxed);
+            }
+            c = c.wrapping_add(run);
         }
     }
 }
