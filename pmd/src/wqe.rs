@@ -75,10 +75,34 @@ pub fn write_ctrl(wqe: &mut [u8], ds: u8, off: TxOffloads, signaled: bool) {
 
 /// Copies the packet's segments into inline chunks. `wqe` spans the whole WQE (whole TXBBs);
 /// `len` is the sum of the segment lengths.
-pub fn write_inline<'a>(wqe: &mut [u8], len: usize, segs: impl Iterator<Item = &'a [u8]>) {
-    let ctrl = CtrlSeg::<&[u8]>::LEN;
+pub fn write_inline<'a>(wqe: &mut [u8], len: usize, mut segs: impl Iterator<Item = &'a [u8]>) {
+    let first_seg = segs.next().unwrap_or(&[]);
+    if first_seg.len() == len {
+        // One segment, the common case: whole chunks, the first one of a constant size.
+        copy_chunks(wqe, first_seg);
+    } else {
+        copy_pieces(wqe, std::iter::once(first_seg).chain(segs));
+    }
+    write_inline_headers(wqe, len);
+}
+
+fn copy_chunks(wqe: &mut [u8], pkt: &[u8]) {
+    let data = CtrlSeg::<&[u8]>::LEN + 4;
+    if pkt.len() <= FIRST_CHUNK {
+        wqe[data..data + pkt.len()].copy_from_slice(pkt);
+        return;
+    }
+    wqe[data..TXBB_SIZE].copy_from_slice(&pkt[..FIRST_CHUNK]);
+    for (i, piece) in pkt[FIRST_CHUNK..].chunks(NEXT_CHUNK).enumerate() {
+        let at = TXBB_SIZE * (i + 1) + 4;
+        wqe[at..at + piece.len()].copy_from_slice(piece);
+    }
+}
+
+/// Any number of segments, split wherever a 64-byte chunk ends.
+fn copy_pieces<'a>(wqe: &mut [u8], segs: impl Iterator<Item = &'a [u8]>) {
     // Position of the next data byte and the end of the current chunk.
-    let mut pos = ctrl + 4;
+    let mut pos = CtrlSeg::<&[u8]>::LEN + 4;
     let mut chunk_end = TXBB_SIZE;
     for mut s in segs {
         while !s.is_empty() {
@@ -92,6 +116,11 @@ pub fn write_inline<'a>(wqe: &mut [u8], len: usize, segs: impl Iterator<Item = &
             s = &s[n..];
         }
     }
+}
+
+/// The chunk headers, the later ones behind a barrier.
+fn write_inline_headers(wqe: &mut [u8], len: usize) {
+    let ctrl = CtrlSeg::<&[u8]>::LEN;
     let first = len.min(FIRST_CHUNK);
     put_be32(wqe, ctrl, INLINE_SEG_FLAG | first as u32);
     // Later headers are the first dwords of their TXBBs: the device must never see one
@@ -167,6 +196,24 @@ mod tests {
         assert_eq!(&wqe[128..132], &[0x80, 0, 0, 6]);
         assert_eq!(&wqe[132..138], &pkt[104..]);
         assert_eq!(wqe[138], 0xee, "nothing written past the data");
+    }
+
+    #[test]
+    fn one_segment_and_many_lay_out_the_same() {
+        let pkt: Vec<u8> = (0..928u32).map(|i| (i * 31 + 7) as u8).collect();
+        for len in 1..=928 {
+            let bytes = inline_wqe_bytes(len).div_ceil(TXBB_SIZE) * TXBB_SIZE;
+            let (mut one, mut many) = (vec![0xeeu8; bytes], vec![0xeeu8; bytes]);
+            write_inline(&mut one, len, std::iter::once(&pkt[..len]));
+            let cuts = [len / 3, len / 3 + len / 4, len];
+            let pieces = [
+                &pkt[..cuts[0]],
+                &pkt[cuts[0]..cuts[1]],
+                &pkt[cuts[1]..cuts[2]],
+            ];
+            write_inline(&mut many, len, pieces.into_iter());
+            assert_eq!(one, many, "len {len}");
+        }
     }
 
     #[test]
