@@ -18,8 +18,8 @@ need_root() {
   fi
 }
 
-pkgs=(dpdk dpdk-dev libdpdk-dev clang libclang-dev pkg-config dpkg-dev libpcap-dev
-      iproute2 tcpdump meson ninja-build gcc libc6-dev valgrind python3 fonts-dejavu-core)
+pkgs=(dpdk dpdk-dev libdpdk-dev clang libclang-dev pkg-config dpkg-dev
+      iproute2 meson ninja-build gcc libc6-dev valgrind python3 fonts-dejavu-core)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
