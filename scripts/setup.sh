@@ -53,10 +53,10 @@ if [ ! -f "$src/lib/ethdev/ethdev_driver.h" ]; then
       updated=0
     fi
   done
-  if [ -f /etc/apt/sources.list ] && grep -q '^deb ' /etc/apt/sources.list \
-     && ! grep -q '^deb-src ' /etc/apt/sources.list; then
-    sed -n 's/^deb \(.*\)$/deb-src \1/p' /etc/apt/sources.list > /etc/apt/sources.list.d/mlx4rs-src.list
-    updated=0
+  if ! grep -qs 'deb-src' /etc/apt/sources.list.d/*.sources; then
+    echo "setup: no deb822 Debian source (/etc/apt/sources.list.d/*.sources) to enable deb-src in;" \
+         "enable deb-src for the Debian entries by hand, then rerun" >&2
+    exit 1
   fi
   apt_update
   mkdir -p "$cache"
