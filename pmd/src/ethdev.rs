@@ -358,14 +358,7 @@ unsafe extern "C" fn dev_start(dev: *mut sys::rte_eth_dev) -> c_int {
     if rc != 0 {
         return rc;
     }
-    for i in 0..d.nb_rx_queues as usize {
-        // SAFETY: ethdev sized the state arrays with nb_rx_queues / nb_tx_queues.
-        unsafe { *d.rx_queue_state.as_mut_ptr().add(i) = sys::RTE_ETH_QUEUE_STATE_STARTED as u8 };
-    }
-    for i in 0..d.nb_tx_queues as usize {
-        // SAFETY: as above.
-        unsafe { *d.tx_queue_state.as_mut_ptr().add(i) = sys::RTE_ETH_QUEUE_STATE_STARTED as u8 };
-    }
+    set_queue_states(d, sys::RTE_ETH_QUEUE_STATE_STARTED);
     // SAFETY: live port.
     unsafe { set_link(dev, p.link_up()) };
     0
@@ -377,7 +370,11 @@ unsafe extern "C" fn dev_stop(dev: *mut sys::rte_eth_dev) -> c_int {
     unsafe {
         for_each_txq(dev, |i, q| {
             if !q.drain(std::time::Duration::from_secs(1)) {
-                pmd_log!(WARNING, "TX queue {i}: the device did not drain within 1 s");
+                pmd_log!(
+                    WARNING,
+                    "{}: TX queue {i}: the device did not drain within 1 s",
+                    port_of(dev).name
+                );
             }
         })
     };
@@ -399,14 +396,7 @@ unsafe extern "C" fn dev_stop(dev: *mut sys::rte_eth_dev) -> c_int {
             }
         });
     };
-    for i in 0..d.nb_rx_queues as usize {
-        // SAFETY: ethdev sized the state arrays with nb_rx_queues / nb_tx_queues.
-        unsafe { *d.rx_queue_state.as_mut_ptr().add(i) = sys::RTE_ETH_QUEUE_STATE_STOPPED as u8 };
-    }
-    for i in 0..d.nb_tx_queues as usize {
-        // SAFETY: as above.
-        unsafe { *d.tx_queue_state.as_mut_ptr().add(i) = sys::RTE_ETH_QUEUE_STATE_STOPPED as u8 };
-    }
+    set_queue_states(d, sys::RTE_ETH_QUEUE_STATE_STOPPED);
     // SAFETY: live port.
     unsafe { set_link(dev, false) };
     0
@@ -505,17 +495,49 @@ unsafe extern "C" fn link_update(dev: *mut sys::rte_eth_dev, _wait: c_int) -> c_
     unsafe { set_link(dev, up) }
 }
 
+fn set_queue_states(d: &mut sys::rte_eth_dev_data, state: u32) {
+    let (rx, tx) = (usize::from(d.nb_rx_queues), usize::from(d.nb_tx_queues));
+    // ethdev sizes the fixed state arrays for the most queues a port can have.
+    d.rx_queue_state[..rx].fill(state as u8);
+    d.tx_queue_state[..tx].fill(state as u8);
+}
+
+/// The queue in slot `i` of an ethdev queue array, if one was set up.
+///
+/// # Safety
+/// `slots` must be a live port's `rx_queues` or `tx_queues` array with more than `i` entries,
+/// each NULL or a `Box<Q>` leaked by the matching setup op; control ops do not race the data
+/// path on a queue.
+unsafe fn queue<'a, Q>(slots: *mut *mut std::ffi::c_void, i: usize) -> Option<&'a mut Q> {
+    // SAFETY: guaranteed by the caller.
+    unsafe { (*slots.add(i) as *mut Q).as_mut() }
+}
+
+/// Drops the queue in slot `i` (if any) and empties the slot.
+///
+/// # Safety
+/// As for [`queue`].
+unsafe fn release_queue<Q>(slots: *mut *mut std::ffi::c_void, i: usize) {
+    // SAFETY: guaranteed by the caller: the slot holds NULL or a leaked Box<Q>.
+    unsafe {
+        let slot = slots.add(i);
+        let q = *slot as *mut Q;
+        if !q.is_null() {
+            drop(Box::from_raw(q));
+            *slot = ptr::null_mut();
+        }
+    }
+}
+
 /// # Safety
 /// `dev` must be a live port; the closure sees each configured TX queue.
 unsafe fn for_each_txq(dev: *mut sys::rte_eth_dev, mut f: impl FnMut(usize, &mut TxQ)) {
     // SAFETY: live port.
     let d = unsafe { data(dev) };
-    for i in 0..d.nb_tx_queues as usize {
-        // SAFETY: the array has nb_tx_queues entries, each NULL or a queue we set up.
-        let q = unsafe { *d.tx_queues.add(i) } as *mut TxQ;
-        if !q.is_null() {
-            // SAFETY: set by tx_queue_setup; control ops do not race the data path on a queue.
-            f(i, unsafe { &mut *q });
+    for i in 0..usize::from(d.nb_tx_queues) {
+        // SAFETY: the array has nb_tx_queues entries of this driver's TX queues.
+        if let Some(q) = unsafe { queue::<TxQ>(d.tx_queues, i) } {
+            f(i, q);
         }
     }
 }
@@ -525,12 +547,10 @@ unsafe fn for_each_txq(dev: *mut sys::rte_eth_dev, mut f: impl FnMut(usize, &mut
 unsafe fn for_each_rxq(dev: *mut sys::rte_eth_dev, mut f: impl FnMut(usize, &mut RxQ)) {
     // SAFETY: live port.
     let d = unsafe { data(dev) };
-    for i in 0..d.nb_rx_queues as usize {
-        // SAFETY: the array has nb_rx_queues entries, each NULL or a queue we set up.
-        let q = unsafe { *d.rx_queues.add(i) } as *mut RxQ;
-        if !q.is_null() {
-            // SAFETY: set by rx_queue_setup.
-            f(i, unsafe { &mut *q });
+    for i in 0..usize::from(d.nb_rx_queues) {
+        // SAFETY: the array has nb_rx_queues entries of this driver's RX queues.
+        if let Some(q) = unsafe { queue::<RxQ>(d.rx_queues, i) } {
+            f(i, q);
         }
     }
 }
@@ -791,13 +811,10 @@ unsafe extern "C" fn rxq_info_get(
 ) {
     // SAFETY: live port; ethdev checked qid and zeroed info.
     let (d, info) = unsafe { (data(dev), &mut *info) };
-    // SAFETY: qid < nb_rx_queues.
-    let q = unsafe { *d.rx_queues.add(usize::from(qid)) } as *mut RxQ;
-    if q.is_null() {
+    // SAFETY: qid < nb_rx_queues, checked by ethdev.
+    let Some(q) = (unsafe { queue::<RxQ>(d.rx_queues, usize::from(qid)) }) else {
         return;
-    }
-    // SAFETY: set by rx_queue_setup.
-    let q = unsafe { &*q };
+    };
     info.mp = q.pool().0;
     info.nb_desc = q.nb_desc() as u16;
     info.scattered_rx = u8::from(q.sges() > 1);
@@ -811,13 +828,10 @@ unsafe extern "C" fn txq_info_get(
 ) {
     // SAFETY: live port; ethdev checked qid and zeroed info.
     let (d, info) = unsafe { (data(dev), &mut *info) };
-    // SAFETY: qid < nb_tx_queues.
-    let q = unsafe { *d.tx_queues.add(usize::from(qid)) } as *mut TxQ;
-    if q.is_null() {
+    // SAFETY: qid < nb_tx_queues, checked by ethdev.
+    let Some(q) = (unsafe { queue::<TxQ>(d.tx_queues, usize::from(qid)) }) else {
         return;
-    }
-    // SAFETY: set by tx_queue_setup.
-    let q = unsafe { &*q };
+    };
     info.nb_desc = q.nb_desc() as u16;
     info.conf.offloads = d.dev_conf.txmode.offloads;
 }
@@ -857,17 +871,8 @@ unsafe extern "C" fn tx_queue_setup(
 }
 
 unsafe extern "C" fn tx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
-    // SAFETY: live port, qid in range.
-    let d = unsafe { data(dev) };
-    // SAFETY: the slot holds NULL or a Box<TxQueue> from tx_queue_setup.
-    unsafe {
-        let slot = d.tx_queues.add(qid as usize);
-        let q = *slot as *mut TxQ;
-        if !q.is_null() {
-            drop(Box::from_raw(q));
-            *slot = ptr::null_mut();
-        }
-    }
+    // SAFETY: live port, qid < nb_tx_queues; the slot holds NULL or a TX queue of ours.
+    unsafe { release_queue::<TxQ>(data(dev).tx_queues, usize::from(qid)) }
 }
 
 /// RX offloads: checksum verdicts, RSS hash, scattered frames.
@@ -953,17 +958,8 @@ unsafe extern "C" fn rx_burst(
 }
 
 unsafe extern "C" fn rx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
-    // SAFETY: live port, qid in range.
-    let d = unsafe { data(dev) };
-    // SAFETY: the slot holds NULL or a Box<RxQueue> from rx_queue_setup.
-    unsafe {
-        let slot = d.rx_queues.add(qid as usize);
-        let q = *slot as *mut RxQ;
-        if !q.is_null() {
-            drop(Box::from_raw(q));
-            *slot = ptr::null_mut();
-        }
-    }
+    // SAFETY: live port, qid < nb_rx_queues; the slot holds NULL or an RX queue of ours.
+    unsafe { release_queue::<RxQ>(data(dev).rx_queues, usize::from(qid)) }
 }
 
 /// # Safety

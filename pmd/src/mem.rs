@@ -132,3 +132,33 @@ impl Mr {
         addr >= self.start && addr.saturating_add(len) <= self.end
     }
 }
+
+/// The lkey of a buffer: the registered regions with a one-entry cache in front, so that the
+/// common case on the data path is two compares.
+#[derive(Debug, Clone, Default)]
+pub struct Lkeys {
+    regions: std::sync::Arc<[Mr]>,
+    last: Option<Mr>,
+}
+
+impl Lkeys {
+    pub fn new(regions: std::sync::Arc<[Mr]>) -> Lkeys {
+        Lkeys {
+            regions,
+            last: None,
+        }
+    }
+
+    /// The key covering `[addr, addr + len)`, or None if no registered region does.
+    #[inline]
+    pub fn lookup(&mut self, addr: usize, len: usize) -> Option<u32> {
+        match self.last {
+            Some(m) if m.contains(addr, len) => Some(m.lkey),
+            _ => {
+                let m = *self.regions.iter().find(|m| m.contains(addr, len))?;
+                self.last = Some(m);
+                Some(m.lkey)
+            }
+        }
+    }
+}

@@ -96,6 +96,17 @@ impl SqRing {
         c & self.txbb_cnt != 0
     }
 
+    /// The owner word of a WQE with `opcode` at counter `c` (host order, for `publish`).
+    #[inline(always)]
+    pub fn owner_word(&self, c: u32, opcode: u8) -> u32 {
+        let owner = if self.owner(c) {
+            mlx4_prm::owner_opcode::OWNER
+        } else {
+            0
+        };
+        u32::from(opcode) | owner
+    }
+
     /// Stamps the TXBBs in `[from, to)` (counters) after their completion: each first dword
     /// becomes `0x7fffffff` with bit 31 = the parity of the pass just consumed, so the slot is
     /// invalid for the next pass until a new WQE is published there.
@@ -186,16 +197,18 @@ impl CqRing {
         Some(Cqe::new_unchecked(cqe))
     }
 
+    /// Starts over at entry 0, for a CQ being created anew on the same memory (the device
+    /// initialises its entries at creation).
+    pub fn rewind(&mut self) {
+        self.ci = 0;
+    }
+
     /// Tells the device how far we consumed, once per batch of CQEs.
     #[inline]
     pub fn update_ci(&self) {
         // SAFETY: the record is inside our buffer, 4-byte aligned; the device reads it atomically.
         let rec = unsafe { AtomicU32::from_ptr(self.set_ci_db_ptr()) };
         rec.store((self.ci & 0x00ff_ffff).to_be(), Ordering::Release);
-    }
-
-    pub fn ci(&self) -> u32 {
-        self.ci
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use mlx4_hca::Hca;
 use mlx4_prm::{cqe_opcode, rx_status, DataSeg};
 
-use crate::mem::{DmaBuf, MemSource, Mr};
+use crate::mem::{DmaBuf, Lkeys, MemSource, Mr};
 use crate::ring::CqRing;
 
 /// Offload results of one received frame, in DPDK's terms.
@@ -118,6 +118,8 @@ pub struct RxConfig {
 
 /// Frames handled per bulk allocation.
 const CHUNK: usize = 64;
+/// Buffers one chunk may need (a chunk is cut shorter on queues with many scatter entries).
+const FRESH: usize = CHUNK * 4;
 
 pub struct RxQueue<B: RxBuf> {
     /// Next WQE expected to complete (free-running).
@@ -130,8 +132,9 @@ pub struct RxQueue<B: RxBuf> {
     pool: B::Pool,
     /// `wqe_cnt * sges` posted buffers, WQE-major.
     elts: Box<[B]>,
-    mrs: Arc<[Mr]>,
-    mr_cache: Option<Mr>,
+    /// Replacement buffers of one chunk (kept here rather than zeroed on every burst).
+    fresh: Box<[B]>,
+    lkeys: Lkeys,
     /// Bytes each buffer takes (they all come from one pool).
     room: u32,
     hca: Hca,
@@ -177,8 +180,8 @@ impl<B: RxBuf> RxQueue<B> {
             cfg,
             pool,
             elts,
-            mrs,
-            mr_cache: None,
+            fresh: vec![B::default(); FRESH].into_boxed_slice(),
+            lkeys: Lkeys::new(mrs),
             room,
             hca: hca.clone(),
             qpn: 0,
@@ -223,10 +226,10 @@ impl<B: RxBuf> RxQueue<B> {
         crate::ring::atomic_u32_at(&self.rq, self.rq.len() - DB_SPACE)
     }
 
-    /// Creates the CQ and RQ on the device and posts the whole ring.
+    /// Creates the CQ and RQ on the device (which initialises the CQ's memory) and hands it
+    /// the whole ring.
     fn attach(&mut self) -> Result<(), String> {
-        self.cq =
-            CqRing::new(self.wqe_cnt, self.cfg.source).ok_or("out of memory for the RX CQ")?;
+        self.cq.rewind();
         self.rq_ci = 0;
         let (cqn, qpn) = crate::hw::create_rq_cq(
             &self.hca,
@@ -237,11 +240,17 @@ impl<B: RxBuf> RxQueue<B> {
             self.rq.len() - DB_SPACE,
         )?;
         (self.cqn, self.qpn) = (cqn, qpn);
+        self.post_all();
+        Ok(())
+    }
+
+    /// Hands the device every WQE up to a full ring ahead of the consumer: the RQ doorbell
+    /// record, written after the entries it covers.
+    fn post_all(&self) {
         self.db_rec().store(
             (self.rq_ci.wrapping_add(self.wqe_cnt) & 0xffff).to_be(),
             Ordering::Release,
         );
-        Ok(())
     }
 
     fn detach(&mut self) {
@@ -255,21 +264,10 @@ impl<B: RxBuf> RxQueue<B> {
         self.attach()
     }
 
-    fn lkey(&mut self, addr: usize, len: usize) -> Option<u32> {
-        match self.mr_cache {
-            Some(m) if m.contains(addr, len) => Some(m.lkey),
-            _ => {
-                let m = *self.mrs.iter().find(|m| m.contains(addr, len))?;
-                self.mr_cache = Some(m);
-                Some(m.lkey)
-            }
-        }
-    }
-
     /// Writes scatter entry `i` for the buffer in `elts[i]`.
     fn post(&mut self, i: usize) -> bool {
         let (addr, room) = self.elts[i].data_area();
-        let Some(lkey) = self.lkey(addr, room as usize) else {
+        let Some(lkey) = self.lkeys.lookup(addr, room as usize) else {
             return false;
         };
         let at = i * DataSeg::<&[u8]>::LEN;
@@ -299,34 +297,37 @@ impl<B: RxBuf> RxQueue<B> {
             // A chunk's replacements must fit `fresh`, whatever the frames' sizes.
             let want = (out.len() - got)
                 .min(CHUNK)
-                .min(CHUNK * 4 / self.cfg.sges as usize)
+                .min(FRESH / self.cfg.sges as usize)
                 .max(1);
-            // Take the chunk's CQEs first so one bulk allocation covers all its frames.
-            let mut cqes = [(0u32, 0u32, 0u32, 0u8); CHUNK];
+            // Take the chunk's CQEs first so one bulk allocation covers all its frames; an
+            // error CQE (frame too long for the posted buffers) takes no buffer.
+            let mut cqes = [(0u32, 0u32, 0u32, 0usize); CHUNK];
             let mut n = 0;
             let mut need = 0usize;
             while n < want {
                 let Some(c) = self.cq.poll() else { break };
-                let op = c.opcode();
                 let len = c.byte_cnt();
-                if op != cqe_opcode::ERROR {
-                    need += self.segments_for(len);
-                }
-                cqes[n] = (len, c.status(), c.immed_rss_invalid(), op);
+                let k = if c.opcode() == cqe_opcode::ERROR {
+                    0
+                } else {
+                    self.segments_for(len)
+                };
+                need += k;
+                cqes[n] = (len, c.status(), c.immed_rss_invalid(), k);
                 n += 1;
             }
             if n == 0 {
                 break;
             }
             consumed = true;
-            let mut fresh = [B::default(); CHUNK * 4];
-            let alloc_ok = need <= fresh.len() && B::alloc_bulk(self.pool, &mut fresh[..need]);
+            let mut fresh = std::mem::take(&mut self.fresh);
+            let alloc_ok = B::alloc_bulk(self.pool, &mut fresh[..need]);
             let mut f = 0;
-            for &(len, status, hash, op) in &cqes[..n] {
+            for &(len, status, hash, k) in &cqes[..n] {
                 let slot = (self.rq_ci & (self.wqe_cnt - 1)) as usize;
                 self.rq_ci = self.rq_ci.wrapping_add(1);
-                if op == cqe_opcode::ERROR {
-                    // Too long for the posted buffers: the slot keeps its buffers.
+                if k == 0 {
+                    // The slot keeps its buffers.
                     self.stats.errors += 1;
                     continue;
                 }
@@ -334,7 +335,6 @@ impl<B: RxBuf> RxQueue<B> {
                     self.stats.nombuf += 1;
                     continue;
                 }
-                let k = self.segments_for(len);
                 let base = slot * self.cfg.sges as usize;
                 // Chain from the last segment back, so each knows its successor.
                 let mut next: Option<B> = None;
@@ -363,17 +363,14 @@ impl<B: RxBuf> RxQueue<B> {
                     }
                 }
             }
+            self.fresh = fresh;
             if n < want {
                 break;
             }
         }
         if consumed {
             self.cq.update_ci();
-            // Re-posted entries must be visible before the device may use their slots.
-            self.db_rec().store(
-                (self.rq_ci.wrapping_add(self.wqe_cnt) & 0xffff).to_be(),
-                Ordering::Release,
-            );
+            self.post_all();
         }
         got
     }

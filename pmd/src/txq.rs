@@ -12,7 +12,7 @@ use mlx4_prm::{
     cqe_opcode, opcode, owner_opcode, CtrlSeg, SQ_HEADROOM_BYTES, TXBB_SHIFT, TXBB_SIZE,
 };
 
-use crate::mem::{MemSource, Mr};
+use crate::mem::{Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell, Txbb};
 use crate::pmd_log;
 use crate::ring::{txbbs_for, CqRing, SqRing};
@@ -67,7 +67,7 @@ pub struct TxStats {
     pub error_cqes: u64,
 }
 
-/// Fields only `tx_burst`'s posting side writes: one cache line of their own.
+/// Fields only `tx_burst`'s posting side writes: cache lines of their own.
 #[repr(C, align(64))]
 #[derive(Default)]
 struct Producer {
@@ -80,7 +80,7 @@ struct Producer {
     /// WQEs and TXBBs posted since the last one that asked for a completion.
     since_comp: u32,
     txbbs_since_comp: u32,
-    mr_cache: Option<Mr>,
+    lkeys: Lkeys,
     packets: u64,
     bytes: u64,
     errors: u64,
@@ -153,11 +153,9 @@ pub struct TxQueue<B: TxBuf> {
     headroom: u32,
     comp_every: u32,
     comp_txbbs: u32,
-    bf_live: bool,
     /// Buffers of gather WQEs, held until their completion.
     elts: Box<[B]>,
     marks: Box<[CompMark]>,
-    mrs: Arc<[Mr]>,
     /// Inline packets of the current burst, freed together at its end.
     done: Box<[B]>,
     /// Data segments of the packet being posted.
@@ -197,9 +195,11 @@ impl<B: TxBuf> TxQueue<B> {
         // At most one mark per comp_every WQEs or comp_txbbs TXBBs in flight, plus slack.
         let marks_n = (txbb_cnt / comp_every.min(comp_txbbs) + 4).next_power_of_two();
         let hw = create_hw(hca, txbb_cnt, marks_n, &cfg)?;
-        let bf_live = cfg.path == TxPath::BlueFlame && hw.bf.is_some();
         Ok(TxQueue {
-            prod: Producer::default(),
+            prod: Producer {
+                lkeys: Lkeys::new(mrs),
+                ..Producer::default()
+            },
             comp: Completion::default(),
             hw,
             hca: hca.clone(),
@@ -210,10 +210,8 @@ impl<B: TxBuf> TxQueue<B> {
             headroom,
             comp_every,
             comp_txbbs,
-            bf_live,
             elts: vec![B::default(); elts_n as usize].into_boxed_slice(),
             marks: vec![CompMark::default(); marks_n as usize].into_boxed_slice(),
-            mrs,
             done: vec![B::default(); FREE_BATCH].into_boxed_slice(),
             segs: vec![(0, 0, 0); MAX_GATHER_SEGS].into_boxed_slice(),
         })
@@ -228,11 +226,11 @@ impl<B: TxBuf> TxQueue<B> {
         self.elts.len() as u32
     }
 
+    /// The configured path, unless the device gave this queue no BF register.
     pub fn path(&self) -> TxPath {
-        if self.bf_live {
-            TxPath::BlueFlame
-        } else {
-            TxPath::Doorbell
+        match self.hw.bf {
+            Some(_) => self.cfg.path,
+            None => TxPath::Doorbell,
         }
     }
 
@@ -272,20 +270,6 @@ impl<B: TxBuf> TxQueue<B> {
         used + txbbs + self.headroom <= self.txbb_cnt && elts_ok && marks_ok
     }
 
-    /// Finds the lkey covering `[addr, addr+len)`: a one-entry cache in front of the
-    /// registered regions, so the common case is two compares.
-    #[inline]
-    fn lkey(&mut self, addr: usize, len: usize) -> Option<u32> {
-        if let Some(mr) = self.prod.mr_cache {
-            if mr.contains(addr, len) {
-                return Some(mr.lkey);
-            }
-        }
-        let mr = *self.mrs.iter().find(|m| m.contains(addr, len))?;
-        self.prod.mr_cache = Some(mr);
-        Some(mr.lkey)
-    }
-
     /// Posts as many of `pkts` as fit; returns how many were taken. Taken packets belong to
     /// the queue (sent, or dropped and counted in `errors` if they can never be sent).
     pub fn burst(&mut self, pkts: &[B]) -> usize {
@@ -317,7 +301,7 @@ impl<B: TxBuf> TxQueue<B> {
                         ok = false;
                         break;
                     }
-                    match self.lkey(s.as_ptr() as usize, s.len()) {
+                    match self.prod.lkeys.lookup(s.as_ptr() as usize, s.len()) {
                         Some(lkey) => segs[nsegs] = (s.as_ptr() as u64, s.len() as u32, lkey),
                         None => {
                             ok = false;
@@ -354,7 +338,7 @@ impl<B: TxBuf> TxQueue<B> {
                 self.publish(p, false);
             }
             if pad > 0 {
-                self.post_nop_pad(pad);
+                self.post_nop(pad, false);
             }
             let start = self.prod.prod;
             let signaled = self.prod.since_comp + 1 >= self.comp_every
@@ -418,42 +402,39 @@ impl<B: TxBuf> TxQueue<B> {
         self.prod.txbbs_since_comp = 0;
     }
 
-    /// A NOP filling the ring up to its end, so that no WQE wraps (a wrapped WQE could not go
-    /// through BlueFlame, and building it would need a bounce buffer).
-    fn post_nop_pad(&mut self, txbbs: u32) {
+    /// Publishes a NOP of `txbbs` TXBBs. Unsignaled, it pads the ring up to its end so that
+    /// no WQE wraps (a wrapped WQE could not go through BlueFlame, and building it would need
+    /// a bounce buffer); signaled, its completion covers everything posted before it.
+    fn post_nop(&mut self, txbbs: u32, signaled: bool) {
         let start = self.prod.prod;
         let ds = (txbbs * 4).min(u32::from(mlx4_prm::MAX_WQE_DS)) as u8;
         wqe::write_ctrl(
             self.hw.sq.wqe_mut(start, 1),
             ds,
             TxOffloads::default(),
-            false,
+            signaled,
         );
         self.prod.prod = start.wrapping_add(txbbs);
-        self.prod.txbbs_since_comp += txbbs;
-        let owner = if self.hw.sq.owner(start) {
-            owner_opcode::OWNER
+        if signaled {
+            self.push_mark(start);
         } else {
-            0
-        };
-        self.hw.sq.publish(start, u32::from(opcode::NOP) | owner);
+            self.prod.txbbs_since_comp += txbbs;
+        }
+        self.hw
+            .sq
+            .publish(start, self.hw.sq.owner_word(start, opcode::NOP));
     }
 
     /// Hands a WQE to the device. For the last WQE of a burst, also tells the device: a
     /// BlueFlame copy when that path is live and the WQE fits a half, else the doorbell.
     #[inline]
     fn publish(&mut self, p: Pending, last: bool) {
-        let owner = if self.hw.sq.owner(p.start) {
-            owner_opcode::OWNER
-        } else {
-            0
-        };
-        let word = u32::from(opcode::SEND) | owner;
+        let word = self.hw.sq.owner_word(p.start, opcode::SEND);
         if !last {
             self.hw.sq.publish(p.start, word);
             return;
         }
-        if self.bf_live && p.bf_ok {
+        if self.cfg.path == TxPath::BlueFlame && p.bf_ok {
             if let Some(bf) = self.hw.bf.as_mut() {
                 if (p.txbbs as usize) * TXBB_SIZE <= bf.half_size() {
                     let counter = (p.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
@@ -557,11 +538,8 @@ impl<B: TxBuf> TxQueue<B> {
     pub fn reset(&mut self) -> Result<(), String> {
         self.destroy_hw();
         self.free_elts(self.prod.elts_head);
-        let hw = create_hw(&self.hca, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
-        self.bf_live = self.cfg.path == TxPath::BlueFlame && hw.bf.is_some();
-        self.hw = hw;
-        let (head, tail) = (self.prod.elts_head, self.comp.elts_tail);
-        debug_assert_eq!(head, tail);
+        self.hw = create_hw(&self.hca, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
+        debug_assert_eq!(self.prod.elts_head, self.comp.elts_tail);
         (self.prod.prod, self.prod.marks_head, self.prod.since_comp) = (0, 0, 0);
         self.prod.txbbs_since_comp = 0;
         (self.comp.cons, self.comp.marks_tail) = (0, 0);
@@ -590,28 +568,15 @@ impl<B: TxBuf> TxQueue<B> {
             }
             let unsignaled = self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0;
             if unsignaled && self.room(1, false) {
-                self.post_signaled_nop();
+                self.post_nop(1, true);
+                self.hw.doorbell.ring();
+                self.prod.doorbells += 1;
             }
             if start.elapsed() >= limit {
                 return false;
             }
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
-    }
-
-    fn post_signaled_nop(&mut self) {
-        let start = self.prod.prod;
-        wqe::write_ctrl(self.hw.sq.wqe_mut(start, 1), 1, TxOffloads::default(), true);
-        self.prod.prod = start.wrapping_add(1);
-        self.push_mark(start);
-        let owner = if self.hw.sq.owner(start) {
-            owner_opcode::OWNER
-        } else {
-            0
-        };
-        self.hw.sq.publish(start, u32::from(opcode::NOP) | owner);
-        self.hw.doorbell.ring();
-        self.prod.doorbells += 1;
     }
 
     /// `tx_done_cleanup`: reclaims completed buffers; returns how many were freed.
@@ -636,7 +601,6 @@ fn create_hw(hca: &Hca, txbb_cnt: u32, cqe_cnt: u32, cfg: &TxConfig) -> Result<H
     let sq = SqRing::new(txbb_cnt, cfg.source).ok_or("out of memory for the send ring")?;
     let cq = CqRing::new(cqe_cnt, cfg.source).ok_or("out of memory for the CQ")?;
     let (cqn, info) = crate::hw::create_sq_cq(hca, &sq, &cq)?;
-    // SAFETY-free: the device handed out these pages for the life of the SQ.
     let doorbell = crate::hw::doorbell(&info);
     let bf = crate::hw::bf_reg(&info, cfg.copy);
     Ok(HwQueue {
