@@ -442,3 +442,27 @@ fn checksum_offload_through_the_csum_engine() {
     assert_eq!(common::number_after(&all, "Bad-ipcsum:"), Some(0), "{all}");
     assert_eq!(common::number_after(&all, "Bad-l4csum:"), Some(0), "{all}");
 }
+
+#[test]
+fn scattered_queue_reports_descriptors_as_buffers() {
+    // Descriptors count buffers, as in mlx4: 1024 of them over 9018-byte frames make fewer
+    // WQEs, but the queue still reports the 1024 it was given.
+    let out = testpmd(
+        &["net_mlx4rs0"],
+        &[
+            "--max-pkt-len=9018",
+            "--enable-scatter",
+            "--total-num-mbufs=8192",
+        ],
+        &[Cmd("show rxq info 0 0"), Cmd("quit")],
+        LIMIT,
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("RX scattered packets: on"), "{all}");
+    assert_eq!(
+        common::number_after(&all, "Number of RXDs:"),
+        Some(1024),
+        "{all}"
+    );
+}

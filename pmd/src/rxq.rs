@@ -210,8 +210,9 @@ impl<B: RxBuf> RxQueue<B> {
         self.stats = RxStats::default();
     }
 
+    /// Descriptors as setup counts them: posted buffers (WQEs times scatter entries).
     pub fn nb_desc(&self) -> u32 {
-        self.wqe_cnt
+        self.elts.len() as u32
     }
 
     pub fn sges(&self) -> u32 {
