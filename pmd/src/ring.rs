@@ -198,9 +198,12 @@ impl CqRing {
     }
 
     /// Starts over at entry 0, for a CQ being created anew on the same memory (the device
-    /// initialises its entries at creation).
+    /// initialises its entries at creation). The consumer record starts over too, as a
+    /// driver zeroes it before creating a CQ: left at the old queue's index, it tells the
+    /// device that the new CQ is full.
     pub fn rewind(&mut self) {
         self.ci = 0;
+        self.update_ci();
     }
 
     /// Tells the device how far we consumed, once per batch of CQEs.

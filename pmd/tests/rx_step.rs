@@ -362,3 +362,28 @@ fn buffer_outside_registered_memory_is_never_posted() {
         "slots left empty refuse frames"
     );
 }
+
+#[test]
+fn receive_resumes_after_the_queue_is_reset() {
+    // A port stop resets every RX queue onto fresh device queues over the same memory. The CQ
+    // consumer record must start over with the CQ, or the device sees the new CQ as full and
+    // holds every frame back (stop/start killed receive once a frame had been received).
+    let before = free_count();
+    {
+        let mut r = rig(1);
+        for cycle in 0..5u32 {
+            let frames: Vec<Vec<u8>> = (0..40).map(|i| frame(cycle * 40 + i, 90)).collect();
+            send(&mut r, &frames);
+            let got = receive_all(&mut r);
+            assert_eq!(got.len(), 40, "cycle {cycle}: every frame received");
+            for (g, e) in got.iter().zip(&frames) {
+                assert_eq!(&bytes_of(*g), e);
+            }
+            free_chains(&got);
+            r.rx.reset().unwrap();
+            r.tx.reset().unwrap();
+        }
+        assert_eq!(r.hca.counters().cq_full_stalls, 0, "no CQ ever looked full");
+    }
+    assert_eq!(free_count(), before);
+}
