@@ -4,6 +4,7 @@
 # seconds; prints each port's rate and which TX path is live.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$top/scripts/as-root.sh"
 secs=${SECS:-5}
 
 bash "$top/scripts/setup.sh"

@@ -13,13 +13,17 @@ say() { echo "setup: $*"; }
 
 need_root() {
   if [ "$(id -u)" != 0 ]; then
-    echo "setup: must run as root to install packages ($*)" >&2
+    echo "setup: must run as root to install packages ($*); run as root, or with sudo where it is installed" >&2
     exit 1
   fi
 }
 
+# tshark decodes pcap wires with checksum validation; python3-pyelftools lets dpdk-pmdinfo.py
+# read the driver's PMD info; libibverbs-dev (rdma-core's verbs and mlx4dv headers) is what the
+# rdma-core backend's bindings are generated from, and ibverbs-providers holds libmlx4.
 pkgs=(dpdk dpdk-dev libdpdk-dev clang libclang-dev pkg-config dpkg-dev
-      iproute2 meson ninja-build gcc libc6-dev valgrind python3 fonts-dejavu-core)
+      iproute2 meson ninja-build gcc libc6-dev valgrind python3 fonts-dejavu-core
+      tshark python3-pyelftools libibverbs-dev ibverbs-providers)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
