@@ -294,9 +294,10 @@ impl Port {
         if self.started {
             return Ok(());
         }
-        self.hca
-            .set_wire(self.args.wire.to_wire())
-            .map_err(|e| PortError::Hca(format!("wire {}: {e}", self.args.wire.as_str())))?;
+        self.hca.set_wire(self.args.wire.to_wire()).map_err(|e| {
+            let wire = self.args.wire.as_str().escape_debug();
+            PortError::Hca(format!("wire {wire}: {}", e.to_string().escape_debug()))
+        })?;
         self.hca
             .start()
             .map_err(|e| PortError::Hca(e.to_string()))?;
