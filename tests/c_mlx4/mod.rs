@@ -1,0 +1,265 @@
+//! Presents a ConnectX-3 backed by the software HCA to Debian's unmodified C mlx4 driver:
+//!
+//! - a sysfs tree of the test's own: the PCI function (`vendor`, `device`, ..., `uevent`, a
+//!   `driver` link to `mlx4_core`, `net/<ifname>/dev_port`) linked from `bus/pci/devices`, which
+//!   EAL scans through `SYSFS_PCI_DEVICES`, and the verbs device `class/infiniband/mlx4_0`
+//!   whose `device` is that PCI function (rdma-core's `ibdev_path`, where the C driver finds its
+//!   PCI address and netdev);
+//! - a library directory where `libibverbs.so.1`, `libmlx4.so.1` and `libmlx5.so.1` are the
+//!   stand-in (`pmd/verbs`), first on `LD_LIBRARY_PATH`;
+//! - `MLX4RS_VERBS` naming the device, its wire and where the model's counters go.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use crate::common::{self, Output, Step};
+
+/// The stand-in as cargo builds it.
+pub const STAND_IN: &str = "libmlx4_verbs.so";
+/// The names it answers to.
+pub const NAMES: [&str; 3] = ["libibverbs.so.1", "libmlx4.so.1", "libmlx5.so.1"];
+
+/// DPDK's PMD directory (`<libdir>/dpdk/pmds-<ABI>`), which EAL loads from on its own.
+pub fn pmd_dir() -> PathBuf {
+    let out = Command::new("pkg-config")
+        .args(["--variable=libdir", "libdpdk"])
+        .output()
+        .expect("pkg-config not found: run scripts/setup.sh");
+    let libdir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let dpdk = libdir.join("dpdk");
+    std::fs::read_dir(&dpdk)
+        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/setup.sh", dpdk.display()))
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("pmds-"))
+        })
+        .unwrap_or_else(|| panic!("no pmds-* directory under {}", dpdk.display()))
+}
+
+/// Fails, naming what is missing, unless Debian's C mlx4 driver and the stand-in are both here.
+pub fn preflight() -> PathBuf {
+    let c = pmd_dir().join("librte_net_mlx4.so");
+    assert!(
+        c.exists(),
+        "{} is missing: Debian's C mlx4 driver comes with the dpdk package (scripts/setup.sh)",
+        c.display()
+    );
+    let lib = common::plugin_dir().join(STAND_IN);
+    assert!(
+        lib.is_file(),
+        "{} not built: run `cargo build --workspace` before the integration tests",
+        lib.display()
+    );
+    lib
+}
+
+/// One ConnectX-3 function with one port, as the C driver will see it.
+pub struct CDevice {
+    pub dir: PathBuf,
+    pub pci: String,
+    pub ibdev: PathBuf,
+    pub netdev: String,
+    pub stats: PathBuf,
+    pub libdir: PathBuf,
+    pub sysfs_pci: PathBuf,
+    pub wire: String,
+}
+
+fn write(p: &Path, s: &str) {
+    std::fs::write(p, s).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+}
+
+impl CDevice {
+    /// A device on `wire` (the `net_mlx4rs` wire syntax), PCI device ID `part`.
+    pub fn new(tag: &str, wire: &str, part: u16) -> CDevice {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let lib = preflight();
+        let dir = common::scratch_dir(tag);
+        let pci = format!("0000:00:{:02x}.0", 5 + n % 16);
+        let netdev = format!("m4c{}{n}", std::process::id() % 100_000);
+        let sys = dir.join("sys");
+        let func = sys.join("devices/pci0000:00").join(&pci);
+        for d in [
+            func.join("net").join(&netdev),
+            func.join("infiniband/mlx4_0"),
+            sys.join("bus/pci/devices"),
+            sys.join("bus/pci/drivers/mlx4_core"),
+            sys.join("class/infiniband"),
+        ] {
+            std::fs::create_dir_all(&d).unwrap();
+        }
+        write(&func.join("vendor"), "0x15b3\n");
+        write(&func.join("device"), &format!("{part:#06x}\n"));
+        write(&func.join("subsystem_vendor"), "0x15b3\n");
+        write(&func.join("subsystem_device"), "0x0006\n");
+        write(&func.join("class"), "0x020000\n");
+        write(&func.join("numa_node"), "-1\n");
+        write(&func.join("max_vfs"), "0\n");
+        write(
+            &func.join("resource"),
+            &"0x0000000000000000 0x0000000000000000 0x0000000000000000\n".repeat(6),
+        );
+        write(
+            &func.join("uevent"),
+            &format!(
+                "DRIVER=mlx4_core\nPCI_CLASS=20000\nPCI_ID=15B3:{part:04X}\n\
+                 PCI_SUBSYS_ID=15B3:0006\nPCI_SLOT_NAME={pci}\n"
+            ),
+        );
+        write(&func.join("net").join(&netdev).join("dev_port"), "0\n");
+        symlink(sys.join("bus/pci/drivers/mlx4_core"), func.join("driver")).unwrap();
+        symlink(&func, func.join("infiniband/mlx4_0/device")).unwrap();
+        symlink(&func, sys.join("bus/pci/devices").join(&pci)).unwrap();
+        let ibdev = sys.join("class/infiniband/mlx4_0");
+        symlink(func.join("infiniband/mlx4_0"), &ibdev).unwrap();
+        let libdir = dir.join("lib");
+        std::fs::create_dir_all(&libdir).unwrap();
+        for name in NAMES {
+            symlink(&lib, libdir.join(name)).unwrap();
+        }
+        CDevice {
+            pci,
+            ibdev,
+            netdev,
+            stats: dir.join("model.stats"),
+            libdir,
+            sysfs_pci: sys.join("bus/pci/devices"),
+            wire: wire.to_owned(),
+            dir,
+        }
+    }
+
+    /// `MLX4RS_VERBS` for this device.
+    pub fn verbs_env(&self) -> String {
+        format!(
+            "ibdev={},wire={},stats={}",
+            self.ibdev.display(),
+            self.wire,
+            self.stats.display()
+        )
+    }
+
+    /// The environment and EAL arguments that present the device; `vdevs` are `net_mlx4rs`
+    /// ports in the same process.
+    pub fn command(&self, program: &str, vdevs: &[&str]) -> Command {
+        let mut cmd = Command::new("stdbuf");
+        cmd.args(["-oL", program])
+            .current_dir(std::env::temp_dir())
+            .env(
+                "LD_LIBRARY_PATH",
+                format!(
+                    "{}:{}",
+                    self.libdir.display(),
+                    common::plugin_dir().display()
+                ),
+            )
+            .env("SYSFS_PCI_DEVICES", &self.sysfs_pci)
+            .env("MLX4RS_VERBS", self.verbs_env())
+            .args(["-l", "0-1", "--no-huge", "-m", "512"])
+            .arg(format!("--file-prefix={}", common::file_prefix("cmlx4")))
+            .args(["-a", &self.pci])
+            // The C driver logs its probe (device, MAC, netdev, MTU) at INFO.
+            .arg("--log-level=pmd.net.mlx4:info");
+        if !vdevs.is_empty() {
+            cmd.args(["-d", common::PLUGIN]);
+            for v in vdevs {
+                cmd.arg("--vdev").arg(v);
+            }
+        }
+        cmd
+    }
+
+    /// testpmd on this device (and `vdevs`), fed `steps` at its prompt.
+    pub fn testpmd(
+        &self,
+        vdevs: &[&str],
+        app_args: &[&str],
+        steps: &[Step],
+        limit: Duration,
+    ) -> Output {
+        let mut cmd = self.command("dpdk-testpmd", vdevs);
+        cmd.arg("--").arg("-i").args(app_args);
+        common::run_interactive(cmd, steps, limit)
+    }
+
+    /// The model's counters, written when the last verbs context closed.
+    pub fn counters(&self) -> HashMap<String, u64> {
+        let text = std::fs::read_to_string(&self.stats).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: the stand-in writes the model's counters when the C driver closes \
+                 its last context",
+                self.stats.display()
+            )
+        });
+        text.lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                Some((k.to_owned(), v.parse().ok()?))
+            })
+            .collect()
+    }
+}
+
+impl Drop for CDevice {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What went wrong, for a failure message: lines of the dynamic loader, of the stand-in and of
+/// the C driver that name a missing entry point or a refused request, then the whole output.
+pub fn diagnose(out: &Output) -> String {
+    let all = out.all();
+    let why: Vec<&str> = all
+        .lines()
+        .filter(|l| {
+            l.contains("symbol lookup error")
+                || l.contains("undefined symbol")
+                || (l.contains("version `") && l.contains("not found"))
+                || l.contains("mlx4rs-verbs:")
+                || (l.contains("net_mlx4:")
+                    && [
+                        "fail",
+                        "cannot",
+                        "error",
+                        "unable",
+                        "not supported",
+                        "rejected",
+                    ]
+                    .iter()
+                    .any(|w| l.to_lowercase().contains(w)))
+        })
+        .collect();
+    format!(
+        "exit status {}\nwhat the loader, the stand-in and the C driver said:\n  {}\n\
+         ---- full output ----\n{all}",
+        out.status,
+        if why.is_empty() {
+            "(nothing)".into()
+        } else {
+            why.join("\n  ")
+        }
+    )
+}
+
+/// Asserts the C driver probed the device as a port and says which entry point or behaviour
+/// stopped it otherwise.
+pub fn assert_probed(out: &Output, dev: &CDevice) {
+    let all = out.all();
+    let probed = all.contains("using device \"mlx4_0\"") && all.contains("port 1 MAC address is");
+    assert!(
+        probed && !all.contains("Fail to start port") && !all.contains("failed to process device"),
+        "DPDK's C mlx4 did not come up on the model (device {}):\n{}",
+        dev.pci,
+        diagnose(out)
+    );
+}
