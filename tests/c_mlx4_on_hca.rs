@@ -263,6 +263,83 @@ fn io_on_a_looped_wire_counts_and_survives_stop_start() {
     );
 }
 
+/// The C driver steers with verbs flows (a MAC rule, a broadcast rule, a promiscuous rule) and
+/// sets the MTU on its netdev; the model filters and drops what a ConnectX-3 port would.
+#[test]
+fn filtering_and_mtu_follow_the_c_drivers_flows_and_netdev() {
+    let mut dev = CDevice::new("c-filter", "loop", CX3);
+    // testpmd's first tx burst goes to the peer address, 02:00:00:00:00:00 by default: make
+    // that the port's own MAC.
+    dev.extra = "mac=02:00:00:00:00:00".into();
+    let out = dev.testpmd(
+        &[],
+        &["--forward-mode=io", "--total-num-mbufs=8192"],
+        &[
+            Cmd("set promisc all off"),
+            // To our MAC: a MAC flow takes it.
+            Cmd("start tx_first"),
+            Sleep(500),
+            Cmd("stop"),
+            Cmd("show port stats 0"),
+            // To another MAC without promiscuous mode: no flow takes the 32 frames.
+            Cmd("set eth-peer 0 02:00:00:00:00:77"),
+            Cmd("start tx_first"),
+            Sleep(300),
+            Cmd("stop"),
+            Cmd("show port stats 0"),
+            // Promiscuous: the default flow takes them.
+            Cmd("set promisc all on"),
+            Cmd("start tx_first"),
+            Sleep(300),
+            Cmd("stop"),
+            Cmd("show port stats 0"),
+            // 1200-byte frames over a 1000-byte MTU (set on the netdev, which the port follows).
+            Cmd("port config mtu 0 1000"),
+            Cmd("set txpkts 1200"),
+            Cmd("start tx_first"),
+            Sleep(300),
+            Cmd("stop"),
+            Cmd("show port stats 0"),
+            Cmd("port stop all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    assert_probed(&out, &dev);
+    assert!(out.status.success(), "{}", diagnose(&out));
+    let all = out.all();
+    let runs: Vec<(u64, u64)> = all
+        .match_indices("Forward statistics for port 0")
+        .map(|(i, _)| {
+            (
+                stat(&all[i..], "RX-packets:"),
+                stat(&all[i..], "TX-packets:"),
+            )
+        })
+        .collect();
+    assert_eq!(runs.len(), 4, "{}", diagnose(&out));
+    assert!(runs[0].0 > 32, "frames to our MAC circulate: {runs:?}");
+    assert_eq!(
+        runs[1],
+        (0, 32),
+        "frames to another MAC are not received: {runs:?}"
+    );
+    assert!(runs[2].0 > 32, "promiscuous frames circulate: {runs:?}");
+    assert_eq!(
+        runs[3],
+        (0, 32),
+        "frames over the MTU are not received: {runs:?}"
+    );
+    let m = model(&dev, &out);
+    assert_eq!(m["rx_drops_filter"], 32, "{m:?}");
+    assert_eq!(m["rx_drops_mtu"], 32, "{m:?}");
+    assert_eq!(
+        m["rx_frames"] + m["rx_drops_filter"] + m["rx_drops_mtu"],
+        m["tx_frames"],
+        "every frame on the loop is received or counted as dropped: {m:?}"
+    );
+}
+
 fn sh(cmd: &str) -> bool {
     Command::new("sh")
         .arg("-c")

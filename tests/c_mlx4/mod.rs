@@ -71,6 +71,8 @@ pub struct CDevice {
     pub libdir: PathBuf,
     pub sysfs_pci: PathBuf,
     pub wire: String,
+    /// More `MLX4RS_VERBS` words (`mac=...`).
+    pub extra: String,
 }
 
 fn write(p: &Path, s: &str) {
@@ -134,18 +136,24 @@ impl CDevice {
             libdir,
             sysfs_pci: sys.join("bus/pci/devices"),
             wire: wire.to_owned(),
+            extra: String::new(),
             dir,
         }
     }
 
     /// `MLX4RS_VERBS` for this device.
     pub fn verbs_env(&self) -> String {
-        format!(
+        let mut v = format!(
             "ibdev={},wire={},stats={}",
             self.ibdev.display(),
             self.wire,
             self.stats.display()
-        )
+        );
+        if !self.extra.is_empty() {
+            v.push(',');
+            v.push_str(&self.extra);
+        }
+        v
     }
 
     /// The environment and EAL arguments that present the device; `vdevs` are `net_mlx4rs`
