@@ -376,6 +376,14 @@ fn create_send_qp(
         cap.max_inline_data,
         r.max_tso_header,
     );
+    if l.sq.wqe_shift > mlx4_prm::TXBB_SHIFT {
+        log(format_args!(
+            "ibv_create_qp: these caps give a {}-byte SQ stride, as libmlx4 computes it; the \
+             model has no stride (it walks 64-byte TXBBs by each WQE's size, mlx4-prm 10.1), so \
+             WQEs must be packed TXBB after TXBB, not one per stride slot",
+            1u32 << l.sq.wqe_shift
+        ));
+    }
     let txbbs = l.sq.wqe_cnt << (l.sq.wqe_shift - mlx4_prm::TXBB_SHIFT);
     let buf = c.buf(l.buf_size as usize)?;
     let rdb = c.db(DbKind::Rq)?;

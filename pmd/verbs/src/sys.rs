@@ -8,7 +8,8 @@
     dead_code,
     unsafe_code,
     unsafe_op_in_unsafe_fn,
-    clippy::all
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
 )]
 
 include!(concat!(env!("OUT_DIR"), "/verbs_sys.rs"));
