@@ -1,4 +1,5 @@
-//! Presents a ConnectX-3 backed by the software HCA to Debian's unmodified C mlx4 driver:
+//! Presents a ConnectX-3 backed by the software HCA to Debian's unmodified C mlx4 driver, with
+//! `scripts/c-mlx4-env.sh`:
 //!
 //! - a sysfs tree of the test's own: the PCI function (`vendor`, `device`, ..., `uevent`, a
 //!   `driver` link to `mlx4_core`, `net/<ifname>/dev_port`) linked from `bus/pci/devices`, which
@@ -11,7 +12,6 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,8 +21,6 @@ use crate::common::{self, Output, Step};
 
 /// The stand-in as cargo builds it.
 pub const STAND_IN: &str = "libmlx4_verbs.so";
-/// The names it answers to.
-pub const NAMES: [&str; 3] = ["libibverbs.so.1", "libmlx4.so.1", "libmlx5.so.1"];
 
 /// DPDK's PMD directory (`<libdir>/dpdk/pmds-<ABI>`), which EAL loads from on its own.
 pub fn pmd_dir() -> PathBuf {
@@ -75,12 +73,9 @@ pub struct CDevice {
     pub extra: String,
 }
 
-fn write(p: &Path, s: &str) {
-    std::fs::write(p, s).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-}
-
 impl CDevice {
-    /// A device on `wire` (the `net_mlx4rs` wire syntax), PCI device ID `part`.
+    /// A device on `wire` (the `net_mlx4rs` wire syntax), PCI device ID `part`, presented by
+    /// `scripts/c-mlx4-env.sh` (the same tree a user gets).
     pub fn new(tag: &str, wire: &str, part: u16) -> CDevice {
         static N: AtomicU32 = AtomicU32::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
@@ -88,53 +83,32 @@ impl CDevice {
         let dir = common::scratch_dir(tag);
         let pci = format!("0000:00:{:02x}.0", 5 + n % 16);
         let netdev = format!("m4c{}{n}", std::process::id() % 100_000);
-        let sys = dir.join("sys");
-        let func = sys.join("devices/pci0000:00").join(&pci);
-        for d in [
-            func.join("net").join(&netdev),
-            func.join("infiniband/mlx4_0"),
-            sys.join("bus/pci/devices"),
-            sys.join("bus/pci/drivers/mlx4_core"),
-            sys.join("class/infiniband"),
-        ] {
-            std::fs::create_dir_all(&d).unwrap();
-        }
-        write(&func.join("vendor"), "0x15b3\n");
-        write(&func.join("device"), &format!("{part:#06x}\n"));
-        write(&func.join("subsystem_vendor"), "0x15b3\n");
-        write(&func.join("subsystem_device"), "0x0006\n");
-        write(&func.join("class"), "0x020000\n");
-        write(&func.join("numa_node"), "-1\n");
-        write(&func.join("max_vfs"), "0\n");
-        write(
-            &func.join("resource"),
-            &"0x0000000000000000 0x0000000000000000 0x0000000000000000\n".repeat(6),
-        );
-        write(
-            &func.join("uevent"),
-            &format!(
-                "DRIVER=mlx4_core\nPCI_CLASS=20000\nPCI_ID=15B3:{part:04X}\n\
-                 PCI_SUBSYS_ID=15B3:0006\nPCI_SLOT_NAME={pci}\n"
-            ),
-        );
-        write(&func.join("net").join(&netdev).join("dev_port"), "0\n");
-        symlink(sys.join("bus/pci/drivers/mlx4_core"), func.join("driver")).unwrap();
-        symlink(&func, func.join("infiniband/mlx4_0/device")).unwrap();
-        symlink(&func, sys.join("bus/pci/devices").join(&pci)).unwrap();
-        let ibdev = sys.join("class/infiniband/mlx4_0");
-        symlink(func.join("infiniband/mlx4_0"), &ibdev).unwrap();
-        let libdir = dir.join("lib");
-        std::fs::create_dir_all(&libdir).unwrap();
-        for name in NAMES {
-            symlink(&lib, libdir.join(name)).unwrap();
-        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/c-mlx4-env.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg(&dir)
+            .arg(&lib)
+            .arg(&pci)
+            .arg(format!("{part:#06x}"))
+            .arg(&netdev)
+            .output()
+            .expect("bash");
+        assert!(out.status.success(), "{}: {out:?}", script.display());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let var = |k: &str| -> String {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("export {k}='")))
+                .and_then(|v| v.split('\'').next())
+                .unwrap_or_else(|| panic!("{} printed no {k}:\n{text}", script.display()))
+                .to_owned()
+        };
         CDevice {
-            pci,
-            ibdev,
-            netdev,
+            ibdev: PathBuf::from(var("MLX4RS_IBDEV")),
             stats: dir.join("model.stats"),
-            libdir,
-            sysfs_pci: sys.join("bus/pci/devices"),
+            libdir: PathBuf::from(var("LD_LIBRARY_PATH")),
+            sysfs_pci: PathBuf::from(var("SYSFS_PCI_DEVICES")),
+            pci: var("MLX4RS_PCI"),
+            netdev: var("MLX4RS_NETDEV"),
             wire: wire.to_owned(),
             extra: String::new(),
             dir,
