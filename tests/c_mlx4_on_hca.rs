@@ -340,6 +340,56 @@ fn filtering_and_mtu_follow_the_c_drivers_flows_and_netdev() {
     );
 }
 
+/// Four RX queues: the C driver creates four WQs, an indirection table over them and a Toeplitz
+/// hash QP its flows point at; the model spreads frames of different flows over the four.
+#[test]
+fn rss_spreads_frames_over_the_c_drivers_wqs() {
+    let dev = CDevice::new("c-rss", "loop", CX3);
+    let out = dev.testpmd(
+        &[],
+        &[
+            "--forward-mode=io",
+            "--rxq=4",
+            "--txq=4",
+            "--txonly-multi-flow",
+            "--total-num-mbufs=16384",
+        ],
+        &[
+            Cmd("start tx_first"),
+            Sleep(1000),
+            Cmd("stop"),
+            Cmd("show port xstats 0"),
+            Cmd("port stop all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    assert_probed(&out, &dev);
+    assert!(out.status.success(), "{}", diagnose(&out));
+    let all = out.all();
+    let per_queue: Vec<u64> = (0..4)
+        .map(|q| {
+            common::xstat(&all, &format!("rx_q{q}_packets"))
+                .unwrap_or_else(|| panic!("no rx_q{q}_packets:\n{}", diagnose(&out)))
+        })
+        .collect();
+    let total: u64 = per_queue.iter().sum();
+    assert!(
+        total > 128,
+        "frames circulated: {per_queue:?}\n{}",
+        diagnose(&out)
+    );
+    for (q, n) in per_queue.iter().enumerate() {
+        assert!(
+            *n > total / 16,
+            "queue {q} got {n} of {total}: RSS spreads flows ({per_queue:?})"
+        );
+    }
+    let m = model(&dev, &out);
+    assert_eq!(m["rx_frames"], m["tx_frames"], "{m:?}");
+    assert_eq!(m["rx_drops_no_wqe"], 0, "{m:?}");
+}
+
 fn sh(cmd: &str) -> bool {
     Command::new("sh")
         .arg("-c")

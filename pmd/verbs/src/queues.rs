@@ -928,7 +928,18 @@ pub(crate) unsafe extern "C" fn create_rwq_ind_table(
         }
     }
     // SAFETY: just checked to be our live WQs.
-    let rqs = wqs.iter().map(|&w| unsafe { (*w).ibv.wq_num }).collect();
+    let rqs: Vec<u32> = wqs.iter().map(|&w| unsafe { (*w).ibv.wq_num }).collect();
+    // mlx4_ib's rule (an RSS context is a base QPN and a power-of-two range): consecutive WQNs.
+    // It also wants the first one aligned to the table size, which the model cannot promise: it
+    // has no way to reserve an aligned QPN range (libmlx4's LOG_WQS_RANGE_SZ).
+    if rqs.windows(2).any(|p| p[1] != p[0].wrapping_add(1)) {
+        log(format_args!(
+            "ibv_create_rwq_ind_table: WQNs {rqs:#x?} are not consecutive (mlx4 RSS takes a base \
+             QPN and a range)"
+        ));
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
     for &w in &wqs {
         // SAFETY: as above.
         unsafe { (*w).users.fetch_add(1, Ordering::Relaxed) };
