@@ -317,6 +317,9 @@ impl Adapter {
             let _ = h.join();
         }
         self.hca.stop();
+        // Unplug the wire now (a pcap file is flushed, a TAP released) rather than when the last
+        // handle goes: objects the application never destroyed still hold the adapter.
+        let _ = self.hca.set_wire(Wire::Null);
         if let Some(path) = &self.stats {
             let mut text = String::new();
             for (k, v) in self.hca.counters().iter() {
