@@ -54,3 +54,6 @@ fn stub_failed() {
 }
 
 include!(concat!(env!("OUT_DIR"), "/exports.rs"));
+
+#[cfg(test)]
+mod tests;
