@@ -51,10 +51,16 @@
 #![warn(missing_docs)]
 
 mod counters;
+mod cq;
 mod device;
 mod dma;
 mod net;
+mod rq;
 mod rss;
+mod rx;
+mod send;
+mod sq;
+mod tables;
 mod tap;
 mod wire;
 
