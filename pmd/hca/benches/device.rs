@@ -1,0 +1,229 @@
+//! What the device loop costs per WQE, on each wire: the figure that says whether end-to-end runs
+//! measure the driver or the model (target: 10 ns for a 64-byte inline WQE on the null wire).
+//!
+//! `cargo bench -p mlx4-hca --bench device [-- --rounds N --quick]`
+//!
+//! The rings are filled before the clock starts (by the hand-rolled driver of the tests), one
+//! doorbell announces a whole ring, and only `Hca::step` is timed: the device fetches, decodes
+//! and executes every WQE, writes the completions (one every 32 WQEs, as drivers ask), and on
+//! the loop wire also receives every frame into a posted RX buffer and completes it. The figure
+//! is the median over rounds; the machine's load is printed with it because timings on a shared
+//! machine move with it.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::Instant;
+
+use common::*;
+use mlx4_hca::{Hca, HcaConfig, Wire};
+
+/// WQEs per round: a 2048-TXBB ring of two-TXBB WQEs.
+const WQES: u32 = 1024;
+const TXBBS: u32 = 2048;
+/// A completion is requested on every this many WQEs.
+const SIGNAL_EVERY: u32 = 32;
+/// RX buffer size on the loop wire.
+const RX_BUF: u64 = 2048;
+const FRAME: usize = 64;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    /// The frame inline, split at the 64-byte boundary as drivers lay it out (DS 6, 2 TXBBs).
+    Inline,
+    /// One gather entry pointing at the frame in registered memory (DS 2, 1 TXBB).
+    Gather,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum WireKind {
+    Null,
+    Loop,
+    Pcap,
+}
+
+struct Rig {
+    hca: Hca,
+    cq: TestCq,
+    sq: TestSq,
+    rx: Option<(TestCq, TestRq)>,
+    pkts: Pkts,
+    pcap: Option<std::path::PathBuf>,
+}
+
+fn frame() -> Vec<u8> {
+    let mut f =
+        hex("020000000002020000000001080045000032000040004011000001020304050607081234abcd001e0000");
+    f.resize(FRAME, 0x5a);
+    f
+}
+
+/// Tail of a 64-byte inline WQE (everything after dword 0).
+fn inline_tail(f: &[u8], srcrb: u8) -> Vec<u8> {
+    let mut t = ctrl_tail(6, srcrb);
+    t.extend(inline_hdr(44));
+    t.extend(&f[..44]);
+    t.extend(inline_hdr(f.len() - 44));
+    t.extend(&f[44..]);
+    t.resize(6 * 16 - 4, 0);
+    t
+}
+
+impl Rig {
+    fn new(wire: WireKind) -> Rig {
+        let hca = Hca::open(HcaConfig {
+            threaded: false,
+            rx_inbox_frames: WQES,
+            ..HcaConfig::default()
+        })
+        .expect("open the HCA");
+        let cq = TestCq::new(&hca, WQES);
+        let sq = TestSq::new(&hca, TXBBS, cq.cqn);
+        let pkts = Pkts::new(&hca, 4096 + (WQES as usize) * RX_BUF as usize);
+        pkts.mem.put(0, &frame());
+        let mut pcap = None;
+        let rx = match wire {
+            WireKind::Null => None,
+            WireKind::Pcap => {
+                let p = std::env::temp_dir()
+                    .join(format!("mlx4_hca_bench_{}.pcap", std::process::id()));
+                hca.set_wire(Wire::Pcap(p.clone())).expect("pcap wire");
+                pcap = Some(p);
+                None
+            }
+            WireKind::Loop => {
+                hca.set_wire(Wire::Loop).expect("loop wire");
+                let rcq = TestCq::new(&hca, WQES);
+                let rq = TestRq::new(&hca, WQES, 1, rcq.cqn);
+                Some((rcq, rq))
+            }
+        };
+        Rig {
+            hca,
+            cq,
+            sq,
+            rx,
+            pkts,
+            pcap,
+        }
+    }
+
+    /// Fill the ring (and the RQ), ring one doorbell; nothing timed.
+    fn post(&mut self, kind: Kind) {
+        let f = frame();
+        for i in 0..WQES {
+            let srcrb = if (i + 1) % SIGNAL_EVERY == 0 {
+                SIGNALED
+            } else {
+                UNSIGNALED
+            };
+            match kind {
+                Kind::Inline => self.sq.write(SEND, &inline_tail(&f, srcrb)),
+                Kind::Gather => {
+                    let mut t = ctrl_tail(2, srcrb);
+                    t.extend(dseg(FRAME as u32, self.pkts.lkey, self.pkts.mem.addr()));
+                    self.sq.write(SEND, &t)
+                }
+            };
+        }
+        if let Some((_, rq)) = self.rx.as_mut() {
+            let base = self.pkts.mem.addr() + 4096;
+            for i in 0..u64::from(WQES) {
+                rq.post(&[(RX_BUF as u32, self.pkts.lkey, base + i * RX_BUF)]);
+            }
+        }
+        self.sq.doorbell();
+    }
+
+    /// Consume the completions of a round and check that every WQE (and frame) got through.
+    fn finish(&mut self, round: u64) {
+        let tx = self.cq.drain().len() as u32;
+        self.cq.update_ci();
+        assert_eq!(tx, WQES / SIGNAL_EVERY, "TX completions");
+        if let Some((rcq, _)) = self.rx.as_mut() {
+            let rx = rcq.drain().len() as u32;
+            rcq.update_ci();
+            assert_eq!(rx, WQES, "RX completions");
+        }
+        let c = self.hca.counters();
+        assert_eq!(c.tx_frames, round * u64::from(WQES), "frames on the wire");
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Some(p) = &self.pcap {
+            let _ = self.hca.set_wire(Wire::Null);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Nanoseconds per WQE, median over `rounds`.
+fn measure(wire: WireKind, kind: Kind, rounds: u64) -> f64 {
+    let mut rig = Rig::new(wire);
+    let mut per = Vec::new();
+    for round in 1..=rounds {
+        rig.post(kind);
+        let t = Instant::now();
+        let work = rig.hca.step();
+        let dt = t.elapsed();
+        assert!(work >= WQES as usize);
+        rig.finish(round);
+        per.push(dt.as_nanos() as f64 / f64::from(WQES));
+    }
+    median(per)
+}
+
+/// What one idle `step` costs: the price of calling the device when there is nothing to do.
+fn idle_step_ns() -> f64 {
+    let rig = Rig::new(WireKind::Loop);
+    let n = 100_000u32;
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(rig.hca.step());
+    }
+    t.elapsed().as_nanos() as f64 / f64::from(n)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let rounds = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 5 } else { 101 });
+    println!(
+        "device cost per WQE, {FRAME}-byte frames, {WQES} WQEs per round, median of {rounds} \
+         rounds (load average before: {})",
+        loadavg()
+    );
+    println!("{:<6} {:<7} {:>9} {:>9}", "wire", "wqe", "ns/WQE", "Mpps");
+    for wire in [WireKind::Null, WireKind::Loop, WireKind::Pcap] {
+        for kind in [Kind::Inline, Kind::Gather] {
+            let ns = measure(wire, kind, rounds);
+            println!(
+                "{:<6} {:<7} {:>9.1} {:>9.1}",
+                format!("{wire:?}").to_lowercase(),
+                format!("{kind:?}").to_lowercase(),
+                ns,
+                1e3 / ns
+            );
+        }
+    }
+    println!("idle step: {:.1} ns", idle_step_ns());
+    println!("load average after: {}", loadavg());
+}
