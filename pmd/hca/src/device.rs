@@ -21,8 +21,8 @@ const RX_BUDGET: usize = 64;
 /// Send and receive queues share the QPN space.
 #[derive(Debug)]
 enum Qp {
-    Sq(Sq),
-    Rq(Rq),
+    Sq(Box<Sq>),
+    Rq(Box<Rq>),
 }
 
 pub(crate) struct DevState {
@@ -133,7 +133,7 @@ impl DevState {
                 uar: uar_ptr,
                 bf: reg,
             });
-            Ok(Qp::Sq(Sq::new(qpn, ring, cnt, cqn, uar, db, bf)))
+            Ok(Qp::Sq(Box::new(Sq::new(qpn, ring, cnt, cqn, uar, db, bf))))
         })?;
         self.cq_mut(cqn)?.users += 1;
         Ok(info.expect("set by insert_with"))
@@ -150,7 +150,7 @@ impl DevState {
         self.cq_mut(cqn)?;
         let slot = self.qps.insert_with("QPs", |slot| {
             let qpn = QPN_BASE + slot as u32;
-            Ok(Qp::Rq(Rq::new(qpn, ring, cnt, sges, cqn, db)))
+            Ok(Qp::Rq(Box::new(Rq::new(qpn, ring, cnt, sges, cqn, db))))
         })?;
         self.cq_mut(cqn)?.users += 1;
         let qpn = QPN_BASE + slot as u32;
@@ -281,6 +281,9 @@ impl DevState {
 
     fn poll_rx(&mut self) -> usize {
         let mut work = self.wire.poll_rx(&self.port, RX_BUDGET);
+        if !self.port.has_pending() {
+            return work;
+        }
         let port = self.port.clone();
         let mut n = 0;
         while n < RX_BUDGET && port.has_pending() {

@@ -39,6 +39,7 @@ impl HostMem {
         self.len
     }
 
+    #[inline(always)]
     fn check(&self, off: usize, n: usize) -> Option<*mut u8> {
         if off.checked_add(n)? <= self.len {
             Some((self.base + off) as *mut u8)
@@ -55,6 +56,18 @@ impl HostMem {
         // SAFETY: the range is inside the region (checked above), which the invariant makes
         // valid for reads; `dst` is a distinct Rust buffer, so the two cannot overlap.
         unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+        true
+    }
+
+    /// Copy `N` bytes from offset `off`, a copy of constant size the compiler turns into a few
+    /// vector moves (a TXBB, a scatter entry); false if out of range.
+    #[inline(always)]
+    pub(crate) fn read_array<const N: usize>(&self, off: usize, dst: &mut [u8; N]) -> bool {
+        let Some(p) = self.check(off, N) else {
+            return false;
+        };
+        // SAFETY: as in `read`.
+        unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), N) };
         true
     }
 

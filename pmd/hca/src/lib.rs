@@ -59,6 +59,7 @@ mod rq;
 mod rss;
 mod rx;
 mod send;
+mod shape;
 mod sq;
 mod tables;
 mod tap;

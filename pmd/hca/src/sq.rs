@@ -9,16 +9,21 @@ use mlx4_prm::{
 use crate::cq::{Cq, CqCredit};
 use crate::dma::HostMem;
 use crate::net;
-use crate::send::{self, Send};
+use crate::send::{self, Segs, Verdict, WqeBuf, WQE_UNITS};
+use crate::shape::Shape;
 use crate::tables::{BfSlot, MrTable};
 use crate::wire::{RxPort, TxOutcome, WirePort};
+use std::sync::atomic::Ordering;
+
 use crate::{Counters, QueueState};
 
 /// Times a BlueFlame copy is re-read while it still differs from ring memory, before the device
 /// gives up on it as torn.
 const BF_REREADS: u32 = 256;
-/// Largest WQE the DS field can describe.
-pub(crate) const MAX_WQE_BYTES: usize = mlx4_prm::MAX_WQE_DS as usize * DS_SIZE;
+/// DS units per TXBB.
+const UNITS_PER_TXBB: usize = TXBB_SIZE / DS_SIZE;
+/// TXBBs of the largest WQE.
+const MAX_WQE_TXBBS: usize = WQE_UNITS / UNITS_PER_TXBB;
 
 /// How far the device should walk a send queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +60,10 @@ pub(crate) struct Bf {
 }
 
 impl Bf {
+    fn has_pending(&self) -> bool {
+        self.pending.iter().any(Option::is_some)
+    }
+
     pub(crate) fn new(slot: BfSlot, halves: [HostMem; 2], half_size: usize) -> Bf {
         Bf {
             slot,
@@ -84,15 +93,20 @@ pub(crate) struct Sq {
     /// Per TXBB slot: a BlueFlame write announced the WQE starting there. Its control segment's
     /// bytes 4-6 are then the QPN (drivers write it into the ring copy too), not a VLAN request.
     bf_marks: Vec<bool>,
+    /// How many `bf_marks` are set: none on the doorbell path, which then skips them.
+    marks: u32,
+    /// The layout of the last inline WQE, which most following WQEs share.
+    shape: Box<Shape>,
 }
 
 /// Buffers a walk reuses, so steady-state traffic does not allocate.
 pub(crate) struct Scratch {
-    wqe: [u8; MAX_WQE_BYTES],
+    /// The WQE being executed (whole TXBBs of it).
+    wqe: WqeBuf,
     bf: Vec<u8>,
     /// A second read of the same copy: a copy is trusted only when two reads agree.
     bf_again: Vec<u8>,
-    segs: Vec<send::Seg>,
+    segs: Segs,
     frame: Vec<u8>,
     /// One LSO segment being built.
     seg: Vec<u8>,
@@ -101,10 +115,10 @@ pub(crate) struct Scratch {
 impl Scratch {
     pub(crate) fn new() -> Box<Scratch> {
         Box::new(Scratch {
-            wqe: [0; MAX_WQE_BYTES],
+            wqe: [[0; DS_SIZE]; WQE_UNITS],
             bf: Vec::with_capacity(4096),
             bf_again: Vec::with_capacity(4096),
-            segs: Vec::with_capacity(64),
+            segs: Segs::new(),
             frame: Vec::with_capacity(send::MAX_FRAME + 8),
             seg: Vec::with_capacity(send::MAX_FRAME + 8),
         })
@@ -125,15 +139,22 @@ pub(crate) struct TxCtx<'a> {
 
 /// The WQE at the consumer, as its first TXBB announces it.
 #[derive(Debug, Clone, Copy)]
-struct Head {
-    /// Byte offset in the ring.
-    off: usize,
-    /// 16-bit counter (the consumer's low bits), as CQEs and BlueFlame copies name WQEs.
-    counter: u16,
+struct Fetched {
     opcode: u8,
-    len: usize,
+    ds: u8,
     txbbs: u32,
+    /// Larger than the device accepts or than the ring: executed as an error, not fetched.
+    oversized: bool,
 }
+
+impl Fetched {
+    fn len(&self) -> usize {
+        usize::from(self.ds) * DS_SIZE
+    }
+}
+
+/// The C field (completion requested) of `srcrb_flags`, in its last byte.
+const CQ_UPDATE_BYTE: u8 = srcrb::CQ_UPDATE as u8;
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
@@ -162,6 +183,8 @@ impl Sq {
             walk: Walk::Idle,
             stalled: false,
             bf_marks: vec![false; cnt as usize],
+            marks: 0,
+            shape: Box::new(Shape::new()),
         }
     }
 
@@ -218,7 +241,11 @@ impl Sq {
                 counters.bf_ignored += 1;
                 continue;
             }
-            self.bf_marks[usize::from(c) & (self.cnt as usize - 1)] = true;
+            let mark = &mut self.bf_marks[usize::from(c) & (self.cnt as usize - 1)];
+            if !*mark {
+                *mark = true;
+                self.marks += 1;
+            }
             if wc {
                 bf.pending[h] = Some(c);
             } else {
@@ -234,128 +261,201 @@ impl Sq {
         work
     }
 
-    /// The WQE at the consumer if the walk may run it: the device owns it (OWNER equals the
-    /// pass parity and DS is not zero) and a doorbell or BlueFlame write reached it.
-    fn head(&mut self) -> Option<Head> {
+    /// Execute WQEs from the consumer on, as far as the walk allows (a doorbell covers every
+    /// owned WQE, a BlueFlame write those up to its own) and the device owns them (OWNER equals
+    /// the pass parity and DS is not zero). Loads of the ring are the only per-WQE accesses to
+    /// shared memory; counters are tallied locally and added once.
+    #[inline(never)]
+    fn walk(&mut self, cx: &mut TxCtx<'_>) -> usize {
         if self.state == QueueState::Error {
             self.walk = Walk::Idle;
-            return None;
+            return 0;
         }
-        let counter = self.ci as u16;
-        match self.walk {
-            Walk::Idle => return None,
-            Walk::UpTo(c) if u32::from(c.wrapping_sub(counter)) >= self.cnt => {
-                self.walk = Walk::Idle;
-                return None;
-            }
-            _ => {}
-        }
-        let off = (self.ci & (self.cnt - 1)) as usize * TXBB_SIZE;
-        let dw0 = self.ring.load_be32(off).unwrap_or(0);
-        let fence_size = self.ring.load_be32(off + 4).unwrap_or(0) as u8;
-        let ds = fence_size & mlx4_prm::fence_size::DS_MASK;
-        let parity = self.ci & self.cnt != 0;
-        if (dw0 & owner_opcode::OWNER != 0) != parity || ds == 0 {
-            // Not (yet) handed to the device: the doorbell is used up.
-            self.walk = Walk::Idle;
-            return None;
-        }
-        Some(Head {
-            off,
-            counter,
-            opcode: (dw0 & owner_opcode::OPCODE_MASK) as u8,
-            len: usize::from(ds) * DS_SIZE,
-            txbbs: wqe_txbbs(ds),
-        })
-    }
-
-    /// Execute WQEs from the consumer on, as far as the walk allows and the device owns them.
-    fn walk(&mut self, cx: &mut TxCtx<'_>) -> usize {
-        let mut done = 0;
+        let stop = match self.walk {
+            Walk::Idle => return 0,
+            Walk::All => None,
+            Walk::UpTo(c) => Some(c),
+        };
+        let mut t = Tally::default();
         let mut credit = CqCredit::default();
-        while let Some(head) = self.head() {
-            let oversized = head.len > cx.max_wqe_size || head.txbbs > self.cnt;
-            if !oversized {
-                self.fetch(&head, &mut cx.scratch.wqe[..head.len]);
+        let out = Out {
+            link_up: cx.port.up.load(Ordering::Relaxed),
+            bytes: cx.wire.wants_bytes(),
+        };
+        // Copies and marks only exist after BlueFlame writes; the doorbell path skips them.
+        let bf_live = self.marks > 0 || self.bf.as_ref().is_some_and(Bf::has_pending);
+        // With no BlueFlame bookkeeping and no frame bytes wanted, a WQE of the remembered
+        // shape needs only its headers checked (see `shape`).
+        let fast = !bf_live && !out.bytes;
+        let epoch = cx.mrs.epoch();
+        let mask = self.cnt - 1;
+        let mut done = 0;
+        self.walk = Walk::Idle;
+        loop {
+            let counter = self.ci as u16;
+            if matches!(stop, Some(c) if u32::from(c.wrapping_sub(counter)) >= self.cnt) {
+                break;
             }
-            let bf_half = self.pending_copy(head.counter);
+            let slot = self.ci & mask;
+            let off = slot as usize * TXBB_SIZE;
+            let Some(dw0) = self.ring.load_be32(off) else {
+                break;
+            };
+            if (dw0 & owner_opcode::OWNER != 0) != (self.ci & self.cnt != 0) {
+                // Not (yet) handed to the device: the doorbell is used up.
+                break;
+            }
+            if fast {
+                let mut ctrl = [0u8; DS_SIZE];
+                self.ring.read_array(off, &mut ctrl);
+                if let Some(hit) = self.shape.recall(&self.ring, slot, mask, &ctrl, epoch) {
+                    if hit.signaled && !credit.take(cx.cq) {
+                        self.stall(stop, cx.counters);
+                        break;
+                    }
+                    self.stalled = false;
+                    t.fetched += 1;
+                    t.fetch_bytes += u64::from(hit.wqe_bytes);
+                    if hit.verdict.frames > 0 {
+                        transmit(hit.verdict, false, &out, &mut t, cx);
+                    }
+                    if hit.signaled {
+                        cx.cq
+                            .push(tx_cqe(self.qpn, counter, cqe_owner::SEND | hit.opcode, 0));
+                        t.cqes += 1;
+                    }
+                    self.ci = self.ci.wrapping_add(hit.txbbs);
+                    t.txbbs += u64::from(hit.txbbs);
+                    done += 1;
+                    if stop == Some(counter) {
+                        break;
+                    }
+                    continue;
+                }
+            }
+            let Some(w) = self.fetch(dw0, &mut cx.scratch.wqe, cx.max_wqe_size) else {
+                break;
+            };
+            let (bf_half, bf_posted) = if bf_live {
+                let slot = (self.ci & (self.cnt - 1)) as usize;
+                (self.pending_copy(counter), self.bf_marks[slot])
+            } else {
+                (None, false)
+            };
             let from_bf = match bf_half {
-                Some(h) if !oversized => self.use_bf_copy(h, head.len, cx),
+                Some(h) if !w.oversized => self.use_bf_copy(h, w.len(), cx),
                 _ => false,
             };
-            let slot = (self.ci & (self.cnt - 1)) as usize;
-            let result = if oversized {
+            let wqe = &cx.scratch.wqe;
+            let result = if w.oversized {
                 Err(syndrome::LOCAL_QP_OP)
+            } else if out.bytes {
+                let segs = &mut cx.scratch.segs;
+                send::decode::<true>(wqe, w.ds, bf_posted, cx.mrs, segs, &mut self.shape)
             } else {
-                let wqe = &cx.scratch.wqe[..head.len];
-                send::decode(wqe, self.bf_marks[slot], cx.mrs, &mut cx.scratch.segs)
+                let segs = &mut cx.scratch.segs;
+                send::decode::<false>(wqe, w.ds, bf_posted, cx.mrs, segs, &mut self.shape)
             };
-            let signaled = match result {
-                Err(_) => true,
-                Ok(_) => {
-                    let flags = CtrlSeg::new_unchecked(&cx.scratch.wqe[..]).srcrb_flags();
-                    flags & srcrb::CQ_UPDATE == srcrb::CQ_UPDATE
-                }
-            };
+            let signaled = result.is_err() || wqe[0][11] & CQ_UPDATE_BYTE == CQ_UPDATE_BYTE;
             if signaled && !credit.take(cx.cq) {
-                if !self.stalled {
-                    self.stalled = true;
-                    cx.counters.cq_full_stalls += 1;
-                }
+                self.stall(stop, cx.counters);
                 break;
             }
             self.stalled = false;
             if let (Some(h), Some(bf)) = (bf_half, self.bf.as_mut()) {
                 bf.pending[h] = None;
             }
-            self.count_fetch(&head, from_bf, oversized, cx);
-            let cqe = match result {
-                Ok(send) => {
-                    if let Some(send) = send {
-                        transmit(&send, head.len, cx);
+            if from_bf {
+                t.from_bf += 1;
+            } else {
+                t.fetched += 1;
+                t.fetch_bytes += w.len() as u64;
+            }
+            if !w.oversized && w.txbbs > 1 && stamp_inside(wqe, w.txbbs) {
+                t.stamps += 1;
+            }
+            let (op, syn) = match result {
+                Ok(v) => {
+                    if v.frames > 0 {
+                        transmit(v, bf_posted, &out, &mut t, cx);
                     }
-                    tx_cqe(self.qpn, head.counter, cqe_owner::SEND | head.opcode, 0)
+                    (cqe_owner::SEND | w.opcode, 0)
                 }
                 Err(syn) => {
                     self.state = QueueState::Error;
-                    tx_cqe(
-                        self.qpn,
-                        head.counter,
-                        cqe_owner::SEND | cqe_opcode::ERROR,
-                        syn,
-                    )
+                    (cqe_owner::SEND | cqe_opcode::ERROR, syn)
                 }
             };
             if signaled {
-                cx.cq.push(cqe);
-                cx.counters.cqes += 1;
-                if result.is_err() {
-                    cx.counters.error_cqes += 1;
-                }
+                cx.cq.push(tx_cqe(self.qpn, counter, op, syn));
+                t.cqes += 1;
+                t.error_cqes += u64::from(syn != 0);
             }
-            self.advance(&head, cx.counters);
+            self.advance(w.txbbs, bf_live);
+            t.txbbs += u64::from(w.txbbs);
             done += 1;
-            if self.walk == Walk::UpTo(head.counter) {
-                self.walk = Walk::Idle;
+            if syn != 0 || stop == Some(counter) {
                 break;
             }
         }
-        self.drop_stale_copies();
+        t.add_to(cx.counters);
+        if bf_live {
+            self.drop_stale_copies();
+        }
         done
     }
 
-    /// Copy the WQE at `head` from ring memory; its later TXBBs may wrap to the ring's start.
-    fn fetch(&self, head: &Head, dst: &mut [u8]) {
-        let size = self.cnt as usize * TXBB_SIZE;
-        let first = dst.len().min(size - head.off);
-        let (a, b) = dst.split_at_mut(first);
-        self.ring.read(head.off, a);
-        if !b.is_empty() {
-            self.ring.read(0, b);
+    /// The CQ has no room for the WQE at the consumer: come back to it when the consumer index
+    /// moves.
+    fn stall(&mut self, stop: Option<u16>, counters: &mut Counters) {
+        if !self.stalled {
+            self.stalled = true;
+            counters.cq_full_stalls += 1;
         }
+        self.walk = stop.map_or(Walk::All, Walk::UpTo);
+    }
+
+    /// Fetch the WQE at the consumer (owned by the device, first dword `dw0`) into `dst`: the
+    /// first TXBB, and unless it is oversized, the others. `None` for a zero DS, which marks
+    /// memory no WQE was written to.
+    #[inline(always)]
+    fn fetch(&self, dw0: u32, dst: &mut WqeBuf, max_wqe_size: usize) -> Option<Fetched> {
+        self.fetch_txbb(0, dst);
+        let ds = dst[0][7] & mlx4_prm::fence_size::DS_MASK;
+        if ds == 0 {
+            return None;
+        }
+        let txbbs = wqe_txbbs(ds);
+        let oversized = usize::from(ds) * DS_SIZE > max_wqe_size || txbbs > self.cnt;
+        if !oversized {
+            for k in 1..txbbs {
+                self.fetch_txbb(k, dst);
+            }
+        }
+        Some(Fetched {
+            opcode: (dw0 & owner_opcode::OPCODE_MASK) as u8,
+            ds,
+            txbbs,
+            oversized,
+        })
+    }
+
+    /// Copy TXBB `k` of the WQE at the consumer from ring memory into `dst`; a WQE's later TXBBs
+    /// may wrap to the ring's start.
+    #[inline(always)]
+    fn fetch_txbb(&self, k: u32, dst: &mut WqeBuf) {
+        let slot = (self.ci.wrapping_add(k) & (self.cnt - 1)) as usize;
+        let k = k as usize % MAX_WQE_TXBBS;
+        let units = &mut dst[k * UNITS_PER_TXBB..(k + 1) * UNITS_PER_TXBB];
+        let block: &mut [u8; TXBB_SIZE] = units
+            .as_flattened_mut()
+            .try_into()
+            .expect("a TXBB is four DS units");
+        self.ring.read_array(slot * TXBB_SIZE, block);
     }
 
     /// The BlueFlame half holding a whole copy of the WQE at `counter`, if any.
+    #[inline(always)]
     fn pending_copy(&self, counter: u16) -> Option<usize> {
         let bf = self.bf.as_ref()?;
         (0..2).find(|&h| bf.pending[h] == Some(counter))
@@ -375,28 +475,21 @@ impl Sq {
         whole
     }
 
-    fn count_fetch(&self, head: &Head, from_bf: bool, oversized: bool, cx: &mut TxCtx<'_>) {
-        let c = &mut *cx.counters;
-        if !oversized && head.len > TXBB_SIZE && stamp_inside(&cx.scratch.wqe[..head.len]) {
-            c.wqe_stamp_seen += 1;
-        }
-        if from_bf {
-            c.wqe_from_bf += 1;
-        } else {
-            c.wqe_fetched += 1;
-            c.wqe_fetch_bytes += head.len as u64;
-        }
-    }
-
-    /// Move the consumer past the WQE at `head`. Every slot it covered loses its BlueFlame mark,
+    /// Move the consumer past a WQE of `txbbs`. Every slot it covered loses its BlueFlame mark,
     /// so a stale announcement (one naming a slot inside a WQE) cannot apply to a later WQE
     /// starting there.
-    fn advance(&mut self, head: &Head, counters: &mut Counters) {
-        for k in 0..head.txbbs.min(self.cnt) {
-            self.bf_marks[(self.ci.wrapping_add(k) & (self.cnt - 1)) as usize] = false;
+    #[inline(always)]
+    fn advance(&mut self, txbbs: u32, bf_live: bool) {
+        if bf_live && self.marks > 0 {
+            for k in 0..txbbs.min(self.cnt) {
+                let mark = &mut self.bf_marks[(self.ci.wrapping_add(k) & (self.cnt - 1)) as usize];
+                if *mark {
+                    *mark = false;
+                    self.marks -= 1;
+                }
+            }
         }
-        self.ci = self.ci.wrapping_add(head.txbbs);
-        counters.txbbs += u64::from(head.txbbs);
+        self.ci = self.ci.wrapping_add(txbbs);
     }
 
     /// Copies for WQEs the walk has passed are of no further use.
@@ -415,10 +508,11 @@ impl Sq {
 
 /// Whether a later TXBB of the WQE starts with a stamp (spec 10.1's optional check): the driver
 /// published the owner before the rest, or payload bytes just look like one.
-fn stamp_inside(wqe: &[u8]) -> bool {
-    wqe[TXBB_SIZE..]
-        .chunks(TXBB_SIZE)
-        .any(|b| b.len() >= 4 && be32(b, 0) & !owner_opcode::OWNER == STAMP_DWORD)
+fn stamp_inside(wqe: &WqeBuf, txbbs: u32) -> bool {
+    (1..txbbs as usize).any(|k| {
+        let u = &wqe[k * UNITS_PER_TXBB];
+        u32::from_be_bytes([u[0], u[1], u[2], u[3]]) & !owner_opcode::OWNER == STAMP_DWORD
+    })
 }
 
 /// A send completion for the WQE at `counter`; `syndrome` only for an error CQE.
@@ -450,6 +544,7 @@ fn take_bf_copy(bf: &Bf, h: usize, len: usize, cx: &mut TxCtx<'_>) -> bool {
         wqe,
         ..
     } = &mut *cx.scratch;
+    let wqe = wqe.as_flattened_mut();
     copy.resize(bytes, 0);
     again.resize(bytes, 0);
     let ring = &wqe[..len];
@@ -485,34 +580,73 @@ fn bf_copy_matches(ring: &[u8], copy: &[u8]) -> bool {
     be32(ring, 0) & mask == be32(copy, 0) & mask && ring[12..] == copy[12..]
 }
 
-/// Put a validated SEND on the wire (the WQE's bytes are in `scratch.wqe[..len]`).
-fn transmit(send: &Send, len: usize, cx: &mut TxCtx<'_>) {
-    let c = &mut *cx.counters;
-    c.dma_read_bytes += send.dma_len as u64;
-    if !cx.port.up.load(std::sync::atomic::Ordering::Relaxed) {
-        c.tx_drops_wire += send.frames as u64;
-        return;
+/// What the port does with frames during one walk.
+struct Out {
+    link_up: bool,
+    /// The wire wants the frames' bytes (every wire but null).
+    bytes: bool,
+}
+
+/// Counts of one walk, added to the device counters when it ends.
+#[derive(Default)]
+struct Tally {
+    fetched: u64,
+    fetch_bytes: u64,
+    from_bf: u64,
+    txbbs: u64,
+    stamps: u64,
+    frames: u64,
+    bytes: u64,
+    drops: u64,
+    dma: u64,
+    cqes: u64,
+    error_cqes: u64,
+}
+
+impl Tally {
+    fn add_to(&self, c: &mut Counters) {
+        c.wqe_fetched += self.fetched;
+        c.wqe_fetch_bytes += self.fetch_bytes;
+        c.wqe_from_bf += self.from_bf;
+        c.txbbs += self.txbbs;
+        c.wqe_stamp_seen += self.stamps;
+        c.tx_frames += self.frames;
+        c.tx_bytes += self.bytes;
+        c.tx_drops_wire += self.drops;
+        c.dma_read_bytes += self.dma;
+        c.cqes += self.cqes;
+        c.error_cqes += self.error_cqes;
     }
-    if !cx.wire.wants_bytes() {
-        c.tx_frames += send.frames as u64;
-        c.tx_bytes += send.len as u64;
-        return;
+}
+
+/// Put the frames of a valid SEND on the wire (its segments are in `scratch.segs`).
+#[inline(always)]
+fn transmit(v: Verdict, bf_posted: bool, out: &Out, t: &mut Tally, cx: &mut TxCtx<'_>) {
+    t.dma += u64::from(v.dma);
+    if !out.link_up {
+        t.drops += u64::from(v.frames);
+    } else if !out.bytes {
+        t.frames += u64::from(v.frames);
+        t.bytes += u64::from(v.len);
+    } else {
+        put_on_wire(bf_posted, t, cx);
     }
+}
+
+/// Assemble the frame(s) of the WQE in `scratch` and hand them to the wire.
+fn put_on_wire(bf_posted: bool, t: &mut Tally, cx: &mut TxCtx<'_>) {
     let s = &mut *cx.scratch;
-    send::assemble(&s.wqe[..len], &s.segs, cx.mrs, send, &mut s.frame);
+    let lso = send::assemble(&s.wqe, &s.segs, cx.mrs, bf_posted, &mut s.frame);
     let (wire, port) = (&mut *cx.wire, cx.port);
     let mut put = |frame: &[u8]| match wire.transmit(port, frame) {
         TxOutcome::Sent => {
-            c.tx_frames += 1;
-            c.tx_bytes += frame.len() as u64;
+            t.frames += 1;
+            t.bytes += frame.len() as u64;
         }
-        TxOutcome::Dropped => c.tx_drops_wire += 1,
+        TxOutcome::Dropped => t.drops += 1,
     };
-    match send.lso {
-        Some((mss, hdr)) => {
-            let hdr = hdr + if send.vlan.is_some() { 4 } else { 0 };
-            net::for_each_tso_segment(&s.frame, hdr, mss, &mut s.seg, put);
-        }
+    match lso {
         None => put(&s.frame),
+        Some((mss, hdr)) => net::for_each_tso_segment(&s.frame, hdr, mss, &mut s.seg, put),
     }
 }

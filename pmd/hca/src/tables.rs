@@ -26,6 +26,8 @@ struct Mr {
 pub(crate) struct MrTable {
     mrs: Vec<Option<Mr>>,
     gen: u8,
+    /// Deregistrations so far: what the device learnt about regions is void once it changes.
+    epoch: u64,
 }
 
 impl MrTable {
@@ -51,7 +53,12 @@ impl MrTable {
             .slot(lkey)
             .ok_or(HcaError::NotFound("memory region", lkey))?;
         self.mrs[slot] = None;
+        self.epoch += 1;
         Ok(())
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     fn slot(&self, lkey: u32) -> Option<usize> {

@@ -70,6 +70,14 @@ impl Mem {
     pub fn fill(&self, v: u8) {
         self.put(0, &vec![v; self.len]);
     }
+    /// Copy `bytes` in at `off` in one go, then a release fence (benchmarks restoring a ring
+    /// image; not for words the device may be reading).
+    pub fn put_bulk(&self, off: usize, bytes: &[u8]) {
+        assert!(off + bytes.len() <= self.len);
+        // SAFETY: in range (asserted); the caller knows the device is not reading these bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(off), bytes.len()) };
+        fence(Ordering::Release);
+    }
 }
 
 impl Drop for Mem {
