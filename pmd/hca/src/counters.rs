@@ -50,7 +50,10 @@ counters! {
     tx_frames,
     /// Bytes of the frames put on the wire.
     tx_bytes,
-    /// Frames the wire refused (peer inbox full or absent, TAP busy, port down).
+    /// Frames the port could not put on its wire: its link down, no port at the other end of
+    /// a cable, the TAP interface refused it, the pcap file could not be written. A frame that
+    /// left the port counts as sent even if the receiving side then drops it: that side counts
+    /// it.
     tx_drops_wire,
     /// Bytes read from host memory for frames (gather entries and nothing else).
     dma_read_bytes,
@@ -68,8 +71,12 @@ counters! {
     rx_bytes,
     /// Received frames dropped because no RX WQE was posted (or no RX queue exists).
     rx_drops_no_wqe,
-    /// Received frames dropped before the RX queues: port buffer full or port down.
+    /// Frames that reached the port but found its receive buffer full or the port down (also
+    /// what the buffer held when the port went down).
     rx_drops_wire,
+    /// Received frames dropped because their RQ's completion queue stayed full for longer
+    /// than the device waits (`RX_CQ_PATIENCE`).
+    rx_drops_cq_full,
     /// Received frames larger than the posted buffers (error CQE, queue stays usable).
     rx_drops_too_long,
     /// Received frames dropped on an RX queue in error (bad scatter entry).
@@ -79,6 +86,24 @@ counters! {
     rx_drops_filter,
     /// Received frames whose L3 length (after the MAC header and VLAN tags) exceeds the MTU.
     rx_drops_mtu,
+}
+
+impl Counters {
+    /// Frames the port received but could not place in host memory: no RX WQE, its receive
+    /// buffer full or the port down, the CQ full for too long, the RQ in error. This is what a
+    /// NIC reports as missed (DPDK's `imissed`, `rx_missed_errors`); the `rx_drops_*` fields
+    /// say why.
+    pub fn rx_missed(&self) -> u64 {
+        self.rx_drops_no_wqe + self.rx_drops_wire + self.rx_drops_cq_full + self.rx_drops_error
+    }
+
+    /// Every frame that reached the port and was not delivered to an RQ as a good frame:
+    /// [`Counters::rx_missed`] plus frames filtered by MAC, longer than the MTU, or larger than
+    /// the posted buffers (those get an error CQE). On a cable, what one port sent equals what
+    /// the other received plus this.
+    pub fn rx_dropped(&self) -> u64 {
+        self.rx_missed() + self.rx_drops_filter + self.rx_drops_mtu + self.rx_drops_too_long
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use mlx4_prm::SEND_DOORBELL_OFFSET;
 use crate::cq::Cq;
 use crate::dma::HostMem;
 use crate::rq::{Rq, Rx};
-use crate::rss::{RssFields, RSS_KEY_LEN};
+use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
 use crate::rx::{MacFilter, RxConfig};
 use crate::sq::{Bf, Scratch, Sq, TxCtx};
 use crate::tables::{MrTable, Pages, Slots, CQN_BASE, QPN_BASE};
@@ -59,7 +59,7 @@ impl DevState {
             qps: Slots::new(caps.max_qps as usize),
             rqs: Vec::new(),
             pages: Pages::new(caps.bf_reg_size, caps.bf_regs_per_page),
-            wire: WirePort::Null,
+            wire: WirePort::null(),
             port,
             rx: RxConfig::default(),
             counters: Counters::default(),
@@ -220,6 +220,7 @@ impl DevState {
 
     pub(crate) fn set_rss(&mut self, key: [u8; RSS_KEY_LEN], fields: RssFields) {
         self.rx.rss_key = key;
+        self.rx.toeplitz = Toeplitz::new(&key);
         self.rx.rss_fields = fields;
     }
 
@@ -285,15 +286,18 @@ impl DevState {
             return work;
         }
         let port = self.port.clone();
-        let mut n = 0;
-        while n < RX_BUDGET && port.has_pending() {
-            match port.with_front(|frame| self.receive(frame) == Rx::Done) {
-                Some(true) => n += 1,
-                _ => break,
-            }
-        }
-        work += n;
+        work += port
+            .inbox
+            .consume(RX_BUDGET, |frame| self.receive(frame) == Rx::Done);
         work
+    }
+
+    /// The port goes down or up; going down, what its receive buffer held is lost, and counted.
+    pub(crate) fn set_port_up(&mut self, up: bool) {
+        self.port.inbox.set_up(up);
+        if !up {
+            self.counters.rx_drops_wire += self.port.inbox.clear();
+        }
     }
 
     /// Offer one frame to the port: filter, MTU, steering, then its RQ.

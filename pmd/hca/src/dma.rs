@@ -189,6 +189,72 @@ impl HostMem {
     }
 }
 
+/// A span of memory shared with other threads or processes (rings, device pages, counters):
+/// zeroed heap memory this value owns, or memory someone else provides and keeps alive.
+///
+/// Invariant: `[ptr, ptr + len)` is valid for reads and writes for the life of the value.
+#[derive(Debug)]
+pub(crate) struct Region {
+    ptr: *mut u8,
+    len: usize,
+    /// Heap memory to free with this layout on drop; `None` for memory owned elsewhere.
+    heap: Option<Layout>,
+}
+
+// SAFETY: the region is plain memory; everything that reads or writes it goes through atomics
+// or a protocol that gives one party a span at a time.
+unsafe impl Send for Region {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// `len` zeroed bytes on the heap, 4 KiB aligned.
+    pub(crate) fn heap(len: usize) -> Region {
+        let layout = Layout::from_size_align(len.max(1), PAGE).expect("valid region layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        Region {
+            ptr,
+            len,
+            heap: Some(layout),
+        }
+    }
+
+    /// Memory someone else owns.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must stay valid for reads and writes, and be touched by others only
+    /// through the protocols of this crate, until the value is dropped.
+    #[allow(dead_code)] // for device memory the opener provides, next
+    pub(crate) unsafe fn foreign(ptr: *mut u8, len: usize) -> Region {
+        Region {
+            ptr,
+            len,
+            heap: None,
+        }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let Some(layout) = self.heap {
+            // SAFETY: allocated in `heap` with this layout and not freed before.
+            unsafe { alloc::dealloc(self.ptr, layout) };
+        }
+    }
+}
+
 /// A zeroed, 4 KiB-aligned page of "device memory" (a UAR or BlueFlame page) that the driver maps
 /// by pointer and the device polls.
 #[derive(Debug)]

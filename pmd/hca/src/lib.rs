@@ -54,6 +54,7 @@ mod counters;
 mod cq;
 mod device;
 mod dma;
+mod inbox;
 mod net;
 mod rq;
 mod rss;
@@ -395,7 +396,7 @@ impl Hca {
             },
             max_rq_sges: 32,
         };
-        let port = Arc::new(RxPort::new(cfg.rx_inbox_frames as usize));
+        let port = Arc::new(RxPort::new(cfg.rx_inbox_frames));
         let named = !cfg.name.is_empty();
         if named {
             wire::register(&cfg.name, &port)?;
@@ -619,16 +620,12 @@ impl Hca {
     /// Set the link state. While down, transmitted frames are dropped (their WQEs still
     /// complete) and nothing is received.
     pub fn set_port_up(&self, up: bool) {
-        let port = &self.shared.inner.port;
-        port.up.store(up, Ordering::Release);
-        if !up {
-            port.clear();
-        }
+        self.state().set_port_up(up);
     }
 
     /// Link state.
     pub fn port_up(&self) -> bool {
-        self.shared.inner.port.up.load(Ordering::Acquire)
+        self.shared.inner.port.up()
     }
 
     /// Start the device loop thread (threaded mode; a no-op in step mode or when running).
@@ -670,7 +667,7 @@ impl Hca {
     /// A snapshot of the counters.
     pub fn counters(&self) -> Counters {
         let mut c = self.state().counters.clone();
-        c.rx_drops_wire += self.shared.inner.port.drops.load(Ordering::Relaxed);
+        c.rx_drops_wire += self.shared.inner.port.inbox.dropped();
         c
     }
 
@@ -678,7 +675,7 @@ impl Hca {
     pub fn reset_counters(&self) {
         let mut st = self.state();
         st.counters = Counters::default();
-        self.shared.inner.port.drops.store(0, Ordering::Relaxed);
+        self.shared.inner.port.inbox.reset_dropped();
     }
 }
 

@@ -1,6 +1,8 @@
 //! The receive engine: a receive queue's WQEs, scattering a frame into the buffers they name and
 //! completing it (spec 6, section 10 rule 5).
 
+use std::time::{Duration, Instant};
+
 use mlx4_prm::{cqe_opcode, syndrome, Cqe, RxDataSeg, CQE_SIZE, INVALID_LKEY};
 
 use crate::cq::Cq;
@@ -8,6 +10,10 @@ use crate::dma::HostMem;
 use crate::net;
 use crate::tables::MrTable;
 use crate::{Counters, QueueState};
+
+/// How long a received frame waits for room in its RQ's CQ before the port drops it (and,
+/// while the CQ stays full, the frames after it).
+pub(crate) const RX_CQ_PATIENCE: Duration = Duration::from_millis(10);
 
 /// Most scatter entries an RX WQE may have.
 pub(crate) const MAX_RQ_SGES: usize = 32;
@@ -24,7 +30,8 @@ pub(crate) struct Rq {
     /// Free-running consumer, in WQEs.
     ci: u32,
     pub(crate) state: QueueState,
-    stalled: bool,
+    /// Since when frames for this RQ wait for room in its CQ.
+    full_since: Option<Instant>,
 }
 
 /// What became of a frame offered to an RQ.
@@ -55,7 +62,7 @@ impl Rq {
             db,
             ci: 0,
             state: QueueState::Ready,
-            stalled: false,
+            full_since: None,
         }
     }
 
@@ -78,13 +85,19 @@ impl Rq {
             return Rx::Done;
         }
         if cq.room() == 0 {
-            if !self.stalled {
-                self.stalled = true;
+            // Wait (a driver may repost buffers before it moves the consumer index), but not
+            // forever: a CQ that stays full makes the port drop, and count, like a NIC.
+            let since = *self.full_since.get_or_insert_with(|| {
                 counters.cq_full_stalls += 1;
+                Instant::now()
+            });
+            if since.elapsed() < RX_CQ_PATIENCE {
+                return Rx::Wait;
             }
-            return Rx::Wait;
+            counters.rx_drops_cq_full += 1;
+            return Rx::Done;
         }
-        self.stalled = false;
+        self.full_since = None;
         let mut pieces = [Piece::default(); MAX_RQ_SGES];
         let mut cqe = [0u8; CQE_SIZE];
         {

@@ -2,7 +2,7 @@
 //! the MTU check and RSS (a Toeplitz hash over a redirection table of RQs).
 
 use crate::net;
-use crate::rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
+use crate::rss::{RssFields, Toeplitz, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 use crate::Counters;
 
 /// The MTU a port starts with (standard Ethernet).
@@ -28,6 +28,8 @@ pub(crate) struct RxConfig {
     /// RX indirection table (RQ QPNs); empty = all RQs in QPN order.
     pub(crate) steering: Vec<u32>,
     pub(crate) rss_key: [u8; RSS_KEY_LEN],
+    /// `rss_key` as a hashing table.
+    pub(crate) toeplitz: Toeplitz,
     pub(crate) rss_fields: RssFields,
     /// Destination-MAC filter; `None` = promiscuous.
     pub(crate) filter: Option<MacFilter>,
@@ -40,6 +42,7 @@ impl Default for RxConfig {
         RxConfig {
             steering: Vec::new(),
             rss_key: DEFAULT_RSS_KEY,
+            toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY),
             rss_fields: RssFields::ALL,
             filter: None,
             mtu: DEFAULT_MTU,
@@ -61,7 +64,7 @@ impl RxConfig {
             counters.rx_drops_mtu += 1;
             return None;
         }
-        Some(net::rss_hash(frame, &self.rss_key, self.rss_fields))
+        Some(net::rss_hash(frame, &self.toeplitz, self.rss_fields))
     }
 
     /// The QPN of the RQ a frame with `hash` goes to. `rqs` lists every RQ in QPN order, for an

@@ -13,8 +13,6 @@ use crate::send::{self, Segs, Verdict, WqeBuf, WQE_UNITS};
 use crate::shape::Shape;
 use crate::tables::{BfSlot, MrTable};
 use crate::wire::{RxPort, TxOutcome, WirePort};
-use std::sync::atomic::Ordering;
-
 use crate::{Counters, QueueState};
 
 /// Times a BlueFlame copy is re-read while it still differs from ring memory, before the device
@@ -279,7 +277,7 @@ impl Sq {
         let mut t = Tally::default();
         let mut credit = CqCredit::default();
         let out = Out {
-            link_up: cx.port.up.load(Ordering::Relaxed),
+            link_up: cx.port.up(),
             bytes: cx.wire.wants_bytes(),
         };
         // Copies and marks only exist after BlueFlame writes; the doorbell path skips them.
