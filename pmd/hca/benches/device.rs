@@ -217,14 +217,22 @@ fn clock_overhead_ns() -> f64 {
     median(v)
 }
 
-/// Nanoseconds per WQE, median over `rounds` of `per_round` WQEs each.
+/// Nanoseconds per WQE, median over `rounds` of `per_round` WQEs each. A round of the ring
+/// mode is one `Hca::step`; a burst is what the polled mode does after `tx_burst` and before
+/// `rx_burst`: the SQ's runner, then the port's receive runner.
 fn measure(wire: WireKind, kind: Kind, per_round: u32, rounds: u64, clock: f64) -> f64 {
     let mut rig = Rig::new(wire, per_round);
+    let sq_run = rig.hca.sq_runner(rig.sq.info.qpn).expect("SQ runner");
+    let rx_run = rig.hca.rx_runner();
     let mut per = Vec::new();
     for round in 1..=rounds {
         rig.post(kind, round);
         let t = Instant::now();
-        let work = rig.hca.step();
+        let work = if per_round == WQES {
+            rig.hca.step()
+        } else {
+            sq_run.run() + rx_run.run()
+        };
         let dt = t.elapsed().as_nanos() as f64 - clock;
         assert!(work >= per_round as usize);
         rig.finish(round);
@@ -233,15 +241,25 @@ fn measure(wire: WireKind, kind: Kind, per_round: u32, rounds: u64, clock: f64) 
     median(per)
 }
 
-/// What one idle `step` costs: the price of calling the device when there is nothing to do.
-fn idle_step_ns() -> f64 {
+/// What calling the device costs when there is nothing to do: one `Hca::step`, and the two
+/// runners the polled mode calls per burst.
+fn idle_ns(clock: f64) -> [f64; 3] {
     let rig = Rig::new(WireKind::Loop, BURST);
+    let sq_run = rig.hca.sq_runner(rig.sq.info.qpn).expect("SQ runner");
+    let rx_run = rig.hca.rx_runner();
     let n = 100_000u32;
-    let t = Instant::now();
-    for _ in 0..n {
-        std::hint::black_box(rig.hca.step());
-    }
-    t.elapsed().as_nanos() as f64 / f64::from(n)
+    let time = |f: &dyn Fn() -> usize| {
+        let t = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(f());
+        }
+        (t.elapsed().as_nanos() as f64 - clock) / f64::from(n)
+    };
+    [
+        time(&|| rig.hca.step()),
+        time(&|| sq_run.run()),
+        time(&|| rx_run.run()),
+    ]
 }
 
 fn loadavg() -> String {
@@ -269,7 +287,7 @@ fn main() {
     );
     println!(
         "  burst: {BURST} WQEs posted (cache-hot, as the driver just wrote them), one \
-         doorbell, one step; median of {} rounds",
+         doorbell, then the polled mode's SqRunner::run and RxRunner::run; median of {} rounds",
         rounds * u64::from(WQES / BURST)
     );
     println!(
@@ -302,7 +320,10 @@ fn main() {
         }
     }
     if only.as_ref().map_or(true, |o| o == "idle") {
-        println!("idle step: {:.1} ns", idle_step_ns() - clock / 100_000.0);
+        let [step, sq, rx] = idle_ns(clock);
+        println!(
+            "idle: Hca::step {step:.1} ns, SqRunner::run {sq:.1} ns, RxRunner::run {rx:.1} ns"
+        );
     }
     println!("load average after: {}", loadavg());
 }

@@ -10,7 +10,7 @@ use crate::dma::HostMem;
 use crate::rq::{Rq, Rx};
 use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
 use crate::rx::{MacFilter, RxConfig};
-use crate::sq::{Bf, Scratch, Sq, TxCtx};
+use crate::sq::{Bf, Scratch, Sq, SqWatch, TxCtx};
 use crate::tables::{MrTable, Pages, Slots, CQN_BASE, QPN_BASE};
 use crate::wire::{RxPort, WirePort};
 use crate::{BfReg, Caps, Counters, HcaError, QueueState, SqInfo};
@@ -249,7 +249,7 @@ impl DevState {
         let mut work = 0;
         for slot in 0..self.qps.len() {
             if matches!(self.qps.get(slot), Some(Qp::Sq(_))) {
-                work += self.poll_sq(slot);
+                work += self.poll_sq_slot(slot);
             }
         }
         work += self.poll_rx();
@@ -259,7 +259,37 @@ impl DevState {
         work
     }
 
-    fn poll_sq(&mut self, slot: usize) -> usize {
+    /// One send queue's share of a poll (a runner's call); 0 if `qpn` is no SQ (any more).
+    pub(crate) fn poll_sq(&mut self, qpn: u32) -> usize {
+        let slot = qp_slot(qpn);
+        if !matches!(self.qps.get(slot), Some(Qp::Sq(sq)) if sq.qpn == qpn) {
+            return 0;
+        }
+        let work = self.poll_sq_slot(slot);
+        if work > 0 {
+            self.wire.flush();
+        }
+        work
+    }
+
+    /// The receive side's share of a poll (a runner's call).
+    pub(crate) fn run_rx(&mut self) -> usize {
+        let work = self.poll_rx();
+        if work > 0 {
+            self.wire.flush();
+        }
+        work
+    }
+
+    /// What a runner of SQ `qpn` watches (see `Sq::watch`).
+    pub(crate) fn sq_watch(&self, qpn: u32) -> Result<SqWatch, HcaError> {
+        match self.qps.get(qp_slot(qpn)) {
+            Some(Qp::Sq(sq)) if sq.qpn == qpn => Ok(sq.watch()),
+            _ => Err(HcaError::NotFound("SQ", qpn)),
+        }
+    }
+
+    fn poll_sq_slot(&mut self, slot: usize) -> usize {
         let Some(Qp::Sq(mut sq)) = self.qps.take(slot) else {
             unreachable!("the caller checked the slot")
         };

@@ -13,7 +13,10 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
 /// Invariant: `[base, base + len)` was declared valid for reads and writes, for as long as this
 /// value exists, by the caller of [`HostMem::new`] (ultimately the driver, through the `unsafe`
 /// control-path functions of [`crate::Hca`]).
-#[derive(Debug)]
+///
+/// Cloning copies the view, not the memory: crate code clones only views of device pages, which
+/// live as long as the adapter.
+#[derive(Debug, Clone)]
 pub(crate) struct HostMem {
     base: usize,
     len: usize,

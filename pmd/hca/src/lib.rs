@@ -10,8 +10,27 @@
 //! and BlueFlame halves and follows the rules of `mlx4-prm.md` section 10, including producing
 //! error CQEs for malformed WQEs rather than trusting them.
 //!
-//! Two ways to run the device loop: a thread of its own between [`Hca::start`] and [`Hca::stop`]
-//! (`HcaConfig::threaded`), or synchronously, one [`Hca::step`] at a time, for deterministic tests.
+//! # Who runs the device
+//! - **A thread per adapter** (`HcaConfig::threaded`, the default): between [`Hca::start`] and
+//!   [`Hca::stop`] a thread polls the adapter's doorbells, BlueFlame halves and receive buffer,
+//!   spinning, then yielding, then sleeping briefly while idle (`busy_poll` keeps it spinning).
+//! - **One thread for every adapter of the process** (`threaded` and `shared_thread`): the same
+//!   loop over all adapters that asked for it, for machines with few cores.
+//! - **The polling lcore** (`threaded: false`): nothing runs by itself. The ethdev burst glue
+//!   calls [`SqRunner::run`] (from [`Hca::sq_runner`], one per send queue) after `tx_burst`
+//!   posted on that queue, and [`RxRunner::run`] (from [`Hca::rx_runner`]) before `rx_burst`
+//!   polls; the queue code itself still only stores to memory and device pages. Both runners
+//!   cost a few loads and no lock when there is nothing to do, and may be called from any
+//!   thread at any time (they serialise on the adapter's lock only when there is work).
+//!   Device work then happens in the lcore that polls, so a 2-core machine measures the
+//!   driver rather than the scheduler.
+//! - Tests step the device synchronously, one [`Hca::step`] at a time (any mode).
+//!
+//! # Counting drops
+//! A frame that leaves a port counts as sent there; if the other end then cannot take it,
+//! that end counts it. [`Counters::rx_missed`] is what the driver reports as `imissed`;
+//! [`Counters::rx_dropped`] is every receive-side drop, so on a cable one port's `tx_frames`
+//! equals the other's `rx_frames + rx_dropped()` once nothing is in flight.
 //!
 //! # What the device does (the contract the driver codes against)
 //! - **Doorbell**: a 32-bit store of BE32(`qpn << 8`) at UAR + 0x14. The device takes the word
@@ -58,6 +77,7 @@ mod inbox;
 mod net;
 mod rq;
 mod rss;
+mod runner;
 mod rx;
 mod send;
 mod shape;
@@ -70,15 +90,16 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 
 pub use counters::Counters;
 pub use rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
+pub use runner::{RxRunner, SqRunner};
 pub use wire::{FrameSink, Wire};
 
 use device::DevState;
+use runner::Inner;
 use wire::RxPort;
 
 /// How the emulated adapter is built and how its device loop runs.
@@ -94,8 +115,13 @@ pub struct HcaConfig {
     /// BlueFlame registers per 4 KiB page (default 8); `bf_reg_size * bf_regs_per_page` must fit
     /// in a page.
     pub bf_regs_per_page: u32,
-    /// Run the device loop on its own thread between `start` and `stop`; false = step mode.
+    /// Run the device loop on a thread between `start` and `stop`. False = the polled mode:
+    /// the device runs only when called, by the lcore that polls the port ([`Hca::sq_runner`],
+    /// [`Hca::rx_runner`]) or by tests ([`Hca::step`]).
     pub threaded: bool,
+    /// With `threaded`: one device thread for every adapter of the process that asks for it
+    /// (for machines with few cores) instead of a thread per adapter.
+    pub shared_thread: bool,
     /// Spin without backing off when idle (lowest latency, burns a core).
     pub busy_poll: bool,
     /// Name other adapters use to cable to this one (`Wire::Peer`), e.g. `net_mlx4rs0`; must be
@@ -115,6 +141,7 @@ impl Default for HcaConfig {
             bf_reg_size: 512,
             bf_regs_per_page: 8,
             threaded: true,
+            shared_thread: false,
             busy_poll: false,
             name: String::new(),
             max_wqe_size: 1008,
@@ -269,16 +296,10 @@ pub struct RqAttr {
     pub db_rec: *mut u32,
 }
 
-struct Inner {
-    state: Mutex<DevState>,
-    port: Arc<RxPort>,
-    stop: AtomicBool,
-    busy_poll: bool,
-}
-
 struct Shared {
     inner: Arc<Inner>,
     threaded: bool,
+    shared_thread: bool,
     named: bool,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -291,6 +312,8 @@ impl Shared {
             let _ = h.join();
             self.inner.stop.store(false, Ordering::Release);
         }
+        drop(t);
+        runner::leave_shared(&self.inner);
     }
 }
 
@@ -315,39 +338,13 @@ impl fmt::Debug for Hca {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hca")
             .field("threaded", &self.shared.threaded)
+            .field("shared_thread", &self.shared.shared_thread)
             .finish_non_exhaustive()
     }
 }
 
-/// Polls without work before the device loop starts yielding the CPU.
-const SPIN_POLLS: u32 = 2000;
-/// Polls spent yielding before it starts sleeping.
-const YIELD_POLLS: u32 = 200;
-/// The shortest idle sleep; it doubles up to [`MAX_IDLE_SLEEP`] while nothing happens.
-const MIN_IDLE_SLEEP: Duration = Duration::from_micros(50);
-const MAX_IDLE_SLEEP: Duration = Duration::from_micros(200);
 /// A bound on [`Hca::step`] so a driver that keeps posting cannot hang a test.
 const MAX_STEP_POLLS: usize = 1 << 20;
-
-fn device_loop(inner: Arc<Inner>) {
-    let mut idle: u32 = 0;
-    while !inner.stop.load(Ordering::Acquire) {
-        let work = inner.state.lock().poll();
-        if work > 0 {
-            idle = 0;
-            continue;
-        }
-        idle = idle.saturating_add(1);
-        if inner.busy_poll || idle < SPIN_POLLS {
-            std::hint::spin_loop();
-        } else if idle < SPIN_POLLS + YIELD_POLLS {
-            std::thread::yield_now();
-        } else {
-            let doublings = ((idle - SPIN_POLLS - YIELD_POLLS) / 64).min(2);
-            std::thread::sleep((MIN_IDLE_SLEEP * (1 << doublings)).min(MAX_IDLE_SLEEP));
-        }
-    }
-}
 
 impl Hca {
     /// Open an adapter.
@@ -406,11 +403,13 @@ impl Hca {
             port,
             stop: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
+            wire_rx: AtomicBool::new(false),
         });
         Ok(Hca {
             shared: Arc::new(Shared {
                 inner,
                 threaded: cfg.threaded,
+                shared_thread: cfg.shared_thread,
                 named,
                 thread: Mutex::new(None),
             }),
@@ -607,8 +606,10 @@ impl Hca {
 
     /// Plug the port into a wire (replacing the previous one).
     pub fn set_wire(&self, wire: Wire) -> Result<(), HcaError> {
+        let rx = matches!(wire, Wire::Tap(_));
         let port = wire::WirePort::open(wire)?;
         self.state().wire = port;
+        self.shared.inner.wire_rx.store(rx, Ordering::Relaxed);
         Ok(())
     }
 
@@ -628,26 +629,49 @@ impl Hca {
         self.shared.inner.port.up()
     }
 
-    /// Start the device loop thread (threaded mode; a no-op in step mode or when running).
+    /// Start the device loop: its own thread, or a place in the process-wide device thread
+    /// (`shared_thread`). A no-op in the polled mode or when running.
     pub fn start(&self) -> Result<(), HcaError> {
-        if !self.shared.threaded {
+        let sh = &self.shared;
+        if !sh.threaded {
             return Ok(());
         }
-        let mut t = self.shared.thread.lock();
+        if sh.shared_thread {
+            return runner::join_shared(&sh.inner);
+        }
+        let mut t = sh.thread.lock();
         if t.is_none() {
-            let inner = self.shared.inner.clone();
-            let h = std::thread::Builder::new()
-                .name("mlx4-hca".into())
-                .spawn(move || device_loop(inner))
-                .map_err(|e| HcaError::Io(format!("spawning the device loop: {e}")))?;
-            *t = Some(h);
+            *t = Some(runner::own_thread(sh.inner.clone())?);
         }
         Ok(())
     }
 
-    /// Stop the device loop thread and wait for it; idempotent.
+    /// Stop the device loop and wait until it no longer runs this adapter; idempotent. The
+    /// runners of the polled mode are not affected (they run when called).
     pub fn stop(&self) {
         self.shared.stop();
+    }
+
+    /// The runner of send queue `qpn`, for the polled mode: the ethdev burst glue calls
+    /// [`SqRunner::run`] after `tx_burst` posted on the queue. Keep it with the queue; it does
+    /// nothing once the queue is destroyed.
+    pub fn sq_runner(&self, qpn: u32) -> Result<SqRunner, HcaError> {
+        let w = self.state().sq_watch(qpn)?;
+        Ok(SqRunner {
+            inner: self.shared.inner.clone(),
+            qpn,
+            db: w.db,
+            bf: w.bf,
+            busy: w.busy,
+        })
+    }
+
+    /// The runner of the port's receive side, for the polled mode: the ethdev burst glue calls
+    /// [`RxRunner::run`] before `rx_burst` polls.
+    pub fn rx_runner(&self) -> RxRunner {
+        RxRunner {
+            inner: self.shared.inner.clone(),
+        }
     }
 
     /// Run the device loop until it finds nothing to do; returns the work items done

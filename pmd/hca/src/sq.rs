@@ -13,6 +13,9 @@ use crate::send::{self, Segs, Verdict, WqeBuf, WQE_UNITS};
 use crate::shape::Shape;
 use crate::tables::{BfSlot, MrTable};
 use crate::wire::{RxPort, TxOutcome, WirePort};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use crate::{Counters, QueueState};
 
 /// Times a BlueFlame copy is re-read while it still differs from ring memory, before the device
@@ -43,6 +46,14 @@ impl Walk {
             _ => Walk::UpTo(c),
         }
     }
+}
+
+/// What tells, without the adapter's lock, that a send queue has work: its doorbell word and
+/// BlueFlame halves (views of device pages) and its unfinished-walk flag.
+pub(crate) struct SqWatch {
+    pub(crate) db: HostMem,
+    pub(crate) bf: Option<[HostMem; 2]>,
+    pub(crate) busy: Arc<AtomicBool>,
 }
 
 /// A send queue's BlueFlame register as the device sees it.
@@ -95,6 +106,9 @@ pub(crate) struct Sq {
     marks: u32,
     /// The layout of the last inline WQE, which most following WQEs share.
     shape: Box<Shape>,
+    /// Set while a walk is unfinished (its CQ was full), so a runner comes back without a new
+    /// doorbell.
+    busy: Arc<AtomicBool>,
 }
 
 /// Buffers a walk reuses, so steady-state traffic does not allocate.
@@ -183,6 +197,7 @@ impl Sq {
             bf_marks: vec![false; cnt as usize],
             marks: 0,
             shape: Box::new(Shape::new()),
+            busy: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -193,8 +208,21 @@ impl Sq {
         work += self.take_bf_arrivals(cx.wc, cx.counters);
         if self.walk != Walk::Idle {
             work += self.walk(cx);
+            let unfinished = self.walk != Walk::Idle;
+            if unfinished != self.busy.load(Ordering::Relaxed) {
+                self.busy.store(unfinished, Ordering::Release);
+            }
         }
         work
+    }
+
+    /// What a runner watches to know whether this queue has work.
+    pub(crate) fn watch(&self) -> SqWatch {
+        SqWatch {
+            db: self.db.clone(),
+            bf: self.bf.as_ref().map(|b| b.halves.clone()),
+            busy: self.busy.clone(),
+        }
     }
 
     /// A UAR doorbell, read-only until one is there so the driver's cache line is not stolen per

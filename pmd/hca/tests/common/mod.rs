@@ -215,8 +215,14 @@ pub struct TestSq {
 }
 
 impl TestSq {
+    /// A queue whose every TXBB starts invalid for pass 0 (owner bit set, as rdma-core and our
+    /// driver initialise SQ ownership): on a zeroed ring, a WQE being written in pass 0 would
+    /// look owned (OWNER 0) as soon as its DS byte lands, before its opcode does.
     pub fn new(hca: &Hca, cnt: u32, cqn: u32) -> TestSq {
         let ring = Mem::new(cnt as usize * 64);
+        for i in 0..cnt as usize {
+            ring.put32(i * 64, u32::MAX);
+        }
         TestSq::on(hca, ring, cnt, cqn)
     }
 
