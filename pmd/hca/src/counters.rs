@@ -28,12 +28,19 @@ counters! {
     doorbells_bad_qpn,
     /// BlueFlame writes seen, whole or torn.
     bf_bursts,
-    /// BlueFlame writes that did not arrive as one whole copy (all of them without WC).
+    /// BlueFlame writes that did not arrive as one whole copy (all of them without WC): the
+    /// copy still differed from the WQE in ring memory after the device re-read it, and no
+    /// newer write had replaced it.
     bf_torn,
     /// 8-byte pieces of torn BlueFlame writes.
     bf_pieces,
     /// BlueFlame writes for another QPN, or for a WQE already consumed (used as nothing).
     bf_ignored,
+    /// Whole BlueFlame copies a newer write to the same half replaced before the device used
+    /// them (it ran those WQEs from ring memory). Writes replaced before the device even saw
+    /// them are not in `bf_bursts` at all: the driver's own count of BF writes minus
+    /// `bf_bursts` says how many.
+    bf_superseded,
     /// WQEs fetched from ring memory.
     wqe_fetched,
     /// WQEs taken from a BlueFlame copy instead of ring memory.

@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use crate::{Counters, QueueState};
 
-/// Times a BlueFlame copy is re-read while it still differs from ring memory, before the device
-/// gives up on it as torn.
-const BF_REREADS: u32 = 256;
+/// Times a BlueFlame copy is re-read while it still differs from ring memory (the driver's
+/// stores may still be landing), before the device calls it torn.
+const BF_REREADS: u32 = 64;
 /// DS units per TXBB.
 const UNITS_PER_TXBB: usize = TXBB_SIZE / DS_SIZE;
 /// TXBBs of the largest WQE.
@@ -62,24 +62,44 @@ pub(crate) struct Bf {
     pub(crate) slot: BfSlot,
     half_size: usize,
     halves: [HostMem; 2],
-    /// First qword of the last arrival in each half (the device zeroes it in the register).
-    first: [[u8; 8]; 2],
-    /// Counter of a whole (WC) copy waiting in each half to be used for its WQE.
-    pending: [Option<u16>; 2],
+    /// The whole copy taken from each half when it arrived, waiting for the walk to reach its
+    /// WQE.
+    latch: [Latch; 2],
+}
+
+#[derive(Debug)]
+struct Latch {
+    /// The 16-bit counter of the WQE the copy is of; `None` = nothing waiting.
+    counter: Option<u16>,
+    copy: Box<[u8]>,
+}
+
+/// What became of a BlueFlame copy the device tried to take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    /// It matches the WQE in ring memory: the walk will use it.
+    Whole,
+    /// A newer write to the same half began before the device had read it all.
+    Superseded,
+    /// It still differs from ring memory after the device re-read it.
+    Torn,
 }
 
 impl Bf {
     fn has_pending(&self) -> bool {
-        self.pending.iter().any(Option::is_some)
+        self.latch.iter().any(|l| l.counter.is_some())
     }
 
     pub(crate) fn new(slot: BfSlot, halves: [HostMem; 2], half_size: usize) -> Bf {
+        let latch = || Latch {
+            counter: None,
+            copy: vec![0; half_size].into_boxed_slice(),
+        };
         Bf {
             slot,
             half_size,
             halves,
-            first: [[0; 8]; 2],
-            pending: [None; 2],
+            latch: [latch(), latch()],
         }
     }
 }
@@ -115,9 +135,6 @@ pub(crate) struct Sq {
 pub(crate) struct Scratch {
     /// The WQE being executed (whole TXBBs of it).
     wqe: WqeBuf,
-    bf: Vec<u8>,
-    /// A second read of the same copy: a copy is trusted only when two reads agree.
-    bf_again: Vec<u8>,
     segs: Segs,
     frame: Vec<u8>,
     /// One LSO segment being built.
@@ -128,8 +145,6 @@ impl Scratch {
     pub(crate) fn new() -> Box<Scratch> {
         Box::new(Scratch {
             wqe: [[0; DS_SIZE]; WQE_UNITS],
-            bf: Vec::with_capacity(4096),
-            bf_again: Vec::with_capacity(4096),
             segs: Segs::new(),
             frame: Vec::with_capacity(send::MAX_FRAME + 8),
             seg: Vec::with_capacity(send::MAX_FRAME + 8),
@@ -242,22 +257,22 @@ impl Sq {
     }
 
     /// BlueFlame arrivals in either half: each is a doorbell up to its WQE, and with write
-    /// combining a copy of that WQE the walk may use instead of ring memory.
+    /// combining a copy of that WQE, which the device takes at once (checked against ring
+    /// memory, where the driver wrote the WQE first) so that a newer write to the same half
+    /// cannot spoil it later, as a real device latches a posted write when it lands.
     fn take_bf_arrivals(&mut self, wc: bool, counters: &mut Counters) -> usize {
-        let Some(bf) = self.bf.as_mut() else {
+        let Some(mut bf) = self.bf.take() else {
             return 0;
         };
         let mut work = 0;
         for h in 0..2 {
-            // Read-only while nothing arrives; an arrival is consumed by zeroing its first qword
-            // (only if unchanged), like the swap on the UAR doorbell word.
+            // Read-only while nothing arrives.
             let Some(q) = bf.halves[h].load_bytes8(0) else {
                 continue;
             };
-            if q == [0; 8] || !bf.halves[h].clear_bytes8_if(0, q) {
+            if q == [0; 8] {
                 continue;
             }
-            bf.first[h] = q;
             work += 1;
             counters.bf_bursts += 1;
             let ctrl = CtrlSeg::new_unchecked(&q[..]);
@@ -265,26 +280,80 @@ impl Sq {
             let ahead = u32::from(c.wrapping_sub(self.ci as u16));
             if ctrl.bf_qpn() != self.qpn || ahead >= self.cnt {
                 counters.bf_ignored += 1;
-                continue;
-            }
-            let mark = &mut self.bf_marks[usize::from(c) & (self.cnt as usize - 1)];
-            if !*mark {
-                *mark = true;
-                self.marks += 1;
-            }
-            if wc {
-                bf.pending[h] = Some(c);
             } else {
-                // Without write combining the copy trickles in as 8-byte stores; only its first
-                // qword (QPN and counter) is trusted, as a doorbell.
-                let bytes = wqe_txbbs(ctrl.ds().max(1)) as usize * TXBB_SIZE;
-                counters.bf_torn += 1;
-                counters.bf_pieces += (bytes.min(bf.half_size) / 8) as u64;
-                bf.pending[h] = None;
+                if bf.latch[h].counter.take().is_some() {
+                    // The walk never reached the copy this half held.
+                    counters.bf_superseded += 1;
+                }
+                let mark = &mut self.bf_marks[usize::from(c) & (self.cnt as usize - 1)];
+                if !*mark {
+                    *mark = true;
+                    self.marks += 1;
+                }
+                if wc {
+                    match self.latch_copy(&mut bf, h, q, ahead) {
+                        Taken::Whole => bf.latch[h].counter = Some(c),
+                        Taken::Superseded => counters.bf_superseded += 1,
+                        Taken::Torn => counters.bf_torn += 1,
+                    }
+                } else {
+                    // Without write combining the copy trickles in as 8-byte stores; only its
+                    // first qword (QPN and counter) is trusted, as a doorbell.
+                    let bytes = wqe_txbbs(ctrl.ds().max(1)) as usize * TXBB_SIZE;
+                    counters.bf_torn += 1;
+                    counters.bf_pieces += (bytes.min(bf.half_size) / 8) as u64;
+                }
+                self.walk = self.walk.merge_bf(c, self.ci as u16, ahead);
             }
-            self.walk = self.walk.merge_bf(c, self.ci as u16, ahead);
+            // Consumed by zeroing its first qword, like the swap on the UAR doorbell word; a
+            // newer write that already replaced it is found by the next look.
+            bf.halves[h].clear_bytes8_if(0, q);
         }
+        self.bf = Some(bf);
         work
+    }
+
+    /// Read the copy in half `h` (first qword `q`) into its latch and compare it with the WQE
+    /// `ahead` TXBBs past the consumer in ring memory. While it differs, the driver's stores
+    /// may still be arriving: re-read a bounded number of times; a first qword that changed
+    /// means a newer write began.
+    fn latch_copy(&self, bf: &mut Bf, h: usize, q: [u8; 8], ahead: u32) -> Taken {
+        let ds = CtrlSeg::new_unchecked(&q[..]).ds();
+        let len = usize::from(ds) * DS_SIZE;
+        let bytes = len.next_multiple_of(TXBB_SIZE);
+        if ds == 0 || bytes > bf.half_size {
+            return Taken::Torn;
+        }
+        // The WQE in ring memory, which the driver posted before writing the copy.
+        let idx = self.ci.wrapping_add(ahead);
+        let mut ring = [[0u8; TXBB_SIZE]; MAX_WQE_TXBBS];
+        for (k, block) in ring.iter_mut().take(bytes / TXBB_SIZE).enumerate() {
+            let slot = (idx.wrapping_add(k as u32) & (self.cnt - 1)) as usize;
+            self.ring.read_array(slot * TXBB_SIZE, block);
+        }
+        let owned = self
+            .ring
+            .load_be32(((idx & (self.cnt - 1)) as usize) * TXBB_SIZE);
+        let parity = idx & self.cnt != 0;
+        if owned.map_or(true, |dw0| (dw0 & owner_opcode::OWNER != 0) != parity) {
+            // No posted WQE to be a copy of: the write is only a doorbell.
+            return Taken::Torn;
+        }
+        let ring = &ring.as_flattened()[..len];
+        let copy = &mut bf.latch[h].copy[..bytes];
+        for _ in 0..BF_REREADS {
+            if !bf.halves[h].read_qwords(0, copy) {
+                return Taken::Torn;
+            }
+            if bf.halves[h].load_bytes8(0) != Some(q) {
+                return Taken::Superseded;
+            }
+            if bf_copy_matches(ring, &copy[..len]) {
+                return Taken::Whole;
+            }
+            std::hint::spin_loop();
+        }
+        Taken::Torn
     }
 
     /// Execute WQEs from the consumer on, as far as the walk allows (a doorbell covers every
@@ -389,7 +458,7 @@ impl Sq {
             }
             self.stalled = false;
             if let (Some(h), Some(bf)) = (bf_half, self.bf.as_mut()) {
-                bf.pending[h] = None;
+                bf.latch[h].counter = None;
             }
             if from_bf {
                 t.from_bf += 1;
@@ -426,7 +495,7 @@ impl Sq {
         }
         t.add_to(cx.counters);
         if bf_live {
-            self.drop_stale_copies();
+            self.drop_stale_copies(cx.counters);
         }
         done
     }
@@ -484,21 +553,23 @@ impl Sq {
     #[inline(always)]
     fn pending_copy(&self, counter: u16) -> Option<usize> {
         let bf = self.bf.as_ref()?;
-        (0..2).find(|&h| bf.pending[h] == Some(counter))
+        (0..2).find(|&h| bf.latch[h].counter == Some(counter))
     }
 
-    /// Whether the copy in half `h` replaces the WQE fetched into `scratch.wqe`. Torn is a fact
-    /// about the burst: decided (and counted) once. A whole copy stays pending until its WQE is
-    /// executed, so a walk that waits for CQ room uses it next time.
+    /// Take the copy latched in half `h` for the WQE fetched into `scratch.wqe` (`len` bytes):
+    /// it equals ring memory except for what a copy may change, of which the device honours
+    /// its `srcrb_flags` (a copy may ask for a completion the ring copy does not: the WC
+    /// self-test relies on it). The latch is cleared once the WQE runs.
     fn use_bf_copy(&mut self, h: usize, len: usize, cx: &mut TxCtx<'_>) -> bool {
-        let Some(bf) = self.bf.as_mut() else {
+        let Some(bf) = self.bf.as_ref() else {
             return false;
         };
-        let whole = take_bf_copy(bf, h, len, cx);
-        if !whole {
-            bf.pending[h] = None;
+        let copy = &bf.latch[h].copy;
+        if copy.len() < len {
+            return false;
         }
-        whole
+        cx.scratch.wqe[0][8..12].copy_from_slice(&copy[8..12]);
+        true
     }
 
     /// Move the consumer past a WQE of `txbbs`. Every slot it covered loses its BlueFlame mark,
@@ -519,13 +590,14 @@ impl Sq {
     }
 
     /// Copies for WQEs the walk has passed are of no further use.
-    fn drop_stale_copies(&mut self) {
+    fn drop_stale_copies(&mut self, counters: &mut Counters) {
         let ci = self.ci as u16;
         let cnt = self.cnt;
         if let Some(bf) = self.bf.as_mut() {
-            for p in &mut bf.pending {
-                if matches!(*p, Some(c) if u32::from(c.wrapping_sub(ci)) >= cnt) {
-                    *p = None;
+            for l in &mut bf.latch {
+                if matches!(l.counter, Some(c) if u32::from(c.wrapping_sub(ci)) >= cnt) {
+                    l.counter = None;
+                    counters.bf_superseded += 1;
                 }
             }
         }
@@ -552,51 +624,6 @@ fn tx_cqe(qpn: u32, counter: u16, owner_sr_opcode: u8, syn: u8) -> [u8; CQE_SIZE
     }
     w.set_owner_sr_opcode(owner_sr_opcode);
     cqe
-}
-
-/// Compare the copy in BlueFlame half `h` with the ring WQE in `scratch.wqe[..len]`; when it is
-/// whole, take its `srcrb_flags` (a copy may ask for a completion the ring copy does not: the
-/// WC self-test relies on it) and return true. A copy still differing after a bounded re-read is
-/// torn and ignored.
-fn take_bf_copy(bf: &Bf, h: usize, len: usize, cx: &mut TxCtx<'_>) -> bool {
-    let bytes = len.div_ceil(TXBB_SIZE) * TXBB_SIZE;
-    if bytes > bf.half_size {
-        cx.counters.bf_torn += 1;
-        return false;
-    }
-    let Scratch {
-        bf: copy,
-        bf_again: again,
-        wqe,
-        ..
-    } = &mut *cx.scratch;
-    let wqe = wqe.as_flattened_mut();
-    copy.resize(bytes, 0);
-    again.resize(bytes, 0);
-    let ring = &wqe[..len];
-    for _ in 0..BF_REREADS {
-        // A real BF write lands whole; here the driver's stores may still be arriving, or (if
-        // the device fell behind) a newer copy may be overwriting this half. Two equal reads
-        // rule out the first; the first qword, zeroed at arrival and written first by any newer
-        // copy, still being zero rules out the second (stores and loads are ordered on the
-        // platforms we model).
-        let whole = bf.halves[h].read_qwords(0, copy)
-            && bf.halves[h].read_qwords(0, again)
-            && copy[8..] == again[8..]
-            && bf.halves[h].load_bytes8(0) == Some([0; 8]);
-        if whole && {
-            // The first qword was consumed from the register at arrival; use what arrived.
-            copy[..8].copy_from_slice(&bf.first[h]);
-            bf_copy_matches(ring, &copy[..len])
-        } {
-            let flags = CtrlSeg::new_unchecked(&copy[..]).srcrb_flags();
-            wqe[8..12].copy_from_slice(&flags.to_be_bytes());
-            return true;
-        }
-        std::hint::spin_loop();
-    }
-    cx.counters.bf_torn += 1;
-    false
 }
 
 /// Whether a BlueFlame copy is the ring WQE, allowing for what the copy legitimately changes:
