@@ -17,6 +17,19 @@ macro_rules! counters {
             pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
                 [$((stringify!($name), self.$name)),*].into_iter()
             }
+
+            /// Every value, in [`Counters::NAMES`] order.
+            pub fn values(&self) -> [u64; Counters::NAMES.len()] {
+                [$(self.$name),*]
+            }
+
+            /// Counters from values in [`Counters::NAMES`] order (missing ones are 0).
+            pub fn from_values(v: &[u64]) -> Counters {
+                let mut it = v.iter().copied();
+                Counters {
+                    $($name: it.next().unwrap_or(0),)*
+                }
+            }
         }
     };
 }
@@ -128,5 +141,7 @@ mod tests {
         assert_eq!(v.len(), Counters::NAMES.len());
         assert_eq!(v[0], ("doorbells", 3));
         assert_eq!(*v.last().unwrap(), ("rx_drops_mtu", 7));
+        let values: Vec<u64> = v.iter().map(|&(_, x)| x).collect();
+        assert_eq!(Counters::from_values(&values), c);
     }
 }

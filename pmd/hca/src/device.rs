@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use mlx4_prm::SEND_DOORBELL_OFFSET;
-
+use crate::bar::Bar;
 use crate::cq::Cq;
 use crate::dma::HostMem;
 use crate::rq::{Rq, Rx};
@@ -38,6 +37,8 @@ pub(crate) struct DevState {
     port: Arc<RxPort>,
     rx: RxConfig,
     pub(crate) counters: Counters,
+    /// What device memory shows.
+    published: Counters,
     scratch: Box<Scratch>,
 }
 
@@ -50,7 +51,7 @@ fn qp_slot(qpn: u32) -> usize {
 }
 
 impl DevState {
-    pub(crate) fn new(caps: Caps, wc: bool, port: Arc<RxPort>) -> Self {
+    pub(crate) fn new(caps: Caps, wc: bool, port: Arc<RxPort>, bar: Bar) -> Self {
         DevState {
             caps,
             wc,
@@ -58,11 +59,12 @@ impl DevState {
             cqs: Slots::new(caps.max_cqs as usize),
             qps: Slots::new(caps.max_qps as usize),
             rqs: Vec::new(),
-            pages: Pages::new(caps.bf_reg_size, caps.bf_regs_per_page),
+            pages: Pages::new(bar),
             wire: WirePort::null(),
             port,
             rx: RxConfig::default(),
             counters: Counters::default(),
+            published: Counters::default(),
             scratch: Scratch::new(),
         }
     }
@@ -115,13 +117,17 @@ impl DevState {
         let mut info = None;
         self.qps.insert_with("QPs", |slot| {
             let qpn = QPN_BASE + slot as u32;
-            let (uar, page) = pages.alloc_uar();
-            let db = page.view(SEND_DOORBELL_OFFSET, 4);
-            let uar_ptr = page.as_ptr();
+            let (uar, db, uar_ptr) = pages.alloc_uar()?;
             let (bf, reg) = if bf_reg_size == 0 {
                 (None, None)
             } else {
-                let (slot, halves, reg) = pages.alloc_bf();
+                let (slot, halves, reg) = match pages.alloc_bf() {
+                    Ok(x) => x,
+                    Err(e) => {
+                        pages.free_uar(uar);
+                        return Err(e);
+                    }
+                };
                 let half_size = bf_reg_size / 2;
                 (
                     Some(Bf::new(slot, halves, half_size)),
@@ -256,7 +262,20 @@ impl DevState {
         if work > 0 {
             self.wire.flush();
         }
+        self.publish();
         work
+    }
+
+    pub(crate) fn bar(&self) -> &Bar {
+        &self.pages.bar
+    }
+
+    /// Make the counters readable from device memory; nothing to do when none changed.
+    pub(crate) fn publish(&mut self) {
+        if self.counters != self.published {
+            self.pages.bar.publish(&self.counters);
+            self.published = self.counters.clone();
+        }
     }
 
     /// One send queue's share of a poll (a runner's call); 0 if `qpn` is no SQ (any more).
@@ -269,6 +288,7 @@ impl DevState {
         if work > 0 {
             self.wire.flush();
         }
+        self.publish();
         work
     }
 
@@ -278,6 +298,7 @@ impl DevState {
         if work > 0 {
             self.wire.flush();
         }
+        self.publish();
         work
     }
 
@@ -327,6 +348,7 @@ impl DevState {
         self.port.inbox.set_up(up);
         if !up {
             self.counters.rx_drops_wire += self.port.inbox.clear();
+            self.publish();
         }
     }
 

@@ -258,8 +258,8 @@ impl Drop for Region {
     }
 }
 
-/// A zeroed, 4 KiB-aligned page of "device memory" (a UAR or BlueFlame page) that the driver maps
-/// by pointer and the device polls.
+/// A zeroed, 4 KiB-aligned page of memory, for tests of code that reads device pages.
+#[cfg(test)]
 #[derive(Debug)]
 pub(crate) struct DevPage {
     ptr: *mut u8,
@@ -267,12 +267,15 @@ pub(crate) struct DevPage {
 
 // SAFETY: the page is plain memory owned by this value; all device-side access goes through
 // `HostMem`-style atomic loads, and the pointer is only handed to the driver as an address.
+#[cfg(test)]
 unsafe impl Send for DevPage {}
 // SAFETY: see `Send`; `&DevPage` only gives out the address and bounds-checked views.
+#[cfg(test)]
 unsafe impl Sync for DevPage {}
 
 const PAGE: usize = mlx4_prm::UAR_PAGE_SIZE;
 
+#[cfg(test)]
 impl DevPage {
     pub(crate) fn new() -> Self {
         let layout = Layout::from_size_align(PAGE, PAGE).expect("valid page layout");
@@ -282,10 +285,6 @@ impl DevPage {
             alloc::handle_alloc_error(layout);
         }
         DevPage { ptr }
-    }
-
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
-        self.ptr
     }
 
     /// A bounds-checked view of part of the page.
@@ -302,6 +301,7 @@ impl DevPage {
     }
 }
 
+#[cfg(test)]
 impl Drop for DevPage {
     fn drop(&mut self) {
         let layout = Layout::from_size_align(PAGE, PAGE).expect("valid page layout");

@@ -80,6 +80,7 @@ impl std::fmt::Debug for FrameRing {
 impl FrameRing {
     /// A new ring of `data` bytes (a multiple of 8) taking at most `max_frames` frames, on the
     /// heap.
+    #[cfg(test)]
     pub(crate) fn on_heap(data: usize, max_frames: u32) -> FrameRing {
         let region = Arc::new(Region::heap(region_len(data)));
         FrameRing::init(region, 0, data, max_frames)

@@ -69,6 +69,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bar;
 mod counters;
 mod cq;
 mod device;
@@ -93,6 +94,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
+pub use bar::Bar;
 pub use counters::Counters;
 pub use rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 pub use runner::{RxRunner, SqRunner};
@@ -132,6 +134,9 @@ pub struct HcaConfig {
     pub max_wqe_size: u32,
     /// Frames the port buffers on receive before dropping (default 1024).
     pub rx_inbox_frames: u32,
+    /// UAR pages of the device memory, one per send queue: the most send queues the adapter
+    /// can have at once (default 64).
+    pub uars: u32,
 }
 
 impl Default for HcaConfig {
@@ -146,6 +151,7 @@ impl Default for HcaConfig {
             name: String::new(),
             max_wqe_size: 1008,
             rx_inbox_frames: 1024,
+            uars: 64,
         }
     }
 }
@@ -347,8 +353,28 @@ impl fmt::Debug for Hca {
 const MAX_STEP_POLLS: usize = 1 << 20;
 
 impl Hca {
-    /// Open an adapter.
+    /// Open an adapter, its device memory on the heap.
     pub fn open(cfg: HcaConfig) -> Result<Hca, HcaError> {
+        Hca::check(&cfg)?;
+        let bar = Bar::on_heap(&cfg);
+        Hca::open_with(cfg, bar)
+    }
+
+    /// Open an adapter whose device memory (UAR pages, BlueFlame registers, counters, receive
+    /// buffer) is `bar`, which needs [`Bar::required_len`] bytes for `cfg`: memory from
+    /// [`Bar::from_raw`], for example DPDK shared memory that secondary processes map too.
+    pub fn open_on(cfg: HcaConfig, bar: Bar) -> Result<Hca, HcaError> {
+        Hca::check(&cfg)?;
+        let bar = bar.prepare(&cfg)?;
+        Hca::open_with(cfg, bar)
+    }
+
+    /// The adapter's device memory.
+    pub fn bar(&self) -> Bar {
+        self.state().bar().clone()
+    }
+
+    fn check(cfg: &HcaConfig) -> Result<(), HcaError> {
         if cfg.bf_reg_size != 0 {
             if !cfg.bf_reg_size.is_power_of_two() || !(128..=4096).contains(&cfg.bf_reg_size) {
                 return Err(invalid(format!(
@@ -375,6 +401,13 @@ impl Hca {
         if cfg.rx_inbox_frames == 0 {
             return Err(invalid("rx_inbox_frames is 0"));
         }
+        if cfg.uars == 0 || cfg.uars > 4096 {
+            return Err(invalid(format!("uars {} is not 1 to 4096", cfg.uars)));
+        }
+        Ok(())
+    }
+
+    fn open_with(cfg: HcaConfig, bar: Bar) -> Result<Hca, HcaError> {
         let w = cfg.max_wqe_size;
         let caps = Caps {
             num_ports: 1,
@@ -393,13 +426,13 @@ impl Hca {
             },
             max_rq_sges: 32,
         };
-        let port = Arc::new(RxPort::new(cfg.rx_inbox_frames));
+        let port = Arc::new(RxPort::on(bar.new_inbox(cfg.rx_inbox_frames)));
         let named = !cfg.name.is_empty();
         if named {
             wire::register(&cfg.name, &port)?;
         }
         let inner = Arc::new(Inner {
-            state: Mutex::new(DevState::new(caps, cfg.wc, port.clone())),
+            state: Mutex::new(DevState::new(caps, cfg.wc, port.clone(), bar)),
             port,
             stop: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
@@ -690,7 +723,9 @@ impl Hca {
 
     /// A snapshot of the counters.
     pub fn counters(&self) -> Counters {
-        let mut c = self.state().counters.clone();
+        let mut st = self.state();
+        st.publish();
+        let mut c = st.counters.clone();
         c.rx_drops_wire += self.shared.inner.port.inbox.dropped();
         c
     }
@@ -699,6 +734,7 @@ impl Hca {
     pub fn reset_counters(&self) {
         let mut st = self.state();
         st.counters = Counters::default();
+        st.publish();
         self.shared.inner.port.inbox.reset_dropped();
     }
 }

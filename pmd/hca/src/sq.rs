@@ -15,12 +15,15 @@ use crate::tables::{BfSlot, MrTable};
 use crate::wire::{RxPort, TxOutcome, WirePort};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::{Counters, QueueState};
 
-/// Times a BlueFlame copy is re-read while it still differs from ring memory (the driver's
-/// stores may still be landing), before the device calls it torn.
-const BF_REREADS: u32 = 64;
+/// How long the device keeps re-reading a BlueFlame copy that still differs from ring memory
+/// (the driver's stores may still be landing; a whole write lands in well under a microsecond)
+/// before it calls the copy torn: only a writer stopped in the middle of a copy, by preemption
+/// or an interrupt, leaves one incomplete that long.
+const BF_PATIENCE: Duration = Duration::from_micros(100);
 /// DS units per TXBB.
 const UNITS_PER_TXBB: usize = TXBB_SIZE / DS_SIZE;
 /// TXBBs of the largest WQE.
@@ -315,7 +318,7 @@ impl Sq {
 
     /// Read the copy in half `h` (first qword `q`) into its latch and compare it with the WQE
     /// `ahead` TXBBs past the consumer in ring memory. While it differs, the driver's stores
-    /// may still be arriving: re-read a bounded number of times; a first qword that changed
+    /// may still be arriving: re-read for up to `BF_PATIENCE`; a first qword that changed
     /// means a newer write began.
     fn latch_copy(&self, bf: &mut Bf, h: usize, q: [u8; 8], ahead: u32) -> Taken {
         let ds = CtrlSeg::new_unchecked(&q[..]).ds();
@@ -341,7 +344,8 @@ impl Sq {
         }
         let ring = &ring.as_flattened()[..len];
         let copy = &mut bf.latch[h].copy[..bytes];
-        for _ in 0..BF_REREADS {
+        let mut since = None;
+        for n in 0u32.. {
             if !bf.halves[h].read_qwords(0, copy) {
                 return Taken::Torn;
             }
@@ -350,6 +354,9 @@ impl Sq {
             }
             if bf_copy_matches(ring, &copy[..len]) {
                 return Taken::Whole;
+            }
+            if n % 16 == 15 && since.get_or_insert_with(Instant::now).elapsed() > BF_PATIENCE {
+                break;
             }
             std::hint::spin_loop();
         }

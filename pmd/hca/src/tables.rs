@@ -1,9 +1,10 @@
 //! Resource tables the firmware would keep: memory regions, CQ and QP numbers, and the device
 //! pages (UAR and BlueFlame) handed to send queues.
 
-use mlx4_prm::INVALID_LKEY;
+use mlx4_prm::{INVALID_LKEY, SEND_DOORBELL_OFFSET, UAR_PAGE_SIZE};
 
-use crate::dma::{DevPage, HostMem};
+use crate::bar::Bar;
+use crate::dma::HostMem;
 use crate::HcaError;
 
 /// First QPN handed out: real adapters reserve the low QPNs, and a zero QPN would make a
@@ -166,38 +167,38 @@ pub(crate) struct BfSlot {
     pub(crate) reg: usize,
 }
 
-/// UAR pages (one per send queue) and BlueFlame pages (`regs_per_page` registers each).
+/// The UAR pages (one per send queue) and BlueFlame registers of the device memory, handed out
+/// and taken back.
 #[derive(Debug)]
 pub(crate) struct Pages {
-    uars: Vec<DevPage>,
+    pub(crate) bar: Bar,
     free_uars: Vec<usize>,
-    bfs: Vec<DevPage>,
     free_bfs: Vec<BfSlot>,
-    bf_reg_size: usize,
-    bf_regs_per_page: usize,
 }
 
 impl Pages {
-    pub(crate) fn new(bf_reg_size: u32, bf_regs_per_page: u32) -> Pages {
+    pub(crate) fn new(bar: Bar) -> Pages {
+        let free_uars = (0..bar.uar_pages()).rev().collect();
+        let free_bfs = (0..bar.bf_pages())
+            .flat_map(|page| (0..bar.bf_regs_per_page()).map(move |reg| BfSlot { page, reg }))
+            .rev()
+            .collect();
         Pages {
-            uars: Vec::new(),
-            free_uars: Vec::new(),
-            bfs: Vec::new(),
-            free_bfs: Vec::new(),
-            bf_reg_size: bf_reg_size as usize,
-            bf_regs_per_page: bf_regs_per_page as usize,
+            bar,
+            free_uars,
+            free_bfs,
         }
     }
 
-    /// A zeroed UAR page: its index and the page.
-    pub(crate) fn alloc_uar(&mut self) -> (usize, &DevPage) {
-        let i = self.free_uars.pop().unwrap_or_else(|| {
-            self.uars.push(DevPage::new());
-            self.uars.len() - 1
-        });
-        let page = &self.uars[i];
-        page.clear();
-        (i, page)
+    /// A zeroed UAR page: its index, a view of its send doorbell word, and its address.
+    pub(crate) fn alloc_uar(&mut self) -> Result<(usize, HostMem, *mut u8), HcaError> {
+        let i = self
+            .free_uars
+            .pop()
+            .ok_or(HcaError::NoResources("UAR pages"))?;
+        self.bar.clear(&self.bar.uar_view(i, 0, UAR_PAGE_SIZE));
+        let db = self.bar.uar_view(i, SEND_DOORBELL_OFFSET, 4);
+        Ok((i, db, self.bar.uar_ptr(i)))
     }
 
     pub(crate) fn free_uar(&mut self, i: usize) {
@@ -205,24 +206,16 @@ impl Pages {
     }
 
     /// A zeroed BlueFlame register, with views of its two halves and its address.
-    pub(crate) fn alloc_bf(&mut self) -> (BfSlot, [HostMem; 2], *mut u8) {
-        let slot = self.free_bfs.pop().unwrap_or_else(|| {
-            self.bfs.push(DevPage::new());
-            let page = self.bfs.len() - 1;
-            self.free_bfs.extend(
-                (1..self.bf_regs_per_page)
-                    .rev()
-                    .map(|reg| BfSlot { page, reg }),
-            );
-            BfSlot { page, reg: 0 }
-        });
-        let page = &self.bfs[slot.page];
-        let (size, half) = (self.bf_reg_size, self.bf_reg_size / 2);
-        let start = slot.reg * size;
-        let halves = [page.view(start, half), page.view(start + half, half)];
-        halves[0].fill(0, half, 0);
-        halves[1].fill(0, half, 0);
-        (slot, halves, page.as_ptr().wrapping_add(start))
+    pub(crate) fn alloc_bf(&mut self) -> Result<(BfSlot, [HostMem; 2], *mut u8), HcaError> {
+        let slot = self
+            .free_bfs
+            .pop()
+            .ok_or(HcaError::NoResources("BlueFlame registers"))?;
+        let (halves, reg) = self.bar.bf_reg(slot.page, slot.reg);
+        for h in &halves {
+            self.bar.clear(h);
+        }
+        Ok((slot, halves, reg))
     }
 
     pub(crate) fn free_bf(&mut self, slot: BfSlot) {

@@ -12,7 +12,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use crate::inbox::{FrameRing, Producer};
-use crate::send::MAX_FRAME;
 use crate::tap::Tap;
 use crate::HcaError;
 
@@ -88,13 +87,16 @@ pub(crate) struct RxPort {
 }
 
 impl RxPort {
-    /// A port whose receive buffer takes `frames` frames (and as many 2 KiB of bytes, at least
-    /// four of the largest frames).
+    /// A port receiving into `inbox`.
+    pub(crate) fn on(inbox: FrameRing) -> Self {
+        RxPort { inbox }
+    }
+
+    /// A port whose receive buffer (on the heap) takes `frames` frames.
+    #[cfg(test)]
     pub(crate) fn new(frames: u32) -> Self {
-        let bytes = (frames as usize * 2048).max(4 * (MAX_FRAME + 64));
-        RxPort {
-            inbox: FrameRing::on_heap(bytes, frames),
-        }
+        let bytes = (frames as usize * 2048).max(4 * (crate::send::MAX_FRAME + 64));
+        RxPort::on(FrameRing::on_heap(bytes, frames))
     }
 
     /// Deliver one frame; false when the port is down or its buffer is full (then counted in
