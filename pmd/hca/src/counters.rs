@@ -106,6 +106,14 @@ counters! {
     rx_drops_filter,
     /// Received frames whose L3 length (after the MAC header and VLAN tags) exceeds the MTU.
     rx_drops_mtu,
+    /// Send WQEs completed in error on purpose (`Faults::tx_error_every`).
+    inj_tx_errors,
+    /// Received frames given a buffer error on purpose (`Faults::rx_error_every`).
+    inj_rx_errors,
+    /// UAR doorbells lost on purpose (`Faults::doorbell_drop_every`).
+    inj_doorbells_dropped,
+    /// Times the link went down on purpose (`Faults::link_flap_every`).
+    inj_link_downs,
 }
 
 impl Counters {
@@ -140,7 +148,7 @@ mod tests {
         let v: Vec<_> = c.iter().collect();
         assert_eq!(v.len(), Counters::NAMES.len());
         assert_eq!(v[0], ("doorbells", 3));
-        assert_eq!(*v.last().unwrap(), ("rx_drops_mtu", 7));
+        assert_eq!(v[Counters::NAMES.len() - 5], ("rx_drops_mtu", 7));
         let values: Vec<u64> = v.iter().map(|&(_, x)| x).collect();
         assert_eq!(Counters::from_values(&values), c);
     }

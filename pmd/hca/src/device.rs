@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::bar::Bar;
 use crate::cq::Cq;
 use crate::dma::HostMem;
+use crate::fault::{FaultState, Faults};
 use crate::rq::{Rq, Rx};
 use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
 use crate::rx::{MacFilter, RxConfig};
@@ -37,6 +38,7 @@ pub(crate) struct DevState {
     port: Arc<RxPort>,
     rx: RxConfig,
     pub(crate) counters: Counters,
+    faults: FaultState,
     /// What device memory shows.
     published: Counters,
     scratch: Box<Scratch>,
@@ -64,6 +66,7 @@ impl DevState {
             port,
             rx: RxConfig::default(),
             counters: Counters::default(),
+            faults: FaultState::default(),
             published: Counters::default(),
             scratch: Scratch::new(),
         }
@@ -314,6 +317,7 @@ impl DevState {
         let Some(Qp::Sq(mut sq)) = self.qps.take(slot) else {
             unreachable!("the caller checked the slot")
         };
+        let before = (self.counters.tx_frames, self.counters.tx_drops_wire);
         let work = match self.cqs.get_mut(cq_slot(sq.cqn)) {
             Some(cq) => sq.poll(&mut TxCtx {
                 wc: self.wc,
@@ -324,11 +328,55 @@ impl DevState {
                 port: &self.port,
                 counters: &mut self.counters,
                 scratch: &mut self.scratch,
+                faults: &mut self.faults,
             }),
             None => 0,
         };
         self.qps.put_back(slot, Qp::Sq(sq));
+        if self.faults.cfg.link_flap_every != 0 {
+            let sent = self.counters.tx_frames - before.0;
+            let lost = self.counters.tx_drops_wire - before.1;
+            self.flap(sent, lost);
+        }
         work
+    }
+
+    /// Injected link flaps: down after `link_flap_every` frames sent, up again after
+    /// `link_flap_frames` more were sent into the dead link.
+    fn flap(&mut self, sent: u64, lost: u64) {
+        let f = &mut self.faults;
+        if !f.flapped {
+            if sent < f.flap_left {
+                f.flap_left -= sent;
+                return;
+            }
+            f.flapped = true;
+            f.flap_left = u64::from(f.cfg.link_flap_frames.max(1));
+            self.counters.inj_link_downs += 1;
+            self.port.inbox.set_up(false);
+            self.counters.rx_drops_wire += self.port.inbox.clear();
+        } else {
+            if lost < f.flap_left {
+                f.flap_left -= lost;
+                return;
+            }
+            f.flapped = false;
+            f.flap_left = u64::from(f.cfg.link_flap_every);
+            self.port.inbox.set_up(true);
+        }
+    }
+
+    /// Faults to inject from now on (their schedules start over); a link an injected flap took
+    /// down comes back up.
+    pub(crate) fn set_faults(&mut self, faults: Faults) {
+        if self.faults.flapped {
+            self.port.inbox.set_up(true);
+        }
+        self.faults = FaultState::new(faults);
+    }
+
+    pub(crate) fn faults(&self) -> Faults {
+        self.faults.cfg
     }
 
     fn poll_rx(&mut self) -> usize {
@@ -346,6 +394,11 @@ impl DevState {
     /// The port goes down or up; going down, what its receive buffer held is lost, and counted.
     pub(crate) fn set_port_up(&mut self, up: bool) {
         self.port.inbox.set_up(up);
+        // An explicit setting ends an injected flap.
+        if self.faults.flapped {
+            self.faults.flapped = false;
+            self.faults.flap_left = u64::from(self.faults.cfg.link_flap_every);
+        }
         if !up {
             self.counters.rx_drops_wire += self.port.inbox.clear();
             self.publish();
@@ -371,7 +424,14 @@ impl DevState {
             }
         };
         match self.cqs.get_mut(cq_slot(rq.cqn)) {
-            Some(cq) => rq.receive(frame, hash, &self.mrs, cq, &mut self.counters),
+            Some(cq) => rq.receive(
+                frame,
+                hash,
+                &self.mrs,
+                cq,
+                &mut self.counters,
+                &mut self.faults.rx_error,
+            ),
             None => {
                 self.counters.rx_drops_no_wqe += 1;
                 Rx::Done

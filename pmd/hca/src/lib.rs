@@ -74,6 +74,7 @@ mod counters;
 mod cq;
 mod device;
 mod dma;
+mod fault;
 mod inbox;
 mod net;
 mod rq;
@@ -96,6 +97,7 @@ use parking_lot::Mutex;
 
 pub use bar::Bar;
 pub use counters::Counters;
+pub use fault::{Faults, INJECTED_VENDOR_ERR};
 pub use rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 pub use runner::{RxRunner, SqRunner};
 pub use wire::{FrameSink, Wire};
@@ -137,6 +139,8 @@ pub struct HcaConfig {
     /// UAR pages of the device memory, one per send queue: the most send queues the adapter
     /// can have at once (default 64).
     pub uars: u32,
+    /// Faults to inject from the start (none by default); see [`Hca::set_faults`].
+    pub faults: Faults,
 }
 
 impl Default for HcaConfig {
@@ -152,6 +156,7 @@ impl Default for HcaConfig {
             max_wqe_size: 1008,
             rx_inbox_frames: 1024,
             uars: 64,
+            faults: Faults::default(),
         }
     }
 }
@@ -427,6 +432,7 @@ impl Hca {
             max_rq_sges: 32,
         };
         let port = Arc::new(RxPort::on(bar.new_inbox(cfg.rx_inbox_frames)));
+        let faults = cfg.faults;
         let named = !cfg.name.is_empty();
         if named {
             wire::register(&cfg.name, &port)?;
@@ -438,6 +444,7 @@ impl Hca {
             busy_poll: cfg.busy_poll,
             wire_rx: AtomicBool::new(false),
         });
+        inner.state.lock().set_faults(faults);
         Ok(Hca {
             shared: Arc::new(Shared {
                 inner,
@@ -728,6 +735,18 @@ impl Hca {
         let mut c = st.counters.clone();
         c.rx_drops_wire += self.shared.inner.port.inbox.dropped();
         c
+    }
+
+    /// Inject `faults` from now on (each schedule starts over; `Faults::default()` stops
+    /// injecting); a link an injected flap took down comes back up. What was injected is
+    /// counted in the `inj_*` counters.
+    pub fn set_faults(&self, faults: Faults) {
+        self.state().set_faults(faults);
+    }
+
+    /// The faults being injected.
+    pub fn faults(&self) -> Faults {
+        self.state().faults()
     }
 
     /// Zero all counters.

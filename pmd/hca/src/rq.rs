@@ -7,6 +7,7 @@ use mlx4_prm::{cqe_opcode, syndrome, Cqe, RxDataSeg, CQE_SIZE, INVALID_LKEY};
 
 use crate::cq::Cq;
 use crate::dma::HostMem;
+use crate::fault::{Every, INJECTED_VENDOR_ERR};
 use crate::net;
 use crate::tables::MrTable;
 use crate::{Counters, QueueState};
@@ -74,6 +75,7 @@ impl Rq {
         mrs: &MrTable,
         cq: &mut Cq,
         counters: &mut Counters,
+        inject: &mut Every,
     ) -> Rx {
         if self.state == QueueState::Error {
             counters.rx_drops_error += 1;
@@ -105,7 +107,16 @@ impl Rq {
             w.set_qpn(self.qpn);
             w.set_wqe_index(self.ci as u16);
         }
-        match self.scatter_list(frame.len(), mrs, &mut pieces) {
+        let injected = inject.tick();
+        let scattered = if injected {
+            counters.inj_rx_errors += 1;
+            let mut w = Cqe::new_unchecked(&mut cqe[..]);
+            w.set_vendor_err(INJECTED_VENDOR_ERR);
+            Err(syndrome::LOCAL_PROT)
+        } else {
+            self.scatter_list(frame.len(), mrs, &mut pieces)
+        };
+        match scattered {
             Ok(n) => {
                 let mut at = 0;
                 for p in &pieces[..n] {

@@ -8,6 +8,7 @@ use mlx4_prm::{
 
 use crate::cq::{Cq, CqCredit};
 use crate::dma::HostMem;
+use crate::fault::{Every, FaultState, INJECTED_VENDOR_ERR};
 use crate::net;
 use crate::send::{self, Segs, Verdict, WqeBuf, WQE_UNITS};
 use crate::shape::Shape;
@@ -165,6 +166,7 @@ pub(crate) struct TxCtx<'a> {
     pub(crate) port: &'a RxPort,
     pub(crate) counters: &'a mut Counters,
     pub(crate) scratch: &'a mut Scratch,
+    pub(crate) faults: &'a mut FaultState,
 }
 
 /// The WQE at the consumer, as its first TXBB announces it.
@@ -222,7 +224,7 @@ impl Sq {
     /// Take doorbell and BlueFlame arrivals, then execute what they asked for; returns the work
     /// items done (0 = nothing arrived and nothing was pending).
     pub(crate) fn poll(&mut self, cx: &mut TxCtx<'_>) -> usize {
-        let mut work = self.take_doorbell(cx.counters);
+        let mut work = self.take_doorbell(cx.counters, &mut cx.faults.doorbell);
         work += self.take_bf_arrivals(cx.wc, cx.counters);
         if self.walk != Walk::Idle {
             work += self.walk(cx);
@@ -245,12 +247,17 @@ impl Sq {
 
     /// A UAR doorbell, read-only until one is there so the driver's cache line is not stolen per
     /// poll, then taken with a swap so none is lost.
-    fn take_doorbell(&mut self, counters: &mut Counters) -> usize {
+    fn take_doorbell(&mut self, counters: &mut Counters, drop: &mut Every) -> usize {
         if self.db.load_be32(0).unwrap_or(0) == 0 {
             return 0;
         }
         let v = self.db.take_be32(0).unwrap_or(0);
         counters.doorbells += 1;
+        if drop.tick() {
+            // An injected fault: the write never reached the device.
+            counters.inj_doorbells_dropped += 1;
+            return 1;
+        }
         if mlx4_prm::doorbell_qpn(v.to_be_bytes()) == self.qpn {
             self.walk = Walk::All;
         } else {
@@ -407,7 +414,9 @@ impl Sq {
                 // Not (yet) handed to the device: the doorbell is used up.
                 break;
             }
-            if fast {
+            // The WQE an injected error replaces takes the full path.
+            let inject = cx.faults.tx_error.next_hits();
+            if fast && !inject {
                 let mut ctrl = [0u8; DS_SIZE];
                 self.ring.read_array(off, &mut ctrl);
                 if let Some(hit) = self.shape.recall(&self.ring, slot, mask, &ctrl, epoch) {
@@ -416,14 +425,15 @@ impl Sq {
                         break;
                     }
                     self.stalled = false;
+                    cx.faults.tx_error.tick();
                     t.fetched += 1;
                     t.fetch_bytes += u64::from(hit.wqe_bytes);
                     if hit.verdict.frames > 0 {
                         transmit(hit.verdict, false, &out, &mut t, cx);
                     }
                     if hit.signaled {
-                        cx.cq
-                            .push(tx_cqe(self.qpn, counter, cqe_owner::SEND | hit.opcode, 0));
+                        let op = cqe_owner::SEND | hit.opcode;
+                        cx.cq.push(tx_cqe(self.qpn, counter, op, 0, 0));
                         t.cqes += 1;
                     }
                     self.ci = self.ci.wrapping_add(hit.txbbs);
@@ -449,7 +459,8 @@ impl Sq {
                 _ => false,
             };
             let wqe = &cx.scratch.wqe;
-            let result = if w.oversized {
+            // An injected error looks like a malformed WQE to the driver.
+            let result = if inject || w.oversized {
                 Err(syndrome::LOCAL_QP_OP)
             } else if out.bytes {
                 let segs = &mut cx.scratch.segs;
@@ -464,6 +475,10 @@ impl Sq {
                 break;
             }
             self.stalled = false;
+            cx.faults.tx_error.tick();
+            if inject {
+                t.injected += 1;
+            }
             if let (Some(h), Some(bf)) = (bf_half, self.bf.as_mut()) {
                 bf.latch[h].counter = None;
             }
@@ -489,7 +504,8 @@ impl Sq {
                 }
             };
             if signaled {
-                cx.cq.push(tx_cqe(self.qpn, counter, op, syn));
+                let vendor = if inject { INJECTED_VENDOR_ERR } else { 0 };
+                cx.cq.push(tx_cqe(self.qpn, counter, op, syn, vendor));
                 t.cqes += 1;
                 t.error_cqes += u64::from(syn != 0);
             }
@@ -620,14 +636,15 @@ fn stamp_inside(wqe: &WqeBuf, txbbs: u32) -> bool {
     })
 }
 
-/// A send completion for the WQE at `counter`; `syndrome` only for an error CQE.
-fn tx_cqe(qpn: u32, counter: u16, owner_sr_opcode: u8, syn: u8) -> [u8; CQE_SIZE] {
+/// A send completion for the WQE at `counter`; `syndrome` and `vendor` only for an error CQE.
+fn tx_cqe(qpn: u32, counter: u16, owner_sr_opcode: u8, syn: u8, vendor: u8) -> [u8; CQE_SIZE] {
     let mut cqe = [0u8; CQE_SIZE];
     let mut w = Cqe::new_unchecked(&mut cqe[..]);
     w.set_qpn(qpn);
     w.set_wqe_index(counter);
     if syn != 0 {
         w.set_syndrome(syn);
+        w.set_vendor_err(vendor);
     }
     w.set_owner_sr_opcode(owner_sr_opcode);
     cqe
@@ -661,6 +678,7 @@ struct Tally {
     dma: u64,
     cqes: u64,
     error_cqes: u64,
+    injected: u64,
 }
 
 impl Tally {
@@ -676,6 +694,7 @@ impl Tally {
         c.dma_read_bytes += self.dma;
         c.cqes += self.cqes;
         c.error_cqes += self.error_cqes;
+        c.inj_tx_errors += self.injected;
     }
 }
 
