@@ -34,7 +34,7 @@ pub(crate) struct DevState {
     /// QPNs of the RQs, ascending: where frames go when the steering table is empty.
     rqs: Vec<u32>,
     pages: Pages,
-    pub(crate) wire: WirePort,
+    wire: WirePort,
     port: Arc<RxPort>,
     rx: RxConfig,
     pub(crate) counters: Counters,
@@ -353,8 +353,7 @@ impl DevState {
             f.flapped = true;
             f.flap_left = u64::from(f.cfg.link_flap_frames.max(1));
             self.counters.inj_link_downs += 1;
-            self.port.inbox.set_up(false);
-            self.counters.rx_drops_wire += self.port.inbox.clear();
+            self.link(false);
         } else {
             if lost < f.flap_left {
                 f.flap_left -= lost;
@@ -362,7 +361,7 @@ impl DevState {
             }
             f.flapped = false;
             f.flap_left = u64::from(f.cfg.link_flap_every);
-            self.port.inbox.set_up(true);
+            self.link(true);
         }
     }
 
@@ -370,7 +369,7 @@ impl DevState {
     /// down comes back up.
     pub(crate) fn set_faults(&mut self, faults: Faults) {
         if self.faults.flapped {
-            self.port.inbox.set_up(true);
+            self.link(true);
         }
         self.faults = FaultState::new(faults);
     }
@@ -381,6 +380,12 @@ impl DevState {
 
     fn poll_rx(&mut self) -> usize {
         let mut work = self.wire.poll_rx(&self.port, RX_BUDGET);
+        if let Some(ring) = self.wire.cable().map(|c| c.rx.clone()) {
+            if ring.pending() != 0 {
+                work += ring.consume(RX_BUDGET, |frame| self.receive(frame) == Rx::Done);
+            }
+            self.fold_wire_drops();
+        }
         if !self.port.has_pending() {
             return work;
         }
@@ -391,18 +396,50 @@ impl DevState {
         work
     }
 
-    /// The port goes down or up; going down, what its receive buffer held is lost, and counted.
+    /// Frames the far end of a cable sent that this end's ring refused: this port's drops.
+    pub(crate) fn fold_wire_drops(&mut self) {
+        if let Some(c) = self.wire.cable() {
+            self.counters.rx_drops_wire += c.new_rx_drops();
+        }
+    }
+
+    /// Plug the port into `wire`; a cable end takes the port's link state.
+    pub(crate) fn set_wire(&mut self, wire: WirePort) {
+        self.fold_wire_drops();
+        self.wire = wire;
+        let up = self.port.up();
+        if let Some(c) = self.wire.cable() {
+            c.rx.set_up(up);
+        }
+    }
+
+    /// The port goes down or up (explicitly, ending an injected flap).
     pub(crate) fn set_port_up(&mut self, up: bool) {
-        self.port.inbox.set_up(up);
-        // An explicit setting ends an injected flap.
+        self.link(up);
         if self.faults.flapped {
             self.faults.flapped = false;
             self.faults.flap_left = u64::from(self.faults.cfg.link_flap_every);
         }
+        self.publish();
+    }
+
+    /// Take frames or refuse them, in the receive buffer and on a cable's incoming ring; going
+    /// down, what they held is lost, and counted.
+    fn link(&mut self, up: bool) {
+        self.port.inbox.set_up(up);
         if !up {
             self.counters.rx_drops_wire += self.port.inbox.clear();
-            self.publish();
         }
+        if let Some(c) = self.wire.cable() {
+            c.rx.set_up(up);
+            if !up {
+                self.counters.rx_drops_wire += c.rx.clear();
+            }
+        }
+    }
+
+    pub(crate) fn wire_name(&self) -> String {
+        self.wire.describe()
     }
 
     /// Offer one frame to the port: filter, MTU, steering, then its RQ.

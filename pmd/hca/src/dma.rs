@@ -196,12 +196,13 @@ impl HostMem {
 /// zeroed heap memory this value owns, or memory someone else provides and keeps alive.
 ///
 /// Invariant: `[ptr, ptr + len)` is valid for reads and writes for the life of the value.
-#[derive(Debug)]
 pub(crate) struct Region {
     ptr: *mut u8,
     len: usize,
     /// Heap memory to free with this layout on drop; `None` for memory owned elsewhere.
     heap: Option<Layout>,
+    /// Whatever keeps foreign memory alive (a mapping), dropped with the region.
+    _keep: Option<Box<dyn Send + Sync>>,
 }
 
 // SAFETY: the region is plain memory; everything that reads or writes it goes through atomics
@@ -209,6 +210,15 @@ pub(crate) struct Region {
 unsafe impl Send for Region {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Region {}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
 
 impl Region {
     /// `len` zeroed bytes on the heap, 4 KiB aligned.
@@ -223,6 +233,7 @@ impl Region {
             ptr,
             len,
             heap: Some(layout),
+            _keep: None,
         }
     }
 
@@ -231,12 +242,30 @@ impl Region {
     /// # Safety
     /// `[ptr, ptr + len)` must stay valid for reads and writes, and be touched by others only
     /// through the protocols of this crate, until the value is dropped.
-    #[allow(dead_code)] // for device memory the opener provides, next
     pub(crate) unsafe fn foreign(ptr: *mut u8, len: usize) -> Region {
         Region {
             ptr,
             len,
             heap: None,
+            _keep: None,
+        }
+    }
+
+    /// Memory that `keep` keeps valid (a mapping that unmaps when dropped).
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must stay valid for reads and writes until `keep` is dropped, and be
+    /// touched by others only through the protocols of this crate.
+    pub(crate) unsafe fn foreign_with(
+        ptr: *mut u8,
+        len: usize,
+        keep: Box<dyn Send + Sync>,
+    ) -> Region {
+        Region {
+            ptr,
+            len,
+            heap: None,
+            _keep: Some(keep),
         }
     }
 

@@ -56,7 +56,6 @@ pub(crate) const fn region_len(data: usize) -> usize {
 #[derive(Clone)]
 pub(crate) struct FrameRing {
     /// Keeps the memory alive.
-    #[allow(dead_code)]
     region: Arc<Region>,
     base: *mut u8,
     cap: usize,
@@ -113,7 +112,6 @@ impl FrameRing {
 
     /// Use a ring another process (or another copy of this library) laid out at `off` in
     /// `region`; `None` if the header is not a ring of this version that fits.
-    #[allow(dead_code)] // for rings in shared memory (a cable between processes), next
     pub(crate) fn attach(region: Arc<Region>, off: usize) -> Option<FrameRing> {
         if off % 8 != 0 || off + hdr::LEN > region.len() {
             return None;
@@ -210,7 +208,6 @@ impl FrameRing {
 
     /// Break a lock a dead process left held. Only for whoever alone may produce into this
     /// ring (the side of a cable it just claimed).
-    #[allow(dead_code)] // for rings in shared memory (a cable between processes), next
     pub(crate) fn break_lock(&self) {
         self.half(hdr::LOCK).store(0, Ordering::Release);
     }

@@ -70,6 +70,7 @@
 #![warn(missing_docs)]
 
 mod bar;
+mod cable;
 mod counters;
 mod cq;
 mod device;
@@ -646,16 +647,18 @@ impl Hca {
 
     /// Plug the port into a wire (replacing the previous one).
     pub fn set_wire(&self, wire: Wire) -> Result<(), HcaError> {
-        let rx = matches!(wire, Wire::Tap(_));
+        // Frames from outside: the device must look at the wire itself to receive.
+        let rx = matches!(wire, Wire::Tap(_) | Wire::Cable(_));
         let port = wire::WirePort::open(wire)?;
-        self.state().wire = port;
+        self.state().set_wire(port);
         self.shared.inner.wire_rx.store(rx, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Describe the current wire (`null`, `loop`, `peer:<name>`, `pcap`, `tap:<if>`, `sink`).
+    /// Describe the current wire (`null`, `loop`, `peer:<name>`, `pcap`, `tap:<if>`,
+    /// `cable:<path>`, `sink`).
     pub fn wire(&self) -> String {
-        self.state().wire.describe()
+        self.state().wire_name()
     }
 
     /// Set the link state. While down, transmitted frames are dropped (their WQEs still
@@ -731,6 +734,7 @@ impl Hca {
     /// A snapshot of the counters.
     pub fn counters(&self) -> Counters {
         let mut st = self.state();
+        st.fold_wire_drops();
         st.publish();
         let mut c = st.counters.clone();
         c.rx_drops_wire += self.shared.inner.port.inbox.dropped();

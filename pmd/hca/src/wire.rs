@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
+use crate::cable::Cable;
 use crate::inbox::{FrameRing, Producer};
 use crate::tap::Tap;
 use crate::HcaError;
@@ -31,6 +32,10 @@ pub enum Wire {
     Pcap(PathBuf),
     /// A Linux TAP interface of this name (created if absent; bringing it up is the caller's job).
     Tap(String),
+    /// A cable through this file (created if absent): the other end is whichever port, in
+    /// this process or another, with this library or another copy of it, plugs into the same
+    /// path. Each file takes two ends.
+    Cable(PathBuf),
     /// Every transmitted frame is handed to the closure (tests). It runs on the device loop with
     /// the adapter locked, so it must not call back into the same `Hca`.
     Sink(FrameSink),
@@ -44,6 +49,7 @@ impl fmt::Debug for Wire {
             Wire::Peer(n) => f.debug_tuple("Peer").field(n).finish(),
             Wire::Pcap(p) => f.debug_tuple("Pcap").field(p).finish(),
             Wire::Tap(n) => f.debug_tuple("Tap").field(n).finish(),
+            Wire::Cable(p) => f.debug_tuple("Cable").field(p).finish(),
             Wire::Sink(_) => f.write_str("Sink(..)"),
         }
     }
@@ -52,11 +58,12 @@ impl fmt::Debug for Wire {
 impl FromStr for Wire {
     type Err = HcaError;
 
-    /// Parse the devarg form: `null`, `loop`, `peer:<name>`, `pcap:<path>`, `tap:<ifname>`.
+    /// Parse the devarg form: `null`, `loop`, `peer:<name>`, `pcap:<path>`, `tap:<ifname>`,
+    /// `cable:<path>`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = |why: &str| {
             HcaError::InvalidArgument(format!(
-                "wire {s:?}: {why}; expected null, loop, peer:<name>, pcap:<path> or tap:<ifname>"
+                "wire {s:?}: {why}; expected null, loop, peer:<name>, pcap:<path>, tap:<ifname> or cable:<path>"
             ))
         };
         let (kind, arg) = match s.split_once(':') {
@@ -67,7 +74,10 @@ impl FromStr for Wire {
             ("null", None) => Ok(Wire::Null),
             ("loop", None) => Ok(Wire::Loop),
             ("null" | "loop", Some(_)) => Err(bad("takes no argument")),
-            ("peer" | "pcap" | "tap", None | Some("")) => Err(bad("missing argument after ':'")),
+            ("peer" | "pcap" | "tap" | "cable", None | Some("")) => {
+                Err(bad("missing argument after ':'"))
+            }
+            ("cable", Some(a)) => Ok(Wire::Cable(PathBuf::from(a))),
             ("peer", Some(a)) => Ok(Wire::Peer(a.to_owned())),
             ("pcap", Some(a)) => Ok(Wire::Pcap(PathBuf::from(a))),
             ("tap", Some(a)) if a.len() >= libc::IFNAMSIZ => {
@@ -205,6 +215,7 @@ enum Link {
     Pcap(PcapWriter),
     Tap(Tap),
     Sink(FrameSink),
+    Cable(Cable),
 }
 
 /// The port's wire as the device loop drives it. Frames a walk sends to a port's receive buffer
@@ -246,6 +257,7 @@ impl WirePort {
                 Tap::open(&name).map_err(|e| HcaError::Io(format!("tap wire {name}: {e}")))?,
             ),
             Wire::Sink(f) => Link::Sink(f),
+            Wire::Cable(path) => Link::Cable(Cable::open(&path)?),
         };
         Ok(WirePort { link, batch: None })
     }
@@ -268,6 +280,7 @@ impl WirePort {
                     })?;
                     Some((port.inbox.producer(), Some(port)))
                 }
+                Link::Cable(c) => Some((c.tx.producer(), None)),
                 _ => None,
             };
         }
@@ -277,7 +290,7 @@ impl WirePort {
     pub(crate) fn transmit(&mut self, own: &RxPort, frame: &[u8]) -> TxOutcome {
         let ok = match &mut self.link {
             Link::Null => true,
-            Link::Loop | Link::Peer { .. } => match self.batch_into(own) {
+            Link::Loop | Link::Peer { .. } | Link::Cable(_) => match self.batch_into(own) {
                 Some(p) => {
                     // Refused frames are the receiving side's drops, counted there.
                     p.push(frame);
@@ -318,6 +331,14 @@ impl WirePort {
         n
     }
 
+    /// The cable end frames from outside arrive on, if this wire is a cable.
+    pub(crate) fn cable(&mut self) -> Option<&mut Cable> {
+        match &mut self.link {
+            Link::Cable(c) => Some(c),
+            _ => None,
+        }
+    }
+
     /// End of a batch: publish frames delivered to receive buffers, make buffered output
     /// visible.
     pub(crate) fn flush(&mut self) {
@@ -335,6 +356,7 @@ impl WirePort {
             Link::Pcap(_) => "pcap".into(),
             Link::Tap(t) => format!("tap:{}", t.name()),
             Link::Sink(_) => "sink".into(),
+            Link::Cable(c) => format!("cable:{}", c.path().display()),
         }
     }
 }
