@@ -201,9 +201,10 @@ impl Drop for Rig {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// Median and minimum.
+fn median(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    (v[v.len() / 2], v[0])
 }
 
 /// What reading the clock twice costs, subtracted from every timed `step`.
@@ -214,13 +215,13 @@ fn clock_overhead_ns() -> f64 {
             std::hint::black_box(t.elapsed()).as_nanos() as f64
         })
         .collect();
-    median(v)
+    median(v).0
 }
 
-/// Nanoseconds per WQE, median over `rounds` of `per_round` WQEs each. A round of the ring
+/// Nanoseconds per WQE, median and minimum over `rounds` of `per_round` WQEs each. A round of the ring
 /// mode is one `Hca::step`; a burst is what the polled mode does after `tx_burst` and before
 /// `rx_burst`: the SQ's runner, then the port's receive runner.
-fn measure(wire: WireKind, kind: Kind, per_round: u32, rounds: u64, clock: f64) -> f64 {
+fn measure(wire: WireKind, kind: Kind, per_round: u32, rounds: u64, clock: f64) -> (f64, f64) {
     let mut rig = Rig::new(wire, per_round);
     let sq_run = rig.hca.sq_runner(rig.sq.info.qpn).expect("SQ runner");
     let rx_run = rig.hca.rx_runner();
@@ -290,8 +291,10 @@ fn main() {
          doorbell, then the polled mode's SqRunner::run and RxRunner::run; median of {} rounds",
         rounds * u64::from(WQES / BURST)
     );
+    println!("  (median and, after the slash, the minimum over rounds: on a shared machine the");
+    println!("  minimum is the round least disturbed by other work)");
     println!(
-        "{:<6} {:<7} {:>12} {:>12} {:>12}",
+        "{:<6} {:<7} {:>16} {:>16} {:>12}",
         "wire", "wqe", "ring ns/WQE", "burst ns/WQE", "burst Mpps"
     );
     // `--only null-inline` (wire-wqe) runs one case, e.g. under a profiler.
@@ -310,12 +313,12 @@ fn main() {
             let ring = measure(wire, kind, WQES, rounds, clock);
             let burst = measure(wire, kind, BURST, rounds * u64::from(WQES / BURST), clock);
             println!(
-                "{:<6} {:<7} {:>12.1} {:>12.1} {:>12.1}",
+                "{:<6} {:<7} {:>16} {:>16} {:>12.1}",
                 format!("{wire:?}").to_lowercase(),
                 format!("{kind:?}").to_lowercase(),
-                ring,
-                burst,
-                1e3 / burst
+                format!("{:.1} / {:.1}", ring.0, ring.1),
+                format!("{:.1} / {:.1}", burst.0, burst.1),
+                1e3 / burst.0
             );
         }
     }

@@ -32,6 +32,26 @@
 //! [`Counters::rx_dropped`] is every receive-side drop, so on a cable one port's `tx_frames`
 //! equals the other's `rx_frames + rx_dropped()` once nothing is in flight.
 //!
+//! # Device memory and other processes
+//! UAR pages, BlueFlame registers, the counters and the port's receive buffer are carved from
+//! one region, the adapter's [`Bar`]: the heap by default ([`Hca::open`]), or memory the opener
+//! provides ([`Bar::from_raw`] with [`Bar::required_len`] bytes, then [`Hca::open_on`]), e.g.
+//! DPDK shared memory. Another process maps the same memory and, with no `Hca`, reads the
+//! counters ([`Bar::attach`], [`Bar::counters`]) and rings doorbells at the same offsets
+//! ([`Bar::offset_of`], [`Bar::at`]); the device runs in the process that opened the adapter.
+//!
+//! # Wires
+//! [`Wire`]: null (count and drop), loop, a peer port of this process by name, a cable through a
+//! file (two processes, or two copies of this library, plug into one path), pcap, TAP, and a
+//! closure (tests). [`Hca::set_wire`] plugs one in; `"cable:/path".parse::<Wire>()` and the
+//! other devarg forms parse.
+//!
+//! # Faults
+//! [`Faults`] (in [`HcaConfig::faults`] or [`Hca::set_faults`] at run time) injects error CQEs
+//! every N send WQEs, RX buffer errors every N frames, lost doorbells, and link flaps; error
+//! CQEs it injected carry vendor_err [`INJECTED_VENDOR_ERR`], and the `inj_*` counters say what
+//! was injected.
+//!
 //! # What the device does (the contract the driver codes against)
 //! - **Doorbell**: a 32-bit store of BE32(`qpn << 8`) at UAR + 0x14. The device takes the word
 //!   with an atomic swap, so doorbells are never lost and two that land together merge. It then
@@ -41,11 +61,13 @@
 //!   ALIGN(ds*16, 64) bytes into the next half with the 16-bit counter in owner_opcode bits 23:8
 //!   and the QPN in bytes 4-6 (DS in byte 7). That write is the doorbell: the device runs the SQ
 //!   up to and including the WQE at that counter. With `wc` the WQE at the counter comes from
-//!   the copy once it matches ring memory (except counter, bytes 4-7 and srcrb flags) and is
-//!   otherwise counted torn; without `wc` the copy is never used. The device consumes an arrival
-//!   by zeroing the half's first qword.
+//!   the copy, which the device takes when it lands and checks against ring memory (except
+//!   counter, bytes 4-7 and srcrb flags); a copy still incomplete after a short wait is counted
+//!   torn, one a newer write replaced before use `bf_superseded`; without `wc` the copy is
+//!   never used. The device consumes an arrival by zeroing the half's first qword.
 //! - **Completions**: a 32-byte CQE per WQE with srcrb C = 0b11 and per error, owner bit =
-//!   pass parity, never more than `cqe_cnt` ahead of `set_ci_db` (the queue waits instead).
+//!   pass parity, never more than `cqe_cnt` ahead of `set_ci_db` (a send queue waits instead; a
+//!   received frame waits up to 10 ms, then is dropped as `rx_drops_cq_full`).
 //! - **Errors**: opcode other than NOP/SEND/LSO (or an LSO header that is not TCP), WQE over `max_wqe_size` or the ring, an unknown
 //!   `ins_vlan` value, or an inline segment crossing 64 bytes: `LOCAL_QP_OP`; segments running past DS,
 //!   zero-length or oversized frames: `LOCAL_LENGTH`; unknown lkey or a buffer outside its region:

@@ -334,32 +334,34 @@ impl Sq {
         if ds == 0 || bytes > bf.half_size {
             return Taken::Torn;
         }
-        // The WQE in ring memory, which the driver posted before writing the copy.
+        // The WQE in ring memory, which the driver posted before writing the copy; its stores
+        // may become visible after the copy's (x86 orders a `movdir64b` or WC store after
+        // earlier stores only behind a fence), so it too is waited for, as briefly.
         let idx = self.ci.wrapping_add(ahead);
-        let mut ring = [[0u8; TXBB_SIZE]; MAX_WQE_TXBBS];
-        for (k, block) in ring.iter_mut().take(bytes / TXBB_SIZE).enumerate() {
-            let slot = (idx.wrapping_add(k as u32) & (self.cnt - 1)) as usize;
-            self.ring.read_array(slot * TXBB_SIZE, block);
-        }
-        let owned = self
-            .ring
-            .load_be32(((idx & (self.cnt - 1)) as usize) * TXBB_SIZE);
+        let owner_off = ((idx & (self.cnt - 1)) as usize) * TXBB_SIZE;
         let parity = idx & self.cnt != 0;
-        if owned.map_or(true, |dw0| (dw0 & owner_opcode::OWNER != 0) != parity) {
-            // No posted WQE to be a copy of: the write is only a doorbell.
-            return Taken::Torn;
-        }
-        let ring = &ring.as_flattened()[..len];
+        let mut ring = [[0u8; TXBB_SIZE]; MAX_WQE_TXBBS];
+        let mut posted = false;
         let copy = &mut bf.latch[h].copy[..bytes];
         let mut since = None;
         for n in 0u32.. {
+            if !posted {
+                let dw0 = self.ring.load_be32(owner_off);
+                if dw0.is_some_and(|w| (w & owner_opcode::OWNER != 0) == parity) {
+                    for (k, block) in ring.iter_mut().take(bytes / TXBB_SIZE).enumerate() {
+                        let slot = (idx.wrapping_add(k as u32) & (self.cnt - 1)) as usize;
+                        self.ring.read_array(slot * TXBB_SIZE, block);
+                    }
+                    posted = true;
+                }
+            }
             if !bf.halves[h].read_qwords(0, copy) {
                 return Taken::Torn;
             }
             if bf.halves[h].load_bytes8(0) != Some(q) {
                 return Taken::Superseded;
             }
-            if bf_copy_matches(ring, &copy[..len]) {
+            if posted && bf_copy_matches(&ring.as_flattened()[..len], &copy[..len]) {
                 return Taken::Whole;
             }
             if n % 16 == 15 && since.get_or_insert_with(Instant::now).elapsed() > BF_PATIENCE {
@@ -367,6 +369,8 @@ impl Sq {
             }
             std::hint::spin_loop();
         }
+        // Still no posted WQE to be a copy of (the write is only a doorbell), or the copy
+        // never became whole.
         Taken::Torn
     }
 
@@ -411,7 +415,7 @@ impl Sq {
                 break;
             };
             if (dw0 & owner_opcode::OWNER != 0) != (self.ci & self.cnt != 0) {
-                // Not (yet) handed to the device: the doorbell is used up.
+                self.unposted(stop);
                 break;
             }
             // The WQE an injected error replaces takes the full path.
@@ -446,6 +450,7 @@ impl Sq {
                 }
             }
             let Some(w) = self.fetch(dw0, &mut cx.scratch.wqe, cx.max_wqe_size) else {
+                self.unposted(stop);
                 break;
             };
             let (bf_half, bf_posted) = if bf_live {
@@ -521,6 +526,15 @@ impl Sq {
             self.drop_stale_copies(cx.counters);
         }
         done
+    }
+
+    /// The WQE at the consumer is not (yet) the device's. A doorbell is used up there; but a
+    /// BlueFlame write named the WQEs up to its own as posted, and their ring stores may still
+    /// be on their way (the copy can overtake them), so the walk stays to come back.
+    fn unposted(&mut self, stop: Option<u16>) {
+        if let Some(c) = stop {
+            self.walk = Walk::UpTo(c);
+        }
     }
 
     /// The CQ has no room for the WQE at the consumer: come back to it when the consumer index
