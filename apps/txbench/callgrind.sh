@@ -3,6 +3,7 @@
 # pushes a fixed number of packets through the driver's TX queue against the software HCA
 # stepped in the same thread (no EAL, no device thread), and only `measured_burst` (the queue's
 # burst function) is collected, so the count is the driver's and repeats exactly.
+# A last table counts a call on a full ring (the device held), which sends nothing.
 # Usage: apps/txbench/callgrind.sh [packets]   (default 100000)
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -26,4 +27,15 @@ for path in bf-wc bf-nowc doorbell; do
     printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$path" "$1" "$2" "$3" \
       "$(awk -v a="$ir" -v n="$packets" 'BEGIN { printf "%.1f", a / n }')" "$db" "$bf"
   done
+done
+# A call on a full ring sends nothing: instructions per call, a row of its own.
+printf '\n| path | burst | size | inline | instructions per call on a full ring |\n|---|---|---|---|---|\n'
+for path in bf-wc doorbell; do
+  out="$work/cg.full.$path"
+  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect='*measured_full_ring*' \
+    "$bin" --callgrind --full-ring --path "$path" --burst 32 --size 64 --inline 104 \
+    --packets "$packets" > "$out.stdout" 2> "$out.stderr"
+  ir=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)/\1/p' "$out.stderr")
+  printf '| %s | 32 | 64 | 104 | %s |\n' "$path" \
+    "$(awk -v a="$ir" -v n="$packets" 'BEGIN { printf "%.1f", a / n }')"
 done

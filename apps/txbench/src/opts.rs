@@ -36,6 +36,8 @@ pub struct Callgrind {
     pub size: u16,
     pub burst: u16,
     pub inline: u16,
+    /// Fill the ring with the device stopped, then measure `packets` calls that send nothing.
+    pub full_ring: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +52,7 @@ usage: txbench [--short] [--out DIR] [--paths LIST] [--bursts LIST] [--sizes LIS
                [--inlines LIST] [--inline-burst N] [--slice-ms MS] [--rounds N]
                [--busy-poll 0|1] [--no-plots] [--quiet] [--eal ARG]...
        txbench --callgrind [--path P] [--packets N] [--size B] [--burst N] [--inline B]
+                           [--full-ring]
 
 Sweep (needs EAL; runs net_mlx4rs ports on the software HCA next to net_null and net_ring):
   --short            about a quarter of the points and shorter turns (about 15 s)
@@ -76,6 +79,8 @@ Instruction counts (no EAL: the TX queue against the software HCA stepped in thi
   --size B           default 64
   --burst N          default 32
   --inline B         default 104
+  --full-ring        fill the ring while the device is held, then make --packets calls that
+                     send nothing (collect `measured_full_ring`: instructions per call)
 ";
 
 pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
@@ -102,6 +107,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
         size: 64,
         burst: 32,
         inline: DEFAULT_INLINE,
+        full_ring: false,
     };
     let (mut sizes_set, mut bursts_set, mut inlines_set) = (false, false, false);
     let mut sweep_opt = None;
@@ -155,11 +161,21 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
             "--size" => c.size = num_list(&k, &a.value(&k)?, 14, 1500)?[0],
             "--burst" => c.burst = num_list(&k, &a.value(&k)?, 1, 64)?[0],
             "--inline" => c.inline = inline_list(&k, &a.value(&k)?)?[0],
+            "--full-ring" => {
+                a.flag(&k)?;
+                c.full_ring = true;
+            }
             _ => return Err(format!("unknown option {k}\n\n{USAGE}")),
         }
         let sweep_only = !matches!(
             k.as_str(),
-            "--path" | "--packets" | "--size" | "--burst" | "--inline" | "--callgrind"
+            "--path"
+                | "--packets"
+                | "--size"
+                | "--burst"
+                | "--inline"
+                | "--full-ring"
+                | "--callgrind"
         );
         if sweep_only {
             sweep_opt.get_or_insert(k.clone());
@@ -169,7 +185,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
     }
     if callgrind {
         if let Some(k) = sweep_opt {
-            return Err(format!("{k} is a sweep option; --callgrind takes --path, --packets, --size, --burst, --inline"));
+            return Err(format!("{k} is a sweep option; --callgrind takes --path, --packets, --size, --burst, --inline, --full-ring"));
         }
         return Ok(Mode::Callgrind(c));
     }
@@ -343,12 +359,20 @@ mod tests {
                 packets: 1000,
                 size: 64,
                 burst: 32,
-                inline: 0
+                inline: 0,
+                full_ring: false,
             })
         );
         assert!(p(&["--callgrind", "--short"])
             .unwrap_err()
             .contains("sweep option"));
+        match p(&["--callgrind", "--full-ring"]).unwrap() {
+            Mode::Callgrind(c) => assert!(c.full_ring),
+            m => panic!("{m:?}"),
+        }
+        assert!(p(&["--full-ring"])
+            .unwrap_err()
+            .contains("needs --callgrind"));
         assert!(p(&["--packets", "5"])
             .unwrap_err()
             .contains("needs --callgrind"));
