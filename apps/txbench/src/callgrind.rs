@@ -15,7 +15,7 @@ use mlx4rs::wqe::TxOffloads;
 use crate::opts::Callgrind;
 
 /// A packet: one segment of a buffer that lives for the whole run.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Pkt(&'static [u8]);
 
 impl TxBuf for Pkt {
@@ -28,8 +28,11 @@ impl TxBuf for Pkt {
     fn offloads(&self) -> TxOffloads {
         TxOffloads::default()
     }
+    fn plain(&self) -> Option<&[u8]> {
+        Some(self.0)
+    }
     // The buffers are static: nothing to give back, so the count is the driver's alone.
-    fn free_bulk(_bufs: &[Self]) {}
+    unsafe fn free_bulk(_bufs: &[Self]) {}
 }
 
 /// The one function callgrind collects: `tx_burst` minus the C calling convention.
