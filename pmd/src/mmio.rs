@@ -211,12 +211,40 @@ impl BfReg {
     }
 
     /// Copies a published WQE (`wqe`, whole TXBBs straight from the ring) with its first 8
-    /// bytes replaced by `head` (the BF counter and QPN), as [`BfReg::write`].
-    /// Out of line: its 64-byte aligned staging block would make every caller's frame
-    /// 64-byte aligned.
-    #[inline(never)]
+    /// bytes replaced by `head` (the BF counter and QPN), as [`BfReg::write`]. With 64-bit
+    /// stores the head goes straight from the register; the 64-byte forms copy the first
+    /// block through an aligned staging block, out of line so that the caller's frame need
+    /// not be 64-byte aligned.
+    #[inline]
     pub fn write_wqe(&mut self, head: [u8; 8], wqe: &[Txbb]) {
         assert!(!wqe.is_empty() && wqe.len() * TXBB_SIZE <= self.half);
+        if self.copy != Copy64::Qwords {
+            return self.write_wqe_staged(head, wqe);
+        }
+        io_wmb();
+        let src = wqe.as_ptr().cast::<u64>();
+        // SAFETY: the first block's 8 qwords stay inside the current half (asserted: the whole
+        // WQE fits it); `src` is the WQE, 8-byte aligned, at least one block long.
+        unsafe {
+            let dst = self.base.add(self.offset).cast::<u64>();
+            dst.write_volatile(u64::from_ne_bytes(head));
+            for i in 1..8 {
+                dst.add(i).write_volatile(src.add(i).read());
+            }
+            for (i, block) in wqe[1..].iter().enumerate() {
+                copy64(
+                    Copy64::Qwords,
+                    dst.cast::<u8>().add((i + 1) * TXBB_SIZE),
+                    block.0.as_ptr(),
+                );
+            }
+        }
+        wmb();
+        self.offset ^= self.half;
+    }
+
+    #[inline(never)]
+    fn write_wqe_staged(&mut self, head: [u8; 8], wqe: &[Txbb]) {
         let mut first = Txbb(wqe[0].0);
         first.0[..8].copy_from_slice(&head);
         self.write_blocks(&first, &wqe[1..]);

@@ -81,6 +81,7 @@ impl SqRing {
     /// A published WQE as whole TXBBs, for the BlueFlame copy. The exclusive borrow keeps
     /// every driver store to the ring (owner words, stamps, WQE writers) away while the view
     /// lives; the device only ever reads the send queue.
+    #[inline]
     pub fn wqe_blocks(&mut self, start: u32, txbbs: u32) -> &[Txbb] {
         let slot = start & (self.txbb_cnt - 1);
         assert!(
@@ -92,6 +93,17 @@ impl SqRing {
         unsafe {
             std::slice::from_raw_parts(self.txbb(start).as_ptr().cast::<Txbb>(), txbbs as usize)
         }
+    }
+
+    /// Dword 1 of the control segment of the WQE at `start`, as written (host order): VLAN
+    /// tag, insert flags, size.
+    #[inline(always)]
+    pub fn ctrl_dword1(&self, start: u32) -> u32 {
+        // SAFETY: inside the ring, 4-byte aligned; this word is reached only atomically.
+        u32::from_be(
+            unsafe { AtomicU32::from_ptr(self.txbb(start).as_ptr().add(4).cast()) }
+                .load(Ordering::Relaxed),
+        )
     }
 
     /// Hands the WQE at `start` to the device: the owner word, big-endian, written last.
@@ -148,30 +160,32 @@ impl SqRing {
     /// Stamps the TXBBs in `[from, to)` (counters) after their completion: each first dword
     /// becomes `0x7fffffff` with bit 31 = the parity of the pass just consumed, so the slot is
     /// invalid for the next pass until a new WQE is published there. One value per run up to
-    /// the ring's end, stored by an unrolled loop.
+    /// the ring's end, stored by a loop unrolled by 8.
     pub fn stamp(&self, from: u32, to: u32) {
         let mut c = from;
         while c != to {
             let slot = c & (self.txbb_cnt - 1);
             let run = (self.txbb_cnt - slot).min(to.wrapping_sub(c)) as usize;
             let value = (STAMP_DWORD | owner_bit(self.owner(c))).to_be();
-            let p = self.txbb(c).as_ptr();
-            // SAFETY (all stores below): TXBBs `slot..slot + run` lie inside the ring; each first
-            // dword is 4-byte aligned and reached only atomically, by the device as well.
-            let store = |i: usize| unsafe {
+            let mut p = self.txbb(c).as_ptr();
+            // SAFETY: the run's TXBBs lie inside the ring, up to its end.
+            let end = unsafe { p.add(run << TXBB_SHIFT) };
+            // SAFETY (every store below): a TXBB's first dword inside the run: 4-byte aligned,
+            // reached only atomically (by the device as well).
+            let store = |p: *mut u8, i: usize| unsafe {
                 AtomicU32::from_ptr(p.add(i << TXBB_SHIFT).cast()).store(value, Ordering::Relaxed)
             };
-            let mut i = 0;
-            while i + 4 <= run {
-                store(i);
-                store(i + 1);
-                store(i + 2);
-                store(i + 3);
-                i += 4;
+            while (end as usize - p as usize) >= 8 << TXBB_SHIFT {
+                for i in 0..8 {
+                    store(p, i);
+                }
+                // SAFETY: still inside the run (checked above).
+                p = unsafe { p.add(8 << TXBB_SHIFT) };
             }
-            while i < run {
-                store(i);
-                i += 1;
+            while p < end {
+                store(p, 0);
+                // SAFETY: inside the run, or its end.
+                p = unsafe { p.add(1 << TXBB_SHIFT) };
             }
             c = c.wrapping_add(run as u32);
         }
@@ -313,22 +327,37 @@ impl<'a> Poster<'a> {
     /// Ends the burst: the counter after everything posted, and the last WQE, still
     /// unpublished (None if nothing was taken).
     #[inline(always)]
-    pub fn finish(self) -> (u32, Option<LastWqe<'a>>) {
-        let pos = self.pos();
+    pub fn finish(self) -> Posted {
+        let end = self.pos();
         if self.pending == self.sink {
-            return (pos, None);
+            return Posted { end, last: None };
         }
         // The last WQE was taken in the current run and ends at the cursor.
         let txbbs = ((self.at as usize - self.pending as usize) >> TXBB_SHIFT) as u32;
-        let last = LastWqe {
-            base: self.pending.cast(),
-            start: pos.wrapping_sub(txbbs),
-            txbbs,
-            owner: self.owner,
-            _ring: PhantomData,
-        };
-        (pos, Some(last))
+        Posted {
+            end,
+            last: Some(LastWqe {
+                start: end.wrapping_sub(txbbs),
+                txbbs,
+            }),
+        }
     }
+}
+
+/// What a burst posted: the counter after it, and its last WQE, written but not yet
+/// published (the queue finishes it through [`SqRing::wqe_mut`], [`SqRing::ctrl_dword1`]
+/// and [`SqRing::publish`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Posted {
+    pub end: u32,
+    pub last: Option<LastWqe>,
+}
+
+/// Where a WQE is: its counter and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastWqe {
+    pub start: u32,
+    pub txbbs: u32,
 }
 
 /// A [`Poster`]'s cursor in locals (see [`Poster::cursor`]); written back when dropped.
@@ -346,15 +375,16 @@ impl<'a> Cursor<'_, 'a> {
     pub fn take<const TXBBS: usize>(&mut self) -> Option<WqeMut<'a, TXBBS>> {
         const { assert!(TXBBS > 0) };
         let len = TXBBS << TXBB_SHIFT;
-        if (self.run_end as usize - self.at as usize) < len {
+        let at = self.at;
+        let next = at.wrapping_add(len);
+        if next > self.run_end {
             return None;
         }
         // SAFETY: as in Poster::publish_pending.
         unsafe { AtomicU32::from_ptr(self.pending) }.store(self.send_be, Ordering::Release);
-        let at = self.at;
         self.pending = at.cast();
-        // SAFETY: `len` bytes fit before the run's end, inside the ring.
-        self.at = unsafe { at.add(len) };
+        // `len` bytes fit before the run's end, inside the ring.
+        self.at = next;
         Some(WqeMut::new(at, len))
     }
 }
@@ -364,50 +394,6 @@ impl Drop for Cursor<'_, '_> {
     fn drop(&mut self) {
         self.poster.at = self.at;
         self.poster.pending = self.pending;
-    }
-}
-
-/// The last WQE of a burst, written but not yet handed to the device.
-pub struct LastWqe<'a> {
-    base: *mut u8,
-    start: u32,
-    txbbs: u32,
-    owner: u32,
-    _ring: PhantomData<&'a mut SqRing>,
-}
-
-impl LastWqe<'_> {
-    pub fn start(&self) -> u32 {
-        self.start
-    }
-
-    pub fn txbbs(&self) -> u32 {
-        self.txbbs
-    }
-
-    /// Its owner word with `opcode` (host order).
-    pub fn owner_word(&self, opcode: u8) -> u32 {
-        self.owner | u32::from(opcode)
-    }
-
-    /// The WQE's bytes other than the owner word, for a last change before it is published.
-    pub fn writer(&mut self) -> WqeMut<'_> {
-        WqeMut::new(self.base, (self.txbbs as usize) << TXBB_SHIFT)
-    }
-
-    /// Dword 1 of the control segment as written (host order): VLAN tag, insert flags, size.
-    pub fn ctrl_dword1(&self) -> u32 {
-        // SAFETY: inside the ring, 4-byte aligned; this word is reached only atomically.
-        u32::from_be(
-            unsafe { AtomicU32::from_ptr(self.base.add(4).cast()) }.load(Ordering::Relaxed),
-        )
-    }
-
-    /// Hands it to the device.
-    pub fn publish(self, owner_opcode: u32) {
-        // SAFETY: as in `ctrl_dword1`, for dword 0.
-        unsafe { AtomicU32::from_ptr(self.base.cast()) }
-            .store(owner_opcode.to_be(), Ordering::Release);
     }
 }
 
@@ -563,6 +549,10 @@ pub struct CqRing {
     cqe_cnt: u32,
     /// Consumer counter (free-running).
     ci: u32,
+    /// Where the owner byte of CQE `ci` is, and the value it has once software owns it:
+    /// derived from `ci` whenever it moves, so that polling an empty CQ is one compare.
+    next_owner: usize,
+    sw_owner: u8,
 }
 
 /// The consumer-index record sits after the CQEs, on a cache line of its own.
@@ -572,11 +562,28 @@ impl CqRing {
     pub fn new(cqe_cnt: u32, source: MemSource) -> Option<CqRing> {
         debug_assert!(cqe_cnt.is_power_of_two());
         let mem = DmaBuf::new(cqe_cnt as usize * CQE_SIZE + DB_REC_SPACE, source)?;
-        Some(CqRing {
+        let mut cq = CqRing {
             mem,
             cqe_cnt,
             ci: 0,
-        })
+            next_owner: 0,
+            sw_owner: 0,
+        };
+        cq.seek(0);
+        Some(cq)
+    }
+
+    /// Moves the consumer counter to `ci`.
+    #[inline(always)]
+    fn seek(&mut self, ci: u32) {
+        self.ci = ci;
+        self.next_owner =
+            (ci & (self.cqe_cnt - 1)) as usize * CQE_SIZE + Cqe::<&[u8]>::OWNER_OFFSET;
+        self.sw_owner = if ci & self.cqe_cnt != 0 {
+            mlx4_prm::cqe_owner::OWNER
+        } else {
+            0
+        };
     }
 
     pub fn cqe_cnt(&self) -> u32 {
@@ -593,32 +600,37 @@ impl CqRing {
         unsafe { self.mem.as_ptr().add(self.cqe_cnt as usize * CQE_SIZE) }.cast()
     }
 
+    /// Whether software owns the next CQE (one load and a compare).
+    #[inline(always)]
+    pub fn has_cqe(&self) -> bool {
+        debug_assert!(self.next_owner < self.cqe_cnt as usize * CQE_SIZE);
+        // SAFETY: as in `poll`.
+        let owner = unsafe { AtomicU8::from_ptr(self.mem.as_ptr().add(self.next_owner)) }
+            .load(Ordering::Acquire);
+        owner & mlx4_prm::cqe_owner::OWNER == self.sw_owner
+    }
+
     /// The next CQE if software owns it, copied out; advances the consumer counter. With
-    /// none waiting (the common case on the TX side) this is one load of the device's word.
+    /// none waiting (the common case on the TX side) this is one load of the device's byte
+    /// and a compare.
     #[inline(always)]
     pub fn poll(&mut self) -> Option<Cqe<[u8; CQE_SIZE]>> {
-        // Everything but the owner byte is read before it: the acquire load would make the
-        // compiler read them again after it.
-        let (ci, cnt) = (self.ci, self.cqe_cnt);
-        let sw_owner = if ci & cnt != 0 {
-            mlx4_prm::cqe_owner::OWNER
-        } else {
-            0
-        };
-        let slot = (ci & (cnt - 1)) as usize;
-        let at = self.mem.as_ptr().wrapping_add(slot * CQE_SIZE);
-        // SAFETY: slot < cqe_cnt: inside the CQE array; the device writes this byte last,
-        // atomically, and no Rust reference to bytes covers it.
-        let owner = unsafe { AtomicU8::from_ptr(at.add(Cqe::<&[u8]>::OWNER_OFFSET)) }
+        debug_assert!(self.next_owner < self.cqe_cnt as usize * CQE_SIZE);
+        // SAFETY: `next_owner` lies inside the CQE array (`seek`); the device writes this
+        // byte last, atomically, and no Rust reference to bytes covers it.
+        let owner = unsafe { AtomicU8::from_ptr(self.mem.as_ptr().add(self.next_owner)) }
             .load(Ordering::Acquire);
-        if owner & mlx4_prm::cqe_owner::OWNER != sw_owner {
+        if owner & mlx4_prm::cqe_owner::OWNER != self.sw_owner {
             return None;
         }
+        let at = self.next_owner - Cqe::<&[u8]>::OWNER_OFFSET;
         let mut cqe = [0u8; CQE_SIZE];
         // SAFETY: the CQE is software-owned (owner byte seen with acquire), so the device has
         // finished writing it and will not touch it until the consumer index passes it.
-        unsafe { std::ptr::copy_nonoverlapping(at, cqe.as_mut_ptr(), CQE_SIZE) };
-        self.ci = ci.wrapping_add(1);
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.mem.as_ptr().add(at), cqe.as_mut_ptr(), CQE_SIZE)
+        };
+        self.seek(self.ci.wrapping_add(1));
         Some(Cqe::new_unchecked(cqe))
     }
 
@@ -627,7 +639,7 @@ impl CqRing {
     /// driver zeroes it before creating a CQ: left at the old queue's index, it tells the
     /// device that the new CQ is full.
     pub fn rewind(&mut self) {
-        self.ci = 0;
+        self.seek(0);
         self.update_ci();
     }
 

@@ -44,7 +44,7 @@ use crate::mbuf::{BufBatch, BufRing};
 use crate::mem::{Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell};
 use crate::pmd_log;
-use crate::ring::{txbbs_for, CqRing, Poster, SqRing};
+use crate::ring::{txbbs_for, CqRing, Posted, Poster, SqRing};
 use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
 
 /// What the TX path needs from a packet buffer. Releasing is `unsafe`: a buffer is `Copy`,
@@ -181,8 +181,9 @@ pub struct TxQueue<B: TxBuf> {
     pub qid: u16,
     name: Arc<str>,
     txbb_cnt: u32,
-    /// TXBBs kept free so the device can prefetch past the producer (2 KB + one WQE).
-    headroom: u32,
+    /// TXBBs the queue may have in flight: the ring less the headroom the device may
+    /// prefetch into (2 KB + one WQE).
+    usable: u32,
     comp_every: u32,
     comp_txbbs: u32,
     /// Longest packet the straight-line inline path takes: the threshold, at most two TXBBs.
@@ -242,7 +243,7 @@ impl<B: TxBuf> TxQueue<B> {
             qid,
             name,
             txbb_cnt,
-            headroom,
+            usable: txbb_cnt - headroom,
             comp_every,
             comp_txbbs,
             elts: BufRing::new(elts_n),
@@ -301,7 +302,7 @@ impl<B: TxBuf> TxQueue<B> {
     #[inline(always)]
     fn room(&self) -> u32 {
         let used = self.prod.prod.wrapping_sub(self.comp.cons);
-        (self.txbb_cnt - self.headroom).saturating_sub(used)
+        self.usable.saturating_sub(used)
     }
 
     #[inline(always)]
@@ -334,7 +335,21 @@ impl<B: TxBuf> TxQueue<B> {
         if pkts.is_empty() {
             return 0;
         }
-        // Completions make the room, so they come first; with none waiting this is one load.
+        // Completions make the room, so they come first. With none waiting and the queue
+        // healthy this is one load and a compare, and the front calls nothing but `post`.
+        if self.hw.cq.has_cqe() || self.comp.failed {
+            return self.burst_after_completions(pkts);
+        }
+        let room = self.room();
+        if room == 0 {
+            self.prod.ring_full += 1;
+            return 0;
+        }
+        self.post(pkts, room)
+    }
+
+    #[inline(never)]
+    fn burst_after_completions(&mut self, pkts: &[B]) -> usize {
         self.complete();
         if self.comp.failed && !self.recover() {
             return 0;
@@ -353,85 +368,88 @@ impl<B: TxBuf> TxQueue<B> {
     #[inline(never)]
     fn post(&mut self, pkts: &[B], room: u32) -> usize {
         let start = self.prod.prod;
-        let fast_free = self.cfg.fast_free;
-        let elts_room = self.elts.capacity() - self.elts.len();
         let sink = AtomicU32::new(0);
         let mut poster = self.hw.sq.poster(start, start.wrapping_add(room), &sink);
-        let mut t = Tally {
-            n: 0,
-            bytes: 0,
-            gathers: 0,
-            errors: 0,
-            kept: 0,
-            single_seg: true,
-            full: false,
-        };
-        let stop = inline_run(
-            &mut poster,
-            pkts,
-            &mut t.n,
-            self.plain_inline_max,
-            &mut t.bytes,
-        );
-        if stop != Stop::End {
-            let rest = Rest {
-                inline_max: usize::from(self.cfg.inline_max),
-                plain_inline_max: self.plain_inline_max,
-                elts_room,
-                fast_free,
-                prod: &mut self.prod,
-                elts: &mut self.elts,
-                done: &mut self.done,
-                segs: &mut self.segs,
-            };
-            // The poster goes in and out by value, so that it need not live in memory on
-            // the straight-line path.
-            poster = post_rest(poster, pkts, stop, &mut t, rest);
+        let (mut n, mut bytes) = (0, 0);
+        let stop = inline_run(&mut poster, pkts, &mut n, self.plain_inline_max, &mut bytes);
+        if stop == Stop::End {
+            // Every packet went the straight-line way: the tally is two registers, and the
+            // end of the burst a copy of its own with the rest folded away.
+            let posted = poster.finish();
+            return self.end_burst(posted, start, pkts, Tally::straight(n, bytes));
         }
-        let (end, last) = poster.finish();
+        let rest = Rest {
+            inline_max: usize::from(self.cfg.inline_max),
+            plain_inline_max: self.plain_inline_max,
+            elts_room: self.elts.capacity() - self.elts.len(),
+            fast_free: self.cfg.fast_free,
+            prod: &mut self.prod,
+            elts: &mut self.elts,
+            done: &mut self.done,
+            segs: &mut self.segs,
+        };
+        // The poster goes in and out by value, so that it need not live in memory on the
+        // straight-line path.
+        let (poster, t) = post_rest(poster, pkts, stop, Tally::straight(n, bytes), rest);
+        let posted = poster.finish();
+        self.end_burst(posted, start, pkts, t)
+    }
+
+    /// Once per burst: the completion request, the BlueFlame copy or the doorbell, the
+    /// release of what was copied inline, the counters.
+    #[inline(always)]
+    fn end_burst(&mut self, posted: Posted, start: u32, pkts: &[B], t: Tally) -> usize {
+        let end = posted.end;
         let p = &mut self.prod;
         p.prod = end;
-        if let Some(mut last) = last {
+        if let Some(last) = posted.last {
             p.since_comp += (t.n as u32) - t.errors;
             p.txbbs_since_comp += end.wrapping_sub(start);
-            // Once per burst: the last WQE asks for a completion when enough went unsignaled.
+            // The last WQE asks for a completion when enough went unsignaled.
             if (p.since_comp >= self.comp_every || p.txbbs_since_comp >= self.comp_txbbs)
                 && p.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32
             {
-                wqe::set_signaled(&mut last.writer());
+                wqe::set_signaled(&mut self.hw.sq.wqe_mut(last.start, last.txbbs));
                 let mask = self.marks.len() as u32 - 1;
                 self.marks[(p.marks_head & mask) as usize] = CompMark {
                     txbb_end: end,
                     elts_end: self.elts.head(),
-                    wqe_index: last.start() as u16,
+                    wqe_index: last.start as u16,
                 };
                 p.marks_head = p.marks_head.wrapping_add(1);
                 (p.since_comp, p.txbbs_since_comp) = (0, 0);
             }
-            let word = last.owner_word(opcode::SEND);
-            let ctrl = last.ctrl_dword1().to_be_bytes();
-            let ctrl = CtrlSeg::new_unchecked([0, 0, 0, 0, ctrl[0], ctrl[1], ctrl[2], ctrl[3]]);
-            let (wqe_start, txbbs) = (last.start(), last.txbbs());
-            match self.hw.bf.as_mut() {
-                // The copy's first TXBB carries the QPN where the ring copy has the VLAN
-                // fields (which is why a VLAN-inserting WQE never goes through BF); the ring
-                // keeps a plain WQE for a device that falls back to fetching it.
-                Some(bf)
-                    if self.cfg.path == TxPath::BlueFlame
-                        && ctrl.ins_vlan() == 0
-                        && (txbbs as usize) * TXBB_SIZE <= bf.half_size() =>
-                {
-                    let word = word | (wqe_start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
-                    last.publish(word);
-                    let mut head = [0u8; 8];
-                    let mut c = CtrlSeg::new_unchecked(&mut head[..]);
-                    c.set_owner_opcode(word);
-                    c.set_bf_qpn_ds(self.hw.qpn, ctrl.ds());
-                    bf.write_wqe(head, self.hw.sq.wqe_blocks(wqe_start, txbbs));
-                    p.bf_writes += 1;
+            let word = self.hw.sq.owner_word(last.start, opcode::SEND);
+            let bf = match self.cfg.path {
+                TxPath::BlueFlame => self.hw.bf.as_mut(),
+                TxPath::Doorbell => None,
+            };
+            match bf {
+                Some(bf) if (last.txbbs as usize) * TXBB_SIZE <= bf.half_size() => {
+                    let ctrl = self.hw.sq.ctrl_dword1(last.start).to_be_bytes();
+                    let ctrl =
+                        CtrlSeg::new_unchecked([0, 0, 0, 0, ctrl[0], ctrl[1], ctrl[2], ctrl[3]]);
+                    if ctrl.ins_vlan() == 0 {
+                        // The copy's first TXBB carries the QPN where the ring copy has the
+                        // VLAN fields (which is why a VLAN-inserting WQE never goes through
+                        // BF); the ring keeps a plain WQE for a device that falls back to
+                        // fetching it.
+                        let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
+                        self.hw.sq.publish(last.start, word);
+                        let mut head = [0u8; 8];
+                        let mut c = CtrlSeg::new_unchecked(&mut head[..]);
+                        c.set_owner_opcode(word);
+                        c.set_bf_qpn_ds(self.hw.qpn, ctrl.ds());
+                        bf.write_wqe(head, self.hw.sq.wqe_blocks(last.start, last.txbbs));
+                        p.bf_writes += 1;
+                    } else {
+                        self.hw.sq.publish(last.start, word);
+                        self.hw.doorbell.ring();
+                        p.doorbells += 1;
+                    }
                 }
                 _ => {
-                    last.publish(word);
+                    self.hw.sq.publish(last.start, word);
                     self.hw.doorbell.ring();
                     p.doorbells += 1;
                 }
@@ -440,7 +458,7 @@ impl<B: TxBuf> TxQueue<B> {
         // Inline and dropped packets go back to their pools now (an inline packet's bytes
         // are in its WQE): straight from the caller's array unless gather packets came
         // between them.
-        let fast = fast_free && t.single_seg;
+        let fast = self.cfg.fast_free && t.single_seg;
         if t.kept == 0 && t.n == pkts.len() {
             release(pkts, fast);
         } else if self.done.is_empty() {
@@ -496,6 +514,9 @@ impl<B: TxBuf> TxQueue<B> {
     /// Releases the held buffers before gather-ring counter `end`, in at most two bulk calls.
     fn free_elts(&mut self, end: u32) -> usize {
         let tail = self.elts.head().wrapping_sub(self.elts.len());
+        if end == tail {
+            return 0;
+        }
         // Fast free only if no buffer of several segments is among them.
         let fast = self.cfg.fast_free && (self.prod.chained_until.wrapping_sub(tail) as i32) <= 0;
         let (a, b) = self.elts.take_until(end);
@@ -653,13 +674,15 @@ fn inline_run<B: TxBuf>(
     plain_inline_max: usize,
     bytes: &mut u64,
 ) -> Stop {
-    let (mut i, mut sum) = (*n, *bytes);
+    let mut sum = *bytes;
     let mut poster = poster.cursor();
+    let todo = &pkts[*n..];
+    let mut i = 0;
     let stop = loop {
-        let Some(pkt) = pkts.get(i) else {
+        if i == todo.len() {
             break Stop::End;
-        };
-        let Some(data) = pkt.plain() else {
+        }
+        let Some(data) = todo[i].plain() else {
             break Stop::Other;
         };
         let len = data.len();
@@ -673,6 +696,11 @@ fn inline_run<B: TxBuf>(
             };
             wqe::write_plain_inline1(&mut w, data);
         } else {
+            // Already known (the threshold is clamped to it); said again so that the compiler
+            // knows the second chunk's size too.
+            if len > wqe::PLAIN_INLINE_MAX {
+                break Stop::Other;
+            }
             let Some(mut w) = poster.take::<2>() else {
                 break Stop::RunEnd(2);
             };
@@ -681,7 +709,8 @@ fn inline_run<B: TxBuf>(
         sum += len as u64;
         i += 1;
     };
-    (*n, *bytes) = (i, sum);
+    *n += i;
+    *bytes = sum;
     stop
 }
 
@@ -727,6 +756,7 @@ fn gather_run<B: TxBuf>(
 }
 
 /// What a burst came to.
+#[derive(Clone, Copy)]
 struct Tally {
     /// Packets taken (posted or dropped).
     n: usize,
@@ -740,6 +770,22 @@ struct Tally {
     single_seg: bool,
     /// The burst stopped for want of room.
     full: bool,
+}
+
+impl Tally {
+    /// `n` packets of `bytes` in all, every one posted by the straight-line path.
+    #[inline(always)]
+    fn straight(n: usize, bytes: u64) -> Tally {
+        Tally {
+            n,
+            bytes,
+            gathers: 0,
+            errors: 0,
+            kept: 0,
+            single_seg: true,
+            full: false,
+        }
+    }
 }
 
 /// What [`post_rest`] needs of the queue besides the poster.
@@ -761,15 +807,15 @@ fn post_rest<'a, B: TxBuf>(
     mut poster: Poster<'a>,
     pkts: &[B],
     stop: Stop,
-    t: &mut Tally,
+    mut t: Tally,
     mut q: Rest<'_, B>,
-) -> Poster<'a> {
-    rest_loop(&mut poster, pkts, stop, t, &mut q);
+) -> (Poster<'a>, Tally) {
+    rest_loop(&mut poster, pkts, stop, &mut t, &mut q);
     let p = q.prod;
     p.ring_full += u64::from(t.full);
     p.errors += u64::from(t.errors);
     p.gather_packets += u64::from(t.gathers);
-    poster
+    (poster, t)
 }
 
 #[inline(always)]

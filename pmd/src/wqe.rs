@@ -130,7 +130,6 @@ pub fn write_plain_inline2(w: &mut WqeMut<'_, 2>, pkt: &[u8]) {
     let len = pkt.len();
     let data = CTRL_LEN + 4;
     let (head, tail) = pkt.split_at(FIRST_CHUNK);
-    let tail = &tail[..tail.len().min(NEXT_CHUNK)];
     w.put_ctrl(&ctrl_bytes(
         ds_of(data + 4 + len),
         TxOffloads::default(),
