@@ -272,6 +272,20 @@ impl<B: Copy> BufRing<B> {
         true
     }
 
+    /// A cursor that holds buffers from registers in a tight loop (written back when
+    /// dropped).
+    #[inline(always)]
+    pub fn pusher(&mut self) -> Pusher<'_, B> {
+        let cap = self.slots.len() as u32;
+        Pusher {
+            slots: self.slots.as_mut_ptr(),
+            mask: cap - 1,
+            head: self.head,
+            end: self.tail.wrapping_add(cap),
+            ring: self,
+        }
+    }
+
     /// Gives up the buffers before counter `end` (at most everything held): up to two runs,
     /// in order, to release in bulk.
     pub fn take_until(&mut self, end: u32) -> (&[B], &[B]) {
@@ -289,6 +303,48 @@ impl<B: Copy> BufRing<B> {
     /// Gives up everything held.
     pub fn take_all(&mut self) -> (&[B], &[B]) {
         self.take_until(self.head)
+    }
+}
+
+/// See [`BufRing::pusher`].
+pub struct Pusher<'r, B: Copy> {
+    slots: *mut MaybeUninit<B>,
+    mask: u32,
+    head: u32,
+    /// The counter `head` may not reach: every slot taken.
+    end: u32,
+    ring: &'r mut BufRing<B>,
+}
+
+impl<B: Copy> Pusher<'_, B> {
+    /// As [`BufRing::push`].
+    #[inline(always)]
+    pub fn push(&mut self, b: B) -> bool {
+        if self.head == self.end {
+            return false;
+        }
+        // SAFETY: `head & mask` < capacity: a slot of the ring the pusher borrows, free
+        // (between head and tail + capacity); writing a MaybeUninit needs nothing more.
+        unsafe {
+            self.slots
+                .add((self.head & self.mask) as usize)
+                .write(MaybeUninit::new(b))
+        };
+        self.head = self.head.wrapping_add(1);
+        true
+    }
+
+    /// Whether every slot is taken.
+    #[inline(always)]
+    pub fn is_full(&self) -> bool {
+        self.head == self.end
+    }
+}
+
+impl<B: Copy> Drop for Pusher<'_, B> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.ring.head = self.head;
     }
 }
 
@@ -363,6 +419,17 @@ mod tests {
         // Never past what it holds.
         assert!(r.push(6));
         assert_eq!(r.take_until(r.head().wrapping_add(10)), (&[6][..], &[][..]));
+        // The pusher fills the same slots and stops at the same place.
+        {
+            let mut p = r.pusher();
+            for i in 0..4 {
+                assert!(p.push(10 + i));
+            }
+            assert!(p.is_full() && !p.push(99));
+        }
+        assert_eq!(r.len(), 4);
+        let (a, b) = r.take_all();
+        assert_eq!([a, b].concat(), [10, 11, 12, 13]);
     }
 
     #[test]

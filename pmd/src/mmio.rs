@@ -215,7 +215,7 @@ impl BfReg {
     /// stores the head goes straight from the register; the 64-byte forms copy the first
     /// block through an aligned staging block, out of line so that the caller's frame need
     /// not be 64-byte aligned.
-    #[inline]
+    #[inline(always)]
     pub fn write_wqe(&mut self, head: [u8; 8], wqe: &[Txbb]) {
         assert!(!wqe.is_empty() && wqe.len() * TXBB_SIZE <= self.half);
         if self.copy != Copy64::Qwords {

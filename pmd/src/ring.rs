@@ -81,7 +81,7 @@ impl SqRing {
     /// A published WQE as whole TXBBs, for the BlueFlame copy. The exclusive borrow keeps
     /// every driver store to the ring (owner words, stamps, WQE writers) away while the view
     /// lives; the device only ever reads the send queue.
-    #[inline]
+    #[inline(always)]
     pub fn wqe_blocks(&mut self, start: u32, txbbs: u32) -> &[Txbb] {
         let slot = start & (self.txbb_cnt - 1);
         assert!(
@@ -131,27 +131,20 @@ impl SqRing {
     #[inline(always)]
     pub fn poster<'a>(&'a mut self, pos: u32, limit: u32, sink: &'a AtomicU32) -> Poster<'a> {
         let cnt = self.txbb_cnt;
-        let room = limit.wrapping_sub(pos);
-        assert!(room < cnt);
-        let to_end = cnt - (pos & (cnt - 1));
-        let (run, beyond) = if room < to_end {
-            (room, 0)
-        } else {
-            (to_end, room - to_end)
-        };
+        // Less than a whole ring: the run after a wrap stays inside it.
+        let room = limit.wrapping_sub(pos).min(cnt - 1);
+        let run = room.min(cnt - (pos & (cnt - 1)));
         let at = self.txbb(pos).as_ptr();
-        let owner = owner_bit(self.owner(pos));
         Poster {
             at,
             // SAFETY: `run` TXBBs from `at` end at or before the ring's end.
             run_end: unsafe { at.add((run as usize) << TXBB_SHIFT) },
             pending: sink.as_ptr(),
-            send_be: (owner | u32::from(opcode::SEND)).to_be(),
-            ring: self.txbb(0).as_ptr(),
+            send_be: self.owner_word(pos, opcode::SEND).to_be(),
             run_start: at,
             run_pos: pos,
-            beyond,
-            owner,
+            limit: pos.wrapping_add(room),
+            mask: cnt - 1,
             sink: sink.as_ptr(),
             _ring: PhantomData,
         }
@@ -213,15 +206,13 @@ pub struct Poster<'a> {
     pending: *mut u32,
     /// The run's SEND owner word, big-endian, ready to store.
     send_be: u32,
-    /// The ring's first TXBB, where the next pass's run starts.
-    ring: *mut u8,
     /// Where the current run started, and its counter.
     run_start: *mut u8,
     run_pos: u32,
-    /// TXBBs of room after the ring's end (0 once the run reaches the end of the room).
-    beyond: u32,
-    /// Owner bit of the current run's pass (host order).
-    owner: u32,
+    /// The counter the burst may not pass, and the ring's size less one: what a wrap needs
+    /// (the rest is derived then, not on every burst).
+    limit: u32,
+    mask: u32,
     sink: *mut u32,
     _ring: PhantomData<&'a mut SqRing>,
 }
@@ -296,31 +287,36 @@ impl<'a> Poster<'a> {
     #[cold]
     #[inline(never)]
     pub fn wrap(&mut self, txbbs: u32) -> bool {
-        if self.beyond < txbbs {
+        let run = ((self.run_end as usize - self.run_start as usize) >> TXBB_SHIFT) as u32;
+        let run_end_pos = self.run_pos.wrapping_add(run);
+        // The run ends at the ring's end (not at the room's) with room after it.
+        let at_ring_end = run_end_pos & self.mask == 0;
+        let beyond = self.limit.wrapping_sub(run_end_pos);
+        if !at_ring_end || beyond < txbbs {
             return false;
         }
         self.publish_pending();
         self.pending = self.sink;
+        let owner = u32::from_be(self.send_be) & owner_opcode::OWNER;
         let pad = (self.run_end as usize - self.at as usize) >> TXBB_SHIFT;
         if pad > 0 {
             let mut w = WqeMut::new(self.at, pad << TXBB_SHIFT);
             crate::wqe::write_nop(&mut w, pad as u32, false);
             // SAFETY: as in publish_pending, for the NOP just written.
-            unsafe { AtomicU32::from_ptr(self.at.cast()) }.store(
-                (self.owner | u32::from(opcode::NOP)).to_be(),
-                Ordering::Release,
-            );
+            unsafe { AtomicU32::from_ptr(self.at.cast()) }
+                .store((owner | u32::from(opcode::NOP)).to_be(), Ordering::Release);
         }
-        self.run_pos = self
-            .run_pos
-            .wrapping_add(((self.run_end as usize - self.run_start as usize) >> TXBB_SHIFT) as u32);
-        self.run_start = self.ring;
-        self.at = self.ring;
+        // SAFETY: the run started `run_pos & mask` TXBBs into the ring.
+        let ring = unsafe {
+            self.run_start
+                .sub(((self.run_pos & self.mask) as usize) << TXBB_SHIFT)
+        };
+        self.run_pos = run_end_pos;
+        self.run_start = ring;
+        self.at = ring;
         // SAFETY: the room after the ring's end is less than a whole ring.
-        self.run_end = unsafe { self.ring.add((self.beyond as usize) << TXBB_SHIFT) };
-        self.beyond = 0;
-        self.owner ^= owner_opcode::OWNER;
-        self.send_be = (self.owner | u32::from(opcode::SEND)).to_be();
+        self.run_end = unsafe { ring.add((beyond as usize) << TXBB_SHIFT) };
+        self.send_be = ((owner ^ owner_opcode::OWNER) | u32::from(opcode::SEND)).to_be();
         true
     }
 

@@ -714,44 +714,53 @@ fn inline_run<B: TxBuf>(
     stop
 }
 
-/// Posts plain packets above the inline threshold whose buffer the lkey cache covers, as
-/// gather WQEs of one data segment, from `pkts[*n]` on, at most `room` of them; the caller
-/// holds them.
+/// Posts plain packets above the inline threshold whose buffer lies in the lkey cache's
+/// region, as gather WQEs of one data segment, from `pkts[*n]` on, holding each in `elts`;
+/// adds their bytes to `bytes`.
 #[inline(always)]
 fn gather_run<B: TxBuf>(
     poster: &mut Poster<'_>,
     pkts: &[B],
     n: &mut usize,
     inline_max: usize,
-    lkeys: &mut Lkeys,
-    room: u32,
+    lkeys: &Lkeys,
+    elts: &mut BufRing<B>,
+    bytes: &mut u64,
 ) -> Stop {
-    let (mut i, end) = (*n, *n + room as usize);
+    // The region in registers; a buffer outside it goes the general way, which looks it up.
+    let Some(mr) = lkeys.cached() else {
+        return Stop::Other;
+    };
+    let mut sum = *bytes;
     let mut poster = poster.cursor();
+    let mut held = elts.pusher();
+    let todo = &pkts[*n..];
+    let mut i = 0;
     let stop = loop {
-        let Some(pkt) = pkts.get(i) else {
+        if i == todo.len() {
             break Stop::End;
-        };
+        }
+        let pkt = todo[i];
         let Some(data) = pkt.plain() else {
             break Stop::Other;
         };
         let (addr, len) = (data.as_ptr() as usize, data.len());
-        if len <= inline_max {
+        if len <= inline_max || !mr.contains(addr, len) {
             break Stop::Other;
         }
-        if i == end {
+        if held.is_full() {
             break Stop::Full;
         }
-        let Some(lkey) = lkeys.lookup(addr, len) else {
-            break Stop::Other;
-        };
         let Some(mut w) = poster.take::<1>() else {
             break Stop::RunEnd(1);
         };
-        wqe::write_plain_gather(&mut w, addr as u64, len as u32, lkey);
+        wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
+        held.push(pkt);
+        sum += len as u64;
         i += 1;
     };
-    *n = i;
+    *n += i;
+    *bytes = sum;
     stop
 }
 
@@ -829,22 +838,18 @@ fn rest_loop<B: TxBuf>(
     loop {
         let n0 = t.n;
         if stop == Stop::Other {
-            let room = q.elts_room - t.gathers;
             let before = t.n;
             stop = gather_run(
                 poster,
                 pkts,
                 &mut t.n,
                 q.inline_max,
-                &mut q.prod.lkeys,
-                room,
+                &q.prod.lkeys,
+                q.elts,
+                &mut t.bytes,
             );
             if t.n != before {
                 stash(q.done, &pkts[t.kept..before], q.fast_free && t.single_seg);
-                for &pkt in &pkts[before..t.n] {
-                    q.elts.push(pkt);
-                    t.bytes += u64::from(pkt.pkt_len());
-                }
                 t.gathers += (t.n - before) as u32;
                 t.kept = t.n;
             }

@@ -17,7 +17,8 @@
 //! Both produce the same bytes for a plain packet (tested below and in `tx_step`).
 
 use mlx4_prm::{
-    fence_size, inline_header, ins_vlan, srcrb, CtrlSeg, DataSeg, DS_SIZE, INLINE_ALIGN, TXBB_SIZE,
+    fence_size, inline_header, ins_vlan, srcrb, CtrlSeg, DataSeg, DS_SIZE, INLINE_ALIGN,
+    INLINE_SEG_FLAG, TXBB_SIZE,
 };
 
 use crate::mmio::io_wmb;
@@ -138,9 +139,16 @@ pub fn write_plain_inline2(w: &mut WqeMut<'_, 2>, pkt: &[u8]) {
     w.put_be32(CTRL_LEN, inline_header(FIRST_CHUNK));
     w.put_array::<FIRST_CHUNK>(data, head.try_into().expect("split at FIRST_CHUNK"));
     w.put_small(TXBB_SIZE + 4, tail);
-    // The second header is the first dword of its TXBB: never valid before its data.
+    // The second header is the first dword of its TXBB: never valid before its data. Its
+    // length fits the last byte (at most NEXT_CHUNK), which saves the byte swap.
     io_wmb();
-    w.put_be32(TXBB_SIZE, inline_header(tail.len()));
+    w.put_array(TXBB_SIZE, &short_inline_header(tail.len() as u8));
+}
+
+/// `inline_header(len)`, big-endian, for a length below 256.
+#[inline(always)]
+const fn short_inline_header(len: u8) -> [u8; 4] {
+    [(INLINE_SEG_FLAG >> 24) as u8, 0, 0, len]
 }
 
 /// TXBBs of the straight-line inline WQE for a packet of `len` (1..=[`PLAIN_INLINE_MAX`]).
@@ -415,6 +423,16 @@ mod tests {
             &[0, 0, 0x05, 0xdc, 0, 0, 0xab, 0xcd, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
         );
         assert_eq!(&wqe[32..36], &[0, 0, 0, 7]);
+    }
+
+    #[test]
+    fn short_inline_header_is_the_header() {
+        for n in 0..=255u8 {
+            assert_eq!(
+                short_inline_header(n),
+                inline_header(usize::from(n)).to_be_bytes()
+            );
+        }
     }
 
     #[test]
