@@ -107,6 +107,11 @@ pub struct TxStats {
     pub ring_full: u64,
     pub completions: u64,
     pub error_cqes: u64,
+    /// Of `inline_packets` and `gather_packets`, those the general path posted (offloads,
+    /// VLAN, several segments, inline WQEs beyond two TXBBs, buffers outside the lkey
+    /// cache's region); the others took the straight-line path.
+    pub general_inline: u64,
+    pub general_gather: u64,
 }
 
 /// Fields only `tx_burst`'s posting side writes: cache lines of their own.
@@ -132,6 +137,9 @@ struct Producer {
     /// Packets that went out in gather WQEs; the others went inline.
     gather_packets: u64,
     ring_full: u64,
+    /// Counted on the general path only, where they cost nothing that matters.
+    general_inline: u64,
+    general_gather: u64,
 }
 
 /// Fields only the completion side writes: another cache line.
@@ -283,6 +291,8 @@ impl<B: TxBuf> TxQueue<B> {
             ring_full: p.ring_full,
             completions: self.comp.completions,
             error_cqes: self.comp.error_cqes,
+            general_inline: p.general_inline,
+            general_gather: p.general_gather,
         }
     }
 
@@ -290,7 +300,18 @@ impl<B: TxBuf> TxQueue<B> {
         let p = &mut self.prod;
         (p.packets, p.bytes, p.errors, p.doorbells, p.bf_writes) = (0, 0, 0, 0, 0);
         (p.gather_packets, p.ring_full) = (0, 0);
+        (p.general_inline, p.general_gather) = (0, 0);
         (self.comp.completions, self.comp.error_cqes) = (0, 0);
+    }
+
+    /// TXBBs in the send ring.
+    pub fn txbb_cnt(&self) -> u32 {
+        self.txbb_cnt
+    }
+
+    /// The producer counter: where the next WQE goes (free-running, in TXBBs).
+    pub fn producer(&self) -> u32 {
+        self.prod.prod
     }
 
     /// Buffers posted and not yet completed.
@@ -875,6 +896,7 @@ fn rest_loop<B: TxBuf>(
                     Step::Inline(len) => {
                         t.single_seg = false;
                         t.bytes += u64::from(len);
+                        q.prod.general_inline += 1;
                     }
                     Step::Dropped => {
                         t.single_seg = false;
@@ -884,6 +906,7 @@ fn rest_loop<B: TxBuf>(
                         stash(q.done, &pkts[t.kept..t.n], q.fast_free && t.single_seg);
                         q.elts.push(pkt);
                         q.prod.chained_until = q.elts.head();
+                        q.prod.general_gather += 1;
                         t.gathers += 1;
                         t.bytes += u64::from(len);
                         t.kept = t.n + 1;
