@@ -16,7 +16,7 @@ use crate::opts::Callgrind;
 
 /// A packet: one segment of a buffer that lives for the whole run.
 #[derive(Clone, Copy)]
-struct Pkt(&'static [u8]);
+pub(crate) struct Pkt(pub(crate) &'static [u8]);
 
 impl TxBuf for Pkt {
     fn pkt_len(&self) -> u32 {

@@ -5,6 +5,7 @@
 
 mod callgrind;
 mod callgrind_eal;
+mod callgrind_rx;
 mod opts;
 
 use std::collections::HashMap;
@@ -39,6 +40,8 @@ fn main() {
         Mode::Callgrind(c) => prefer_copy(c.copy).and_then(|_| {
             if c.mbufs {
                 callgrind_eal::run(&c).map(|_| 0)
+            } else if c.rx {
+                callgrind_rx::run(&c).map(|_| 0)
             } else {
                 callgrind::run(&c).map(|_| 0)
             }

@@ -43,6 +43,8 @@ pub struct Callgrind {
     pub full_ring: bool,
     /// Real `rte_mbuf`s through EAL and `rte_eth_fp_ops`, the device on its own thread.
     pub mbufs: bool,
+    /// Count `rx_burst` (frames looped back) instead of `tx_burst`.
+    pub rx: bool,
     pub copy: Option<Copy64>,
 }
 
@@ -58,7 +60,7 @@ usage: txbench [--short] [--out DIR] [--paths LIST] [--bursts LIST] [--sizes LIS
                [--inlines LIST] [--inline-burst N] [--slice-ms MS] [--rounds N]
                [--busy-poll 0|1] [--copy C] [--no-plots] [--quiet] [--eal ARG]...
        txbench --callgrind [--path P] [--packets N] [--size B] [--burst N] [--inline B]
-                           [--full-ring | --mbufs] [--copy C]
+                           [--full-ring | --mbufs | --rx] [--copy C]
 
 Sweep (needs EAL; runs net_mlx4rs ports on the software HCA next to net_null and net_ring):
   --short            about a quarter of the points and shorter turns (about 15 s)
@@ -93,6 +95,8 @@ Instruction counts (no EAL: the TX queue against the software HCA stepped in thi
                      rte_eth_fp_ops, the device on its own thread; run under valgrind
                      --fair-sched=yes and collect `measured_eal_burst`; every call finds the
                      device drained and sends its whole burst
+  --rx               count rx_burst instead (collect `measured_rx_burst`): a TX queue sends
+                     each burst, the looped wire brings it back; the refill is included
   --copy C           as for the sweep (valgrind runs only the qwords routine)
 ";
 
@@ -123,6 +127,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
         inline: DEFAULT_INLINE,
         full_ring: false,
         mbufs: false,
+        rx: false,
         copy: None,
     };
     let (mut sizes_set, mut bursts_set, mut inlines_set) = (false, false, false);
@@ -185,6 +190,10 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
                 a.flag(&k)?;
                 c.mbufs = true;
             }
+            "--rx" => {
+                a.flag(&k)?;
+                c.rx = true;
+            }
             "--copy" => {
                 let v = a.value(&k)?;
                 let copy = match v.as_str() {
@@ -204,6 +213,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
                 | "--inline"
                 | "--full-ring"
                 | "--mbufs"
+                | "--rx"
                 | "--copy"
                 | "--callgrind"
         );
@@ -219,10 +229,10 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
     }
     if callgrind {
         if let Some(k) = sweep_opt {
-            return Err(format!("{k} is a sweep option; --callgrind takes --path, --packets, --size, --burst, --inline, --full-ring, --mbufs, --copy"));
+            return Err(format!("{k} is a sweep option; --callgrind takes --path, --packets, --size, --burst, --inline, --full-ring, --mbufs, --rx, --copy"));
         }
-        if c.full_ring && c.mbufs {
-            return Err("--full-ring and --mbufs are different measurements".into());
+        if u8::from(c.full_ring) + u8::from(c.mbufs) + u8::from(c.rx) > 1 {
+            return Err("--full-ring, --mbufs and --rx are different measurements".into());
         }
         return Ok(Mode::Callgrind(c));
     }
@@ -399,6 +409,7 @@ mod tests {
                 inline: 0,
                 full_ring: false,
                 mbufs: false,
+                rx: false,
                 copy: None,
             })
         );
