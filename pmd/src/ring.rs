@@ -596,6 +596,61 @@ impl CqRing {
         unsafe { self.mem.as_ptr().add(self.cqe_cnt as usize * CQE_SIZE) }.cast()
     }
 
+    /// Moves the consumer counter on by one CQE: the next owner byte is 32 bytes on, and its
+    /// expected value flips where the ring wraps.
+    #[inline(always)]
+    fn advance(&mut self) {
+        self.ci = self.ci.wrapping_add(1);
+        self.next_owner += CQE_SIZE;
+        if self.next_owner >= self.cqe_cnt as usize * CQE_SIZE {
+            self.next_owner = Cqe::<&[u8]>::OWNER_OFFSET;
+            self.sw_owner ^= mlx4_prm::cqe_owner::OWNER;
+        }
+    }
+
+    /// How many CQEs from the consumer on software owns, counting at most `max`: a burst
+    /// sizes its buffer allocation with it before taking them.
+    #[inline]
+    pub fn ready(&self, max: usize) -> usize {
+        let end = self.cqe_cnt as usize * CQE_SIZE;
+        let (mut at, mut sw) = (self.next_owner, self.sw_owner);
+        let mut n = 0;
+        while n < max {
+            // SAFETY: `at` stays inside the CQE array (wrapped below); owner bytes are read
+            // atomically and no Rust reference covers them.
+            let owner =
+                unsafe { AtomicU8::from_ptr(self.mem.as_ptr().add(at)) }.load(Ordering::Acquire);
+            if owner & mlx4_prm::cqe_owner::OWNER != sw {
+                break;
+            }
+            n += 1;
+            at += CQE_SIZE;
+            if at >= end {
+                at = Cqe::<&[u8]>::OWNER_OFFSET;
+                sw ^= mlx4_prm::cqe_owner::OWNER;
+            }
+        }
+        n
+    }
+
+    /// The next CQE, read in place, if software owns it; advances the consumer counter. The
+    /// view lives until the next call on the ring, before which nothing hands the CQE back
+    /// to the device (that is `update_ci`).
+    #[inline(always)]
+    pub fn next_view(&mut self) -> Option<Cqe<&[u8]>> {
+        if !self.has_cqe() {
+            return None;
+        }
+        let at = self.next_owner - Cqe::<&[u8]>::OWNER_OFFSET;
+        self.advance();
+        // SAFETY: a whole CQE inside the array; software owns it (owner byte seen with
+        // acquire), so the device has finished writing it and does not write it again until
+        // the consumer record passes it, which needs `&mut self`, ending this borrow.
+        Some(Cqe::new_unchecked(unsafe {
+            std::slice::from_raw_parts(self.mem.as_ptr().add(at), CQE_SIZE)
+        }))
+    }
+
     /// Whether software owns the next CQE (one load and a compare).
     #[inline(always)]
     pub fn has_cqe(&self) -> bool {
@@ -659,6 +714,18 @@ pub fn atomic_u32_at(buf: &DmaBuf, off: usize) -> &AtomicU32 {
     // SAFETY: in bounds and aligned (asserted; the buffer is page-aligned); the device accesses
     // such words atomically too.
     unsafe { AtomicU32::from_ptr(buf.as_ptr().add(off).cast()) }
+}
+
+/// RX scatter entry `i` of the ring in `buf` (entries of 16 bytes from its start), for a slot
+/// the device does not own right now (its completion consumed, the doorbell record not yet
+/// handing it back).
+#[inline(always)]
+pub fn scatter_entry(buf: &mut DmaBuf, i: usize) -> &mut [u8; mlx4_prm::DS_SIZE] {
+    const N: usize = mlx4_prm::DS_SIZE;
+    assert!((i + 1) * N <= buf.len());
+    // SAFETY: in bounds (asserted), 16-byte entries; exclusive to the driver by the queue
+    // protocol above, and no other reference to these bytes exists while `buf` is borrowed.
+    unsafe { &mut *buf.as_ptr().add(i * N).cast::<[u8; N]>() }
 }
 
 /// `len` bytes of shared memory at `off`, for entries the device does not own right now

@@ -283,6 +283,45 @@ fn frames_come_back_whole_and_scattered() {
 }
 
 #[test]
+fn one_buffer_frames_come_back_whole_in_bursts_of_every_size() {
+    let before = free_count();
+    {
+        let mut r = rig(1);
+        let ring = free_count();
+        let mut sizes = [1usize, 7, 32, 64, 300].into_iter().cycle();
+        let mut received = 0u64;
+        for round in 0..12u32 {
+            // Up to a ring's worth at once, so that the CQ and RQ wrap mid-burst.
+            let n = 40 + (round as usize * 53) % 200;
+            let frames: Vec<Vec<u8>> = (0..n as u32)
+                .map(|i| frame(round * 1000 + i, 60 + ((round * 7 + i) as usize * 37) % 380))
+                .collect();
+            send(&mut r, &frames);
+            let mut got = Vec::new();
+            loop {
+                let mut out = vec![Buf(u32::MAX); sizes.next().unwrap()];
+                let k = r.rx.burst(&mut out);
+                got.extend_from_slice(&out[..k]);
+                if k == 0 && r.hca.step() == 0 {
+                    break;
+                }
+            }
+            assert_eq!(got.len(), n, "round {round}");
+            for (g, e) in got.iter().zip(&frames) {
+                assert_eq!(&bytes_of(*g), e);
+                assert_eq!(chain_ids(*g).len(), 1);
+            }
+            free_chains(&got);
+            assert_eq!(free_count(), ring, "every refill balanced by a free");
+            received += n as u64;
+        }
+        let st = r.rx.stats();
+        assert_eq!((st.packets, st.errors, st.nombuf), (received, 0, 0));
+    }
+    assert_eq!(free_count(), before, "queue release returned every buffer");
+}
+
+#[test]
 fn dry_pool_drops_and_counts_without_losing_slots() {
     let before = free_count();
     {
