@@ -4,7 +4,7 @@
 # stepped in the same thread (no EAL, no device thread), and only `measured_burst` (the queue's
 # burst function) is collected, so the count is the driver's and repeats exactly.
 # A second table counts a call on a full ring (the device held), which sends nothing; a third
-# the same bursts with real rte_mbufs through EAL.
+# the same bursts with real rte_mbufs through EAL; a fourth rx_burst.
 # Usage: apps/txbench/callgrind.sh [packets]   (default 100000)
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -60,4 +60,16 @@ for path in bf-wc doorbell; do
       "$(awk -v a="$ir" -v n="$mbuf_packets" 'BEGIN { printf "%.1f", a / n }')" \
       "$(awk -v a="$ir" -v p="${put:-0}" -v n="$mbuf_packets" 'BEGIN { printf "%.1f", (a - p) / n }')"
   done
+done
+# rx_burst, frames looped back by the device in step mode, the refill included.
+printf '\n| rx_burst | burst | size | instructions/packet |\n|---|---|---|---|\n'
+for point in "32 64" "1 64"; do
+  set -- $point
+  out="$work/cg.rx.$1.$2"
+  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect='*measured_rx_burst*' \
+    "$bin" --callgrind --rx --burst "$1" --size "$2" --packets "$packets" \
+    > "$out.stdout" 2> "$out.stderr"
+  ir=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)/\1/p' "$out.stderr")
+  printf '| step mode | %s | %s | %s |\n' "$1" "$2" \
+    "$(awk -v a="$ir" -v n="$packets" 'BEGIN { printf "%.1f", a / n }')"
 done

@@ -231,12 +231,18 @@ impl BfReg {
             for i in 1..8 {
                 dst.add(i).write_volatile(src.add(i).read());
             }
-            for (i, block) in wqe[1..].iter().enumerate() {
-                copy64(
-                    Copy64::Qwords,
-                    dst.cast::<u8>().add((i + 1) * TXBB_SIZE),
-                    block.0.as_ptr(),
-                );
+            let dst = dst.cast::<u8>();
+            // Two TXBBs, the straight-line path's longest WQE, without a loop.
+            if let [second] = &wqe[1..] {
+                copy64(Copy64::Qwords, dst.add(TXBB_SIZE), second.0.as_ptr());
+            } else {
+                for (i, block) in wqe[1..].iter().enumerate() {
+                    copy64(
+                        Copy64::Qwords,
+                        dst.add((i + 1) * TXBB_SIZE),
+                        block.0.as_ptr(),
+                    );
+                }
             }
         }
         wmb();

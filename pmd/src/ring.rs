@@ -95,6 +95,22 @@ impl SqRing {
         }
     }
 
+    /// [`SqRing::publish`] then [`SqRing::wqe_blocks`], the WQE located once: the BlueFlame
+    /// path's ring copy, then the view its copy is made from.
+    #[inline(always)]
+    pub fn publish_blocks(&mut self, start: u32, txbbs: u32, owner_opcode: u32) -> &[Txbb] {
+        let slot = start & (self.txbb_cnt - 1);
+        assert!(
+            txbbs >= 1 && slot + txbbs <= self.txbb_cnt,
+            "WQE wraps the ring"
+        );
+        let p = self.txbb(start).as_ptr();
+        // SAFETY: the WQE's first dword, inside the ring, reached only atomically.
+        unsafe { AtomicU32::from_ptr(p.cast()) }.store(owner_opcode.to_be(), Ordering::Release);
+        // SAFETY: as in wqe_blocks; the atomic store above is done before the view exists.
+        unsafe { std::slice::from_raw_parts(p.cast::<Txbb>(), txbbs as usize) }
+    }
+
     /// Dword 1 of the control segment of the WQE at `start`, as written (host order): VLAN
     /// tag, insert flags, size.
     #[inline(always)]
@@ -168,11 +184,13 @@ impl SqRing {
             let store = |p: *mut u8, i: usize| unsafe {
                 AtomicU32::from_ptr(p.add(i << TXBB_SHIFT).cast()).store(value, Ordering::Relaxed)
             };
-            while (end as usize - p as usize) >= 8 << TXBB_SHIFT {
+            // SAFETY: whole groups of 8 TXBBs from `p`, inside the run.
+            let end8 = unsafe { p.add((run & !7) << TXBB_SHIFT) };
+            while p != end8 {
                 for i in 0..8 {
                     store(p, i);
                 }
-                // SAFETY: still inside the run (checked above).
+                // SAFETY: at most `end8`, inside the run.
                 p = unsafe { p.add(8 << TXBB_SHIFT) };
             }
             while p < end {

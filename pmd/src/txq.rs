@@ -10,27 +10,33 @@
 //! Under testpmd against a device that drains slowly, `tx_burst` is called tens of times per
 //! packet sent, and at burst 32 anything done per packet is paid 32 times. So the burst does
 //! once what does not depend on the packet (DESIGN, "The transmit path"):
-//! - a call with nothing to send, or on a full ring, leaves after the completion poll (which
-//!   is what makes room), before any set-up;
-//! - one room budget: the TXBBs the ring can take before the headroom, and the buffers the
-//!   gather ring can hold; a packet then only compares against the end of the current run;
+//! - a call with nothing to send leaves at once; on a full ring it leaves after the
+//!   completion poll (which is what makes room: one load and a compare when no CQE waits),
+//!   before any set-up. [`TxQueue::burst`] is that front, inline; the rest is out of line;
+//! - one room budget: the TXBBs the ring can take before the headroom (and, for gather
+//!   packets, the slots of the gather ring); a packet then only compares against the end of
+//!   the current run;
 //! - the contiguous run to the ring's end is computed once ([`SqRing::poster`]), with at most
-//!   one pad NOP where a WQE would cross it, and its owner word once;
+//!   one pad NOP where a WQE would cross it (`Poster::wrap`), and its owner word once;
 //! - each WQE's owner word is one store, made when the next WQE is taken; the last one waits
 //!   for the decisions that concern the burst: whether it asks for a completion (once per
 //!   burst, when enough WQEs or TXBBs went unsignaled) and whether it goes out through
 //!   BlueFlame or the doorbell;
 //! - counters are summed in registers and stored once;
-//! - inline packets are released at the end of each chunk of up to 64, straight from the
-//!   caller's array when none was held for a gather WQE (no per-packet bookkeeping), gather
-//!   ones in one or two bulk calls when their completion arrives;
-//! - a completion stamps the whole freed run with one value per pass by an unrolled loop.
+//! - inline packets are released at the end of the burst, straight from the caller's array
+//!   when no gather packet came between them (no per-packet bookkeeping); gather ones in one
+//!   or two bulk calls when their completion arrives, all completions waiting taken together;
+//! - a completion stamps the whole freed run with one value per pass, by an unrolled loop.
 //!
 //! Per packet, a plain packet (one segment, no offload flags, a length class that fits) takes
-//! the straight-line path of [`wqe::write_plain_inline`] or [`wqe::write_plain_gather`]: a few
-//! loads from the buffer, fixed-size stores, one owner store. Everything else (offloads, VLAN,
-//! several segments, long inline WQEs, buffers outside the one-entry lkey cache) goes through
-//! [`post_general`], which is the previous general code and produces the same bytes.
+//! a straight-line path: [`wqe::write_plain_inline1`] / [`wqe::write_plain_inline2`] (one or
+//! two TXBBs) or [`wqe::write_plain_gather`] (a buffer in the lkey cache's region), each run
+//! in a tight loop of its own (`inline_run`, `gather_run`) over a cursor that keeps the
+//! poster in registers: a few loads from the buffer, fixed-size stores, one owner store.
+//! Everything else (offloads, VLAN, several segments, long inline WQEs, buffers outside the
+//! lkey cache's region) goes through `post_general`, the former code, which produces the
+//! same bytes. Which path a packet took is in [`TxStats`] (`general_inline`,
+//! `general_gather`), counted on the general path only.
 
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -456,12 +462,12 @@ impl<B: TxBuf> TxQueue<B> {
                         // BF); the ring keeps a plain WQE for a device that falls back to
                         // fetching it.
                         let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
-                        self.hw.sq.publish(last.start, word);
                         let mut head = [0u8; 8];
                         let mut c = CtrlSeg::new_unchecked(&mut head[..]);
                         c.set_owner_opcode(word);
                         c.set_bf_qpn_ds(self.hw.qpn, ctrl.ds());
-                        bf.write_wqe(head, self.hw.sq.wqe_blocks(last.start, last.txbbs));
+                        let wqe = self.hw.sq.publish_blocks(last.start, last.txbbs, word);
+                        bf.write_wqe(head, wqe);
                         p.bf_writes += 1;
                     } else {
                         self.hw.sq.publish(last.start, word);
@@ -548,6 +554,8 @@ impl<B: TxBuf> TxQueue<B> {
 
     /// An error CQE: the device moved the SQ to the error state. Count and log once per queue;
     /// the next burst recreates the queue.
+    #[cold]
+    #[inline(never)]
     fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
         self.comp.error_cqes += 1;
         self.prod.errors += 1;
