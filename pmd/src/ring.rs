@@ -353,6 +353,7 @@ impl<'a> Poster<'a> {
             last: Some(LastWqe {
                 start: end.wrapping_sub(txbbs),
                 txbbs,
+                send_be: self.send_be,
             }),
         }
     }
@@ -367,11 +368,13 @@ pub struct Posted {
     pub last: Option<LastWqe>,
 }
 
-/// Where a WQE is: its counter and size.
+/// Where a WQE is: its counter and size; and its SEND owner word (big-endian, as stored),
+/// which the poster already had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LastWqe {
     pub start: u32,
     pub txbbs: u32,
+    pub send_be: u32,
 }
 
 /// A [`Poster`]'s cursor in locals (see [`Poster::cursor`]); written back when dropped.

@@ -446,7 +446,7 @@ impl<B: TxBuf> TxQueue<B> {
                 p.marks_head = p.marks_head.wrapping_add(1);
                 (p.since_comp, p.txbbs_since_comp) = (0, 0);
             }
-            let word = self.hw.sq.owner_word(last.start, opcode::SEND);
+            let word = u32::from_be(last.send_be);
             let bf = match self.cfg.path {
                 TxPath::BlueFlame => self.hw.bf.as_mut(),
                 TxPath::Doorbell => None,
