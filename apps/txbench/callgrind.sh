@@ -3,6 +3,8 @@
 # pushes a fixed number of packets through the driver's TX queue against the software HCA
 # stepped in the same thread (no EAL, no device thread), and only `measured_burst` (the queue's
 # burst function) is collected, so the count is the driver's and repeats exactly.
+# A second table counts a call on a full ring (the device held), which sends nothing; a third
+# the same bursts with real rte_mbufs through EAL; a fourth rx_burst.
 # Usage: apps/txbench/callgrind.sh [packets]   (default 100000)
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -26,4 +28,48 @@ for path in bf-wc bf-nowc doorbell; do
     printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$path" "$1" "$2" "$3" \
       "$(awk -v a="$ir" -v n="$packets" 'BEGIN { printf "%.1f", a / n }')" "$db" "$bf"
   done
+done
+# A call on a full ring sends nothing: instructions per call, a row of its own.
+printf '\n| path | burst | size | inline | instructions per call on a full ring |\n|---|---|---|---|---|\n'
+for path in bf-wc doorbell; do
+  out="$work/cg.full.$path"
+  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect='*measured_full_ring*' \
+    "$bin" --callgrind --full-ring --path "$path" --burst 32 --size 64 --inline 104 \
+    --packets "$packets" > "$out.stdout" 2> "$out.stderr"
+  ir=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)/\1/p' "$out.stderr")
+  printf '| %s | 32 | 64 | 104 | %s |\n' "$path" \
+    "$(awk -v a="$ir" -v n="$packets" 'BEGIN { printf "%.1f", a / n }')"
+done
+# Real rte_mbufs through EAL and rte_eth_fp_ops, the device on its own thread (hence
+# --fair-sched=yes); every measured call sends its whole burst. The mempool put is
+# rte_pktmbuf_free_bulk's inclusive cost, which the second figure leaves out.
+mbuf_packets=$(( packets < 20000 ? packets : 20000 ))
+printf '\n| path | burst | size | inline | instructions/packet, rte_mbuf through EAL | without the mempool put |\n|---|---|---|---|---|---|\n'
+for path in bf-wc doorbell; do
+  for point in "1 64 104" "32 64 104" "32 512 104"; do
+    set -- $point
+    out="$work/cg.mbuf.$path.$1.$2.$3"
+    valgrind --tool=callgrind --fair-sched=yes --callgrind-out-file="$out" \
+      --toggle-collect='*measured_eal_burst*' \
+      "$bin" --callgrind --mbufs --path "$path" --burst "$1" --size "$2" --inline "$3" \
+      --packets "$mbuf_packets" > "$out.stdout" 2> "$out.stderr"
+    ir=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)/\1/p' "$out.stderr")
+    put=$(callgrind_annotate --inclusive=yes "$out" 2>/dev/null \
+      | sed -n 's/^ *\([0-9,]*\) .*:rte_pktmbuf_free_bulk .*/\1/p' | head -1 | tr -d ,)
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$path" "$1" "$2" "$3" \
+      "$(awk -v a="$ir" -v n="$mbuf_packets" 'BEGIN { printf "%.1f", a / n }')" \
+      "$(awk -v a="$ir" -v p="${put:-0}" -v n="$mbuf_packets" 'BEGIN { printf "%.1f", (a - p) / n }')"
+  done
+done
+# rx_burst, frames looped back by the device in step mode, the refill included.
+printf '\n| rx_burst | burst | size | instructions/packet |\n|---|---|---|---|\n'
+for point in "32 64" "1 64"; do
+  set -- $point
+  out="$work/cg.rx.$1.$2"
+  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect='*measured_rx_burst*' \
+    "$bin" --callgrind --rx --burst "$1" --size "$2" --packets "$packets" \
+    > "$out.stdout" 2> "$out.stderr"
+  ir=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)/\1/p' "$out.stderr")
+  printf '| step mode | %s | %s | %s |\n' "$1" "$2" \
+    "$(awk -v a="$ir" -v n="$packets" 'BEGIN { printf "%.1f", a / n }')"
 done

@@ -1,6 +1,12 @@
-//! `rte_mbuf` as the TX path sees it: a chain of segments with offload flags. The per-packet
-//! work is plain field reads on the bindgen struct; freeing is one C call per batch.
+//! Packet buffers: `rte_mbuf` as the TX and RX paths see it, and the slots queues keep buffers
+//! in between handing them to the device and getting them back.
+//!
+//! An [`Mbuf`] can only be made by `unsafe` code that vouches for it (the ethdev glue, from the
+//! arrays DPDK passes to the burst functions), and only `unsafe` code can free one, so every
+//! `Mbuf` safe code holds points to a live mbuf. The per-packet work is plain field reads on
+//! the bindgen struct; freeing and allocating are one C call per batch.
 
+use std::mem::MaybeUninit;
 use std::ptr;
 
 use dpdk_sys::{self as sys, bits};
@@ -9,20 +15,39 @@ use crate::rxq::{RxBuf, RxMeta};
 use crate::txq::TxBuf;
 use crate::wqe::TxOffloads;
 
-/// A pointer to an mbuf the application handed to `tx_burst`. `repr(transparent)`, so the
+/// A pointer to an mbuf handed to `tx_burst` or allocated for RX. `repr(transparent)`, so a
 /// burst's `struct rte_mbuf **` array is a `&[Mbuf]`.
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug)]
-pub struct Mbuf(pub *mut sys::rte_mbuf);
+pub struct Mbuf(*mut sys::rte_mbuf);
 
-impl Default for Mbuf {
-    fn default() -> Self {
-        Mbuf(ptr::null_mut())
+// SAFETY: an mbuf belongs to one queue at a time, and queues are used by one lcore at a time.
+unsafe impl Send for Mbuf {}
+
+/// The offload flags the TX path acts on; a packet with none of them (and one segment) is
+/// plain and takes the straight-line path.
+const TX_FLAGS: u64 =
+    bits::RTE_MBUF_F_TX_IP_CKSUM | bits::RTE_MBUF_F_TX_L4_MASK | bits::RTE_MBUF_F_TX_VLAN;
+
+impl Mbuf {
+    /// # Safety
+    /// `m` must point to a valid mbuf (every segment of its chain valid, its data readable),
+    /// owned by the caller, and stay valid until the mbuf is freed, which only `unsafe` code
+    /// (a queue's release, under its own contract) does.
+    pub unsafe fn from_raw(m: *mut sys::rte_mbuf) -> Mbuf {
+        Mbuf(m)
+    }
+
+    pub fn as_ptr(self) -> *mut sys::rte_mbuf {
+        self.0
+    }
+
+    #[inline(always)]
+    fn get(&self) -> &sys::rte_mbuf {
+        // SAFETY: every Mbuf points to a live mbuf (the constructor's contract).
+        unsafe { &*self.0 }
     }
 }
-
-// SAFETY: an mbuf handed to tx_burst belongs to the queue until freed; queues are per lcore.
-unsafe impl Send for Mbuf {}
 
 struct Segs<'a> {
     m: *const sys::rte_mbuf,
@@ -54,8 +79,7 @@ impl<'a> Iterator for Segs<'a> {
 impl TxBuf for Mbuf {
     #[inline]
     fn pkt_len(&self) -> u32 {
-        // SAFETY: valid mbuf (see Segs).
-        unsafe { (*self.0).pkt_len }
+        self.get().pkt_len
     }
 
     #[inline]
@@ -68,38 +92,50 @@ impl TxBuf for Mbuf {
 
     #[inline]
     fn offloads(&self) -> TxOffloads {
-        // SAFETY: valid mbuf (see Segs).
-        let (fl, tci) = unsafe { ((*self.0).ol_flags, (*self.0).vlan_tci) };
+        let m = self.get();
+        let fl = m.ol_flags;
         TxOffloads {
             ip_csum: fl & bits::RTE_MBUF_F_TX_IP_CKSUM != 0,
             l4_csum: fl & bits::RTE_MBUF_F_TX_L4_MASK != 0,
-            vlan: (fl & bits::RTE_MBUF_F_TX_VLAN != 0).then_some(tci),
+            vlan: (fl & bits::RTE_MBUF_F_TX_VLAN != 0).then_some(m.vlan_tci),
         }
     }
 
-    fn free_bulk(bufs: &[Self]) {
-        // SAFETY: the queue owns these mbufs and frees each exactly once; `Mbuf` is a
-        // transparent pointer, so the slice is an array of `struct rte_mbuf *`.
+    #[inline(always)]
+    fn plain(&self) -> Option<&[u8]> {
+        let m = self.get();
+        if m.ol_flags & TX_FLAGS != 0 || m.nb_segs != 1 {
+            return None;
+        }
+        // SAFETY: a valid one-segment mbuf: data_len bytes from buf_addr + data_off are its
+        // readable data.
+        Some(unsafe {
+            std::slice::from_raw_parts(
+                (m.buf_addr as *const u8).add(usize::from(m.data_off)),
+                usize::from(m.data_len),
+            )
+        })
+    }
+
+    unsafe fn free_bulk(bufs: &[Self]) {
+        // SAFETY: the caller owns these mbufs and frees each once (the trait's contract);
+        // `Mbuf` is a transparent pointer, so the slice is an array of `struct rte_mbuf *`.
         unsafe {
             sys::rte_pktmbuf_free_bulk(bufs.as_ptr() as *mut *mut sys::rte_mbuf, bufs.len() as u32)
         };
     }
 
-    fn free_bulk_fast(bufs: &[Self]) {
-        // SAFETY: as above; the application promised one pool and refcnt 1 for this queue.
+    unsafe fn free_bulk_fast(bufs: &[Self]) {
+        let Some(first) = bufs.first() else { return };
+        // SAFETY: as above; the contract adds one segment each, reference count 1 and one
+        // pool (the application's MBUF_FAST_FREE promise), so they go straight back to it.
         unsafe {
-            let single = bufs
-                .iter()
-                .all(|b| (*b.0).nb_segs == 1 && (*b.0).next.is_null());
-            if !single || bufs.is_empty() {
-                return <Self as TxBuf>::free_bulk(bufs);
-            }
             sys::mlx4rs_mempool_put_bulk(
-                (*bufs[0].0).pool,
+                first.get().pool,
                 bufs.as_ptr() as *const *mut _,
                 bufs.len() as u32,
-            );
-        }
+            )
+        };
     }
 }
 
@@ -110,35 +146,37 @@ pub struct Pool(pub *mut sys::rte_mempool);
 // SAFETY: a mempool is multi-thread safe by DPDK's contract; the queue uses it from one lcore.
 unsafe impl Send for Pool {}
 
-impl RxBuf for Mbuf {
+// SAFETY: `alloc_bulk` initialises every entry when DPDK's bulk allocation succeeds (it is
+// all or nothing) and reports false otherwise.
+unsafe impl RxBuf for Mbuf {
     type Pool = Pool;
 
-    fn alloc_bulk(pool: Pool, out: &mut [Self]) -> bool {
-        // SAFETY: `out` is an array of mbuf pointers (transparent), filled by DPDK on success.
+    fn alloc_bulk(pool: Pool, out: &mut [MaybeUninit<Self>]) -> bool {
+        // SAFETY: `out` is room for `out.len()` mbuf pointers (`Mbuf` is transparent), which
+        // DPDK fills with fresh mbufs the caller then owns, or leaves alone on failure.
         unsafe {
             sys::mlx4rs_pktmbuf_alloc_bulk(pool.0, out.as_mut_ptr().cast(), out.len() as u32) == 0
         }
     }
 
-    fn free_bulk(bufs: &[Self]) {
-        <Mbuf as TxBuf>::free_bulk(bufs)
+    unsafe fn free_bulk(bufs: &[Self]) {
+        // SAFETY: the caller's contract is TxBuf::free_bulk's.
+        unsafe { <Mbuf as TxBuf>::free_bulk(bufs) }
     }
 
     #[inline]
     fn data_area(&self) -> (usize, u32) {
-        // SAFETY: a buffer the queue allocated and still owns.
-        unsafe {
-            let m = &*self.0;
-            (
-                m.buf_addr as usize + usize::from(m.data_off),
-                u32::from(m.buf_len - m.data_off),
-            )
-        }
+        let m = self.get();
+        (
+            m.buf_addr as usize + usize::from(m.data_off),
+            u32::from(m.buf_len - m.data_off),
+        )
     }
 
     #[inline]
     fn set_segment(&mut self, len: u32, next: Option<Self>) {
-        // SAFETY: as above; the queue hands the buffer to the application right after.
+        // SAFETY: a buffer the queue allocated and still owns; the queue hands it to the
+        // application right after, and no other reference to it exists meanwhile.
         unsafe {
             let m = &mut *self.0;
             m.data_len = len as u16;
@@ -158,5 +196,250 @@ impl RxBuf for Mbuf {
             m.__bindgen_anon_1.packet_type = meta.packet_type;
             m.__bindgen_anon_2.hash.rss = meta.rss_hash;
         }
+    }
+}
+
+/// `n` fresh buffers from `pool`, or None if the pool cannot give them all.
+pub fn alloc_boxed<B: RxBuf>(pool: B::Pool, n: usize) -> Option<Box<[B]>> {
+    let mut v: Box<[MaybeUninit<B>]> = vec![MaybeUninit::uninit(); n].into_boxed_slice();
+    if !B::alloc_bulk(pool, &mut v) {
+        return None;
+    }
+    // SAFETY: alloc_bulk returned true, so every entry is initialised (RxBuf's contract);
+    // `MaybeUninit<B>` has `B`'s layout.
+    Some(unsafe { Box::from_raw(Box::into_raw(v) as *mut [B]) })
+}
+
+/// Fills `out` with fresh buffers from `pool` and returns them, or None (and `out` untouched
+/// as far as the caller can tell) if the pool cannot give them all.
+pub fn alloc_into<B: RxBuf>(pool: B::Pool, out: &mut [MaybeUninit<B>]) -> Option<&mut [B]> {
+    if !B::alloc_bulk(pool, out) {
+        return None;
+    }
+    // SAFETY: as in alloc_boxed.
+    Some(unsafe { &mut *(out as *mut [MaybeUninit<B>] as *mut [B]) })
+}
+
+/// Buffers held until the device is done with them, in posting order: a ring of slots of
+/// which exactly `[tail, head)` (free-running counters) hold buffers.
+pub struct BufRing<B: Copy> {
+    slots: Box<[MaybeUninit<B>]>,
+    head: u32,
+    tail: u32,
+}
+
+impl<B: Copy> BufRing<B> {
+    /// A ring of `n` slots (a power of two).
+    pub fn new(n: u32) -> BufRing<B> {
+        assert!(n.is_power_of_two());
+        BufRing {
+            slots: vec![MaybeUninit::uninit(); n as usize].into_boxed_slice(),
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// Buffers held.
+    #[inline(always)]
+    pub fn len(&self) -> u32 {
+        self.head.wrapping_sub(self.tail)
+    }
+
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.head == self.tail
+    }
+
+    /// Counter the next buffer gets.
+    #[inline(always)]
+    pub fn head(&self) -> u32 {
+        self.head
+    }
+
+    /// Holds `b`; false (and `b` not held) when every slot is taken.
+    #[inline(always)]
+    pub fn push(&mut self, b: B) -> bool {
+        if self.len() as usize >= self.slots.len() {
+            return false;
+        }
+        let i = self.head as usize & (self.slots.len() - 1);
+        self.slots[i] = MaybeUninit::new(b);
+        self.head = self.head.wrapping_add(1);
+        true
+    }
+
+    /// A cursor that holds buffers from registers in a tight loop (written back when
+    /// dropped).
+    #[inline(always)]
+    pub fn pusher(&mut self) -> Pusher<'_, B> {
+        let cap = self.slots.len() as u32;
+        Pusher {
+            slots: self.slots.as_mut_ptr(),
+            mask: cap - 1,
+            head: self.head,
+            end: self.tail.wrapping_add(cap),
+            ring: self,
+        }
+    }
+
+    /// Gives up the buffers before counter `end` (at most everything held): up to two runs,
+    /// in order, to release in bulk.
+    pub fn take_until(&mut self, end: u32) -> (&[B], &[B]) {
+        let n = end.wrapping_sub(self.tail).min(self.len()) as usize;
+        let size = self.slots.len();
+        let first = self.tail as usize & (size - 1);
+        let run = n.min(size - first);
+        self.tail = self.tail.wrapping_add(n as u32);
+        let (a, b) = (&self.slots[first..first + run], &self.slots[..n - run]);
+        // SAFETY: the slots of [old tail, old tail + n) lie inside [tail, head), which pushes
+        // initialised; `MaybeUninit<B>` has `B`'s layout.
+        unsafe { (assume_init(a), assume_init(b)) }
+    }
+
+    /// Gives up everything held.
+    pub fn take_all(&mut self) -> (&[B], &[B]) {
+        self.take_until(self.head)
+    }
+}
+
+/// See [`BufRing::pusher`].
+pub struct Pusher<'r, B: Copy> {
+    slots: *mut MaybeUninit<B>,
+    mask: u32,
+    head: u32,
+    /// The counter `head` may not reach: every slot taken.
+    end: u32,
+    ring: &'r mut BufRing<B>,
+}
+
+impl<B: Copy> Pusher<'_, B> {
+    /// As [`BufRing::push`].
+    #[inline(always)]
+    pub fn push(&mut self, b: B) -> bool {
+        if self.head == self.end {
+            return false;
+        }
+        // SAFETY: `head & mask` < capacity: a slot of the ring the pusher borrows, free
+        // (between head and tail + capacity); writing a MaybeUninit needs nothing more.
+        unsafe {
+            self.slots
+                .add((self.head & self.mask) as usize)
+                .write(MaybeUninit::new(b))
+        };
+        self.head = self.head.wrapping_add(1);
+        true
+    }
+
+    /// Whether every slot is taken.
+    #[inline(always)]
+    pub fn is_full(&self) -> bool {
+        self.head == self.end
+    }
+}
+
+impl<B: Copy> Drop for Pusher<'_, B> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.ring.head = self.head;
+    }
+}
+
+/// # Safety
+/// Every entry of `s` must be initialised.
+unsafe fn assume_init<B>(s: &[MaybeUninit<B>]) -> &[B] {
+    // SAFETY: the caller's contract; same layout.
+    unsafe { &*(s as *const [MaybeUninit<B>] as *const [B]) }
+}
+
+/// Up to `N` buffers gathered for one bulk release.
+pub struct BufBatch<B: Copy, const N: usize> {
+    slots: [MaybeUninit<B>; N],
+    len: usize,
+}
+
+impl<B: Copy, const N: usize> Default for BufBatch<B, N> {
+    fn default() -> Self {
+        BufBatch {
+            slots: [MaybeUninit::uninit(); N],
+            len: 0,
+        }
+    }
+}
+
+impl<B: Copy, const N: usize> BufBatch<B, N> {
+    /// Adds `b`; false (and `b` not added) when full.
+    #[inline(always)]
+    pub fn push(&mut self, b: B) -> bool {
+        if self.len == N {
+            return false;
+        }
+        self.slots[self.len] = MaybeUninit::new(b);
+        self.len += 1;
+        true
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The buffers gathered, and the batch emptied.
+    pub fn take(&mut self) -> &[B] {
+        let n = std::mem::take(&mut self.len);
+        // SAFETY: the first `n` slots were initialised by push.
+        unsafe { assume_init(&self.slots[..n]) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buf_ring_hands_back_what_it_holds_in_order() {
+        let mut r: BufRing<u32> = BufRing::new(4);
+        assert!(r.is_empty());
+        for i in 0..4 {
+            assert!(r.push(i));
+        }
+        assert!(!r.push(9), "full");
+        assert_eq!(r.take_until(2), (&[0, 1][..], &[][..]));
+        assert!(r.push(4) && r.push(5));
+        assert_eq!(r.len(), 4);
+        // Wraps: two runs.
+        assert_eq!(r.take_until(r.head()), (&[2, 3][..], &[4, 5][..]));
+        assert_eq!(r.take_all(), (&[][..], &[][..]));
+        // Never past what it holds.
+        assert!(r.push(6));
+        assert_eq!(r.take_until(r.head().wrapping_add(10)), (&[6][..], &[][..]));
+        // The pusher fills the same slots and stops at the same place.
+        {
+            let mut p = r.pusher();
+            for i in 0..4 {
+                assert!(p.push(10 + i));
+            }
+            assert!(p.is_full() && !p.push(99));
+        }
+        assert_eq!(r.len(), 4);
+        let (a, b) = r.take_all();
+        assert_eq!([a, b].concat(), [10, 11, 12, 13]);
+    }
+
+    #[test]
+    fn buf_batch_fills_and_empties() {
+        let mut b: BufBatch<u8, 3> = BufBatch::default();
+        assert!(b.push(1) && b.push(2) && b.push(3));
+        assert!(!b.push(4));
+        assert_eq!(b.take(), &[1, 2, 3]);
+        assert!(b.is_empty());
+        assert!(b.push(7));
+        assert_eq!(b.take(), &[7]);
     }
 }

@@ -149,6 +149,13 @@ impl Lkeys {
         }
     }
 
+    /// The region the one-entry cache holds, if any (the TX straight-line path checks
+    /// buffers against it from registers).
+    #[inline]
+    pub fn cached(&self) -> Option<Mr> {
+        self.last
+    }
+
     /// The key covering `[addr, addr + len)`, or None if no registered region does.
     #[inline]
     pub fn lookup(&mut self, addr: usize, len: usize) -> Option<u32> {

@@ -4,7 +4,7 @@
 //! software HCA they are pages the device polls. The driver cannot tell, which is the point:
 //! it does exactly the stores it would do to hardware.
 
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU8, Ordering};
 
 use mlx4_prm::{SEND_DOORBELL_OFFSET, TXBB_SIZE};
 
@@ -69,18 +69,69 @@ pub enum Copy64 {
     Qwords,
 }
 
+/// A routine preferred over the best one (0: none), for benchmarks that compare them.
+static PREFERRED: AtomicU8 = AtomicU8::new(0);
+
 impl Copy64 {
+    /// Every routine, best first.
+    pub const ALL: [Copy64; 3] = [Copy64::Movdir64b, Copy64::Avx512, Copy64::Qwords];
+
+    /// The routine queues set up from now on use: the one [`Copy64::prefer`] chose, else the
+    /// best this CPU offers.
     pub fn best() -> Copy64 {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if cpu_has_movdir64b() {
-                return Copy64::Movdir64b;
-            }
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Copy64::Avx512;
-            }
+        match PREFERRED.load(Ordering::Relaxed) {
+            1 => Copy64::Movdir64b,
+            2 => Copy64::Avx512,
+            3 => Copy64::Qwords,
+            _ => Copy64::ALL
+                .into_iter()
+                .find(|c| c.available())
+                .unwrap_or(Copy64::Qwords),
         }
-        Copy64::Qwords
+    }
+
+    /// Whether this CPU has the instructions the routine needs.
+    pub fn available(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Copy64::Movdir64b => cpu_has_movdir64b(),
+            #[cfg(target_arch = "x86_64")]
+            Copy64::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            Copy64::Qwords => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// Makes queues set up from now on use `c` instead of the best routine (benchmarks compare
+    /// them); an error if the CPU lacks it.
+    pub fn prefer(c: Copy64) -> Result<(), String> {
+        if !c.available() {
+            return Err(format!("this CPU cannot run the {} copy", c.name()));
+        }
+        let v = match c {
+            Copy64::Movdir64b => 1,
+            Copy64::Avx512 => 2,
+            Copy64::Qwords => 3,
+        };
+        PREFERRED.store(v, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The short name used on command lines (`movdir64b`, `avx512`, `qwords`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Copy64::Movdir64b => "movdir64b",
+            Copy64::Avx512 => "avx512",
+            Copy64::Qwords => "qwords",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Copy64, String> {
+        Copy64::ALL
+            .into_iter()
+            .find(|c| c.key() == s)
+            .ok_or_else(|| format!("unknown copy routine `{s}` (movdir64b, avx512 or qwords)"))
     }
 
     pub fn name(self) -> &'static str {
@@ -127,14 +178,23 @@ unsafe impl Send for BfReg {}
 impl BfReg {
     /// # Safety
     /// `base` must point to a mapped BF register of `2 * half` bytes, 64-byte aligned, that
-    /// outlives this value.
+    /// outlives this value. A `copy` this CPU cannot run falls back to 64-bit stores.
     pub unsafe fn new(base: *mut u8, half: usize, copy: Copy64) -> BfReg {
         BfReg {
             base,
             half,
             offset: 0,
-            copy,
+            copy: if copy.available() {
+                copy
+            } else {
+                Copy64::Qwords
+            },
         }
+    }
+
+    /// The copy routine in use.
+    pub fn copy(&self) -> Copy64 {
+        self.copy
     }
 
     /// Bytes one BF write can carry.
@@ -142,22 +202,73 @@ impl BfReg {
         self.half
     }
 
-    /// Copies a WQE (whole TXBBs: `first`, then `rest` straight from the ring) to the
-    /// current half, flushes, and flips halves. The copy is the doorbell: no UAR write follows.
+    /// Copies whole TXBBs, `first` then `rest`, to the current half, flushes, and flips
+    /// halves. The copy is the doorbell: no UAR write follows. Panics if they do not fit a half.
     #[inline]
-    pub fn write(&mut self, first: &Txbb, rest: &[u8]) {
-        debug_assert!(rest.len().is_multiple_of(TXBB_SIZE) && TXBB_SIZE + rest.len() <= self.half);
+    pub fn write(&mut self, first: &Txbb, rest: &[Txbb]) {
+        assert!((1 + rest.len()) * TXBB_SIZE <= self.half);
+        self.write_blocks(first, rest);
+    }
+
+    /// Copies a published WQE (`wqe`, whole TXBBs straight from the ring) with its first 8
+    /// bytes replaced by `head` (the BF counter and QPN), as [`BfReg::write`]. With 64-bit
+    /// stores the head goes straight from the register; the 64-byte forms copy the first
+    /// block through an aligned staging block, out of line so that the caller's frame need
+    /// not be 64-byte aligned.
+    #[inline(always)]
+    pub fn write_wqe(&mut self, head: [u8; 8], wqe: &[Txbb]) {
+        assert!(!wqe.is_empty() && wqe.len() * TXBB_SIZE <= self.half);
+        if self.copy != Copy64::Qwords {
+            return self.write_wqe_staged(head, wqe);
+        }
+        io_wmb();
+        let src = wqe.as_ptr().cast::<u64>();
+        // SAFETY: the first block's 8 qwords stay inside the current half (asserted: the whole
+        // WQE fits it); `src` is the WQE, 8-byte aligned, at least one block long.
+        unsafe {
+            let dst = self.base.add(self.offset).cast::<u64>();
+            dst.write_volatile(u64::from_ne_bytes(head));
+            for i in 1..8 {
+                dst.add(i).write_volatile(src.add(i).read());
+            }
+            let dst = dst.cast::<u8>();
+            // Two TXBBs, the straight-line path's longest WQE, without a loop.
+            if let [second] = &wqe[1..] {
+                copy64(Copy64::Qwords, dst.add(TXBB_SIZE), second.0.as_ptr());
+            } else {
+                for (i, block) in wqe[1..].iter().enumerate() {
+                    copy64(
+                        Copy64::Qwords,
+                        dst.add((i + 1) * TXBB_SIZE),
+                        block.0.as_ptr(),
+                    );
+                }
+            }
+        }
+        wmb();
+        self.offset ^= self.half;
+    }
+
+    #[inline(never)]
+    fn write_wqe_staged(&mut self, head: [u8; 8], wqe: &[Txbb]) {
+        let mut first = Txbb(wqe[0].0);
+        first.0[..8].copy_from_slice(&head);
+        self.write_blocks(&first, &wqe[1..]);
+    }
+
+    #[inline(always)]
+    fn write_blocks(&mut self, first: &Txbb, rest: &[Txbb]) {
         // The ring copy (with the owner word) must be visible before the device can act on
         // the BF copy, and the BF copy must leave the write-combining buffer now.
         io_wmb();
-        // SAFETY: `dst` stays inside the current half (64 + rest.len() <= half, checked by the
-        // caller's eligibility test); `first` is 64-byte aligned, `rest` is whole TXBBs of the
-        // 64-byte aligned ring.
+        // SAFETY: `dst` stays inside the current half (the callers check that 64 bytes per
+        // block fit it; `new`'s contract makes both halves ours and 64-byte aligned); every
+        // source block is a 64-byte aligned `Txbb`.
         unsafe {
             let dst = self.base.add(self.offset);
             copy64(self.copy, dst, first.0.as_ptr());
-            for (i, block) in rest.chunks_exact(TXBB_SIZE).enumerate() {
-                copy64(self.copy, dst.add((i + 1) * TXBB_SIZE), block.as_ptr());
+            for (i, block) in rest.iter().enumerate() {
+                copy64(self.copy, dst.add((i + 1) * TXBB_SIZE), block.0.as_ptr());
             }
         }
         wmb();

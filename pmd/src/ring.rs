@@ -3,14 +3,28 @@
 //!
 //! Protocol, not locks, keeps driver and device apart: the device reads a WQE only after it
 //! sees the owner word the driver stores last (release), and the driver reads a CQE only after
-//! it sees the owner bit the device stores last. Words both sides touch concurrently (owner
-//! words, stamps, CQE owner bytes, doorbell records) are accessed atomically.
+//! it sees the owner bit the device stores last. Words both sides touch concurrently are only
+//! ever reached atomically and never lie under a Rust reference to bytes: the owner word and
+//! the size word of the TXBB the device polls (dwords 0 and 1 of a WQE's first TXBB, which
+//! also carry the stamps), CQE owner bytes and doorbell records. A WQE's other bytes belong to
+//! the driver from its completion until its owner word is published; [`WqeMut`] writes them
+//! through raw pointers and never hands out a slice over dwords 0 and 1.
+//!
+//! Per burst, not per packet ([`Poster`]): the contiguous run of TXBBs up to the ring's end is
+//! computed once, with at most one pad NOP where a WQE would cross it (a burst never uses a
+//! whole ring, so it wraps at most once); the owner word is computed once per run; and each
+//! WQE's owner word is stored when the next one is taken, so the last WQE of a burst stays
+//! unpublished until the queue has decided its completion request and whether it goes out
+//! through BlueFlame.
 
+use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use mlx4_prm::{Cqe, CQE_SIZE, STAMP_DWORD, TXBB_SHIFT, TXBB_SIZE};
+use mlx4_prm::{opcode, owner_opcode, Cqe, CQE_SIZE, STAMP_DWORD, TXBB_SHIFT, TXBB_SIZE};
 
 use crate::mem::{DmaBuf, MemSource};
+use crate::mmio::Txbb;
 
 /// A send queue ring of `txbb_cnt` TXBBs addressed by free-running counters.
 pub struct SqRing {
@@ -22,7 +36,7 @@ impl SqRing {
     /// A ring whose every TXBB starts invalid for pass 0 (owner bit set, as rdma-core
     /// initialises SQ ownership), so the device never mistakes zeroed memory for a WQE.
     pub fn new(txbb_cnt: u32, source: MemSource) -> Option<SqRing> {
-        debug_assert!(txbb_cnt.is_power_of_two());
+        assert!(txbb_cnt.is_power_of_two());
         let mem = DmaBuf::new((txbb_cnt as usize) << TXBB_SHIFT, source)?;
         let ring = SqRing { mem, txbb_cnt };
         for i in 0..txbb_cnt {
@@ -39,48 +53,73 @@ impl SqRing {
         &self.mem
     }
 
+    /// The first byte of the TXBB at counter `c`.
+    #[inline(always)]
+    fn txbb(&self, c: u32) -> NonNull<u8> {
+        let slot = (c & (self.txbb_cnt - 1)) as usize;
+        // SAFETY: slot < txbb_cnt, so the TXBB lies inside the ring's allocation.
+        unsafe { NonNull::new_unchecked(self.mem.as_ptr().add(slot << TXBB_SHIFT)) }
+    }
+
     fn first_dword(&self, counter: u32) -> &AtomicU32 {
-        let slot = (counter & (self.txbb_cnt - 1)) as usize;
-        // SAFETY: slot < txbb_cnt, so the 4 bytes lie inside the ring; TXBBs are 64-byte
-        // aligned; the device accesses this word only atomically as well.
-        unsafe { AtomicU32::from_ptr(self.mem.as_ptr().add(slot << TXBB_SHIFT).cast()) }
+        // SAFETY: inside the ring, 4-byte aligned (TXBBs are 64-byte aligned); the device
+        // accesses this word only atomically as well, and no Rust reference to bytes covers it.
+        unsafe { AtomicU32::from_ptr(self.txbb(counter).as_ptr().cast()) }
     }
 
-    /// The bytes of `txbbs` TXBBs starting at counter `start`, which must not wrap.
-    ///
-    /// The first dword (the owner word) must not be written through this slice: it is
-    /// published with [`SqRing::publish`].
-    pub fn wqe_mut(&mut self, start: u32, txbbs: u32) -> &mut [u8] {
-        let slot = (start & (self.txbb_cnt - 1)) as usize;
+    /// A writer for the unpublished WQE of `txbbs` TXBBs at counter `start`, which must not
+    /// wrap. Outside a burst: the drain NOP and the capability check's NOPs.
+    pub fn wqe_mut(&mut self, start: u32, txbbs: u32) -> WqeMut<'_> {
+        let slot = start & (self.txbb_cnt - 1);
         assert!(
-            slot + txbbs as usize <= self.txbb_cnt as usize,
+            txbbs >= 1 && slot + txbbs <= self.txbb_cnt,
             "WQE wraps the ring"
         );
-        // SAFETY: the range lies inside the ring (asserted). The device reads these TXBBs only
-        // after the owner word of this WQE is published, and only the owner word (atomically)
-        // before that; the driver owns them until then, having seen their completion.
+        WqeMut::new(self.txbb(start).as_ptr(), (txbbs as usize) << TXBB_SHIFT)
+    }
+
+    /// A published WQE as whole TXBBs, for the BlueFlame copy. The exclusive borrow keeps
+    /// every driver store to the ring (owner words, stamps, WQE writers) away while the view
+    /// lives; the device only ever reads the send queue.
+    #[inline(always)]
+    pub fn wqe_blocks(&mut self, start: u32, txbbs: u32) -> &[Txbb] {
+        let slot = start & (self.txbb_cnt - 1);
+        assert!(
+            txbbs >= 1 && slot + txbbs <= self.txbb_cnt,
+            "WQE wraps the ring"
+        );
+        // SAFETY: inside the ring (asserted); TXBBs are 64-byte aligned as `Txbb` requires (the
+        // ring is page-aligned); nothing writes these bytes while the borrow of `self` lives.
         unsafe {
-            std::slice::from_raw_parts_mut(
-                self.mem.as_ptr().add(slot << TXBB_SHIFT),
-                (txbbs as usize) << TXBB_SHIFT,
-            )
+            std::slice::from_raw_parts(self.txbb(start).as_ptr().cast::<Txbb>(), txbbs as usize)
         }
     }
 
-    /// The bytes of a published WQE, for the BlueFlame copy.
-    pub fn wqe(&self, start: u32, txbbs: u32) -> &[u8] {
-        let slot = (start & (self.txbb_cnt - 1)) as usize;
+    /// [`SqRing::publish`] then [`SqRing::wqe_blocks`], the WQE located once: the BlueFlame
+    /// path's ring copy, then the view its copy is made from.
+    #[inline(always)]
+    pub fn publish_blocks(&mut self, start: u32, txbbs: u32, owner_opcode: u32) -> &[Txbb] {
+        let slot = start & (self.txbb_cnt - 1);
         assert!(
-            slot + txbbs as usize <= self.txbb_cnt as usize,
+            txbbs >= 1 && slot + txbbs <= self.txbb_cnt,
             "WQE wraps the ring"
         );
-        // SAFETY: inside the ring; the device only reads a published WQE, as we do here.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.mem.as_ptr().add(slot << TXBB_SHIFT),
-                (txbbs as usize) << TXBB_SHIFT,
-            )
-        }
+        let p = self.txbb(start).as_ptr();
+        // SAFETY: the WQE's first dword, inside the ring, reached only atomically.
+        unsafe { AtomicU32::from_ptr(p.cast()) }.store(owner_opcode.to_be(), Ordering::Release);
+        // SAFETY: as in wqe_blocks; the atomic store above is done before the view exists.
+        unsafe { std::slice::from_raw_parts(p.cast::<Txbb>(), txbbs as usize) }
+    }
+
+    /// Dword 1 of the control segment of the WQE at `start`, as written (host order): VLAN
+    /// tag, insert flags, size.
+    #[inline(always)]
+    pub fn ctrl_dword1(&self, start: u32) -> u32 {
+        // SAFETY: inside the ring, 4-byte aligned; this word is reached only atomically.
+        u32::from_be(
+            unsafe { AtomicU32::from_ptr(self.txbb(start).as_ptr().add(4).cast()) }
+                .load(Ordering::Relaxed),
+        )
     }
 
     /// Hands the WQE at `start` to the device: the owner word, big-endian, written last.
@@ -99,30 +138,425 @@ impl SqRing {
     /// The owner word of a WQE with `opcode` at counter `c` (host order, for `publish`).
     #[inline(always)]
     pub fn owner_word(&self, c: u32, opcode: u8) -> u32 {
-        let owner = if self.owner(c) {
-            mlx4_prm::owner_opcode::OWNER
-        } else {
-            0
-        };
-        u32::from(opcode) | owner
+        owner_bit(self.owner(c)) | u32::from(opcode)
+    }
+
+    /// Starts posting a burst at counter `pos`, which must not pass `limit` (the room the
+    /// queue's budget leaves, less than a whole ring). `sink` takes the store that would
+    /// publish the WQE before the first one (there is none), so taking a WQE costs no branch.
+    #[inline(always)]
+    pub fn poster<'a>(&'a mut self, pos: u32, limit: u32, sink: &'a AtomicU32) -> Poster<'a> {
+        let cnt = self.txbb_cnt;
+        // Less than a whole ring: the run after a wrap stays inside it.
+        let room = limit.wrapping_sub(pos).min(cnt - 1);
+        let run = room.min(cnt - (pos & (cnt - 1)));
+        let at = self.txbb(pos).as_ptr();
+        Poster {
+            at,
+            // SAFETY: `run` TXBBs from `at` end at or before the ring's end.
+            run_end: unsafe { at.add((run as usize) << TXBB_SHIFT) },
+            pending: sink.as_ptr(),
+            send_be: self.owner_word(pos, opcode::SEND).to_be(),
+            run_start: at,
+            run_pos: pos,
+            limit: pos.wrapping_add(room),
+            mask: cnt - 1,
+            sink: sink.as_ptr(),
+            _ring: PhantomData,
+        }
     }
 
     /// Stamps the TXBBs in `[from, to)` (counters) after their completion: each first dword
     /// becomes `0x7fffffff` with bit 31 = the parity of the pass just consumed, so the slot is
-    /// invalid for the next pass until a new WQE is published there.
+    /// invalid for the next pass until a new WQE is published there. One value per run up to
+    /// the ring's end, stored by a loop unrolled by 8.
     pub fn stamp(&self, from: u32, to: u32) {
         let mut c = from;
         while c != to {
-            // TXBBs up to the ring's end share one pass, hence one stamp value.
             let slot = c & (self.txbb_cnt - 1);
-            let run = (self.txbb_cnt - slot).min(to.wrapping_sub(c));
-            let value = (STAMP_DWORD | (u32::from(self.owner(c)) << 31)).to_be();
-            for i in 0..run {
-                self.first_dword(c.wrapping_add(i))
-                    .store(value, Ordering::Relaxed);
+            let run = (self.txbb_cnt - slot).min(to.wrapping_sub(c)) as usize;
+            let value = (STAMP_DWORD | owner_bit(self.owner(c))).to_be();
+            let mut p = self.txbb(c).as_ptr();
+            // SAFETY: the run's TXBBs lie inside the ring, up to its end.
+            let end = unsafe { p.add(run << TXBB_SHIFT) };
+            // SAFETY (every store below): a TXBB's first dword inside the run: 4-byte aligned,
+            // reached only atomically (by the device as well).
+            let store = |p: *mut u8, i: usize| unsafe {
+                AtomicU32::from_ptr(p.add(i << TXBB_SHIFT).cast()).store(value, Ordering::Relaxed)
+            };
+            // SAFETY: whole groups of 8 TXBBs from `p`, inside the run.
+            let end8 = unsafe { p.add((run & !7) << TXBB_SHIFT) };
+            while p != end8 {
+                for i in 0..8 {
+                    store(p, i);
+                }
+                // SAFETY: at most `end8`, inside the run.
+                p = unsafe { p.add(8 << TXBB_SHIFT) };
             }
-            c = c.wrapping_add(run);
+            while p < end {
+                store(p, 0);
+                // SAFETY: inside the run, or its end.
+                p = unsafe { p.add(1 << TXBB_SHIFT) };
+            }
+            c = c.wrapping_add(run as u32);
         }
+    }
+}
+
+#[inline(always)]
+fn owner_bit(set: bool) -> u32 {
+    if set {
+        owner_opcode::OWNER
+    } else {
+        0
+    }
+}
+
+/// One burst's posting: hands out WQE writers over the contiguous TXBBs of the current run,
+/// and publishes each WQE when the next is taken (see the module notes). Its hot state is two
+/// cursors, the WQE waiting to be published and the run's owner word.
+pub struct Poster<'a> {
+    /// Where the next WQE goes.
+    at: *mut u8,
+    /// Where the current run ends: the ring's end, or the end of the burst's room.
+    run_end: *mut u8,
+    /// Dword 0 of the last WQE taken, not yet published; `sink` before the first.
+    pending: *mut u32,
+    /// The run's SEND owner word, big-endian, ready to store.
+    send_be: u32,
+    /// Where the current run started, and its counter.
+    run_start: *mut u8,
+    run_pos: u32,
+    /// The counter the burst may not pass, and the ring's size less one: what a wrap needs
+    /// (the rest is derived then, not on every burst).
+    limit: u32,
+    mask: u32,
+    sink: *mut u32,
+    _ring: PhantomData<&'a mut SqRing>,
+}
+
+impl<'a> Poster<'a> {
+    /// Counter of the next WQE.
+    #[inline(always)]
+    pub fn pos(&self) -> u32 {
+        self.run_pos
+            .wrapping_add(((self.at as usize - self.run_start as usize) >> TXBB_SHIFT) as u32)
+    }
+
+    #[inline(always)]
+    fn publish_pending(&mut self) {
+        // SAFETY: `pending` is the sink or dword 0 of a WQE this poster handed out: inside the
+        // ring, 4-byte aligned and reached only atomically.
+        unsafe { AtomicU32::from_ptr(self.pending) }.store(self.send_be, Ordering::Release);
+    }
+
+    /// Hands out `len` bytes at the cursor (which fit) and publishes the WQE before.
+    #[inline(always)]
+    fn advance(&mut self, len: usize) -> *mut u8 {
+        self.publish_pending();
+        let at = self.at;
+        self.pending = at.cast();
+        // SAFETY: `len` bytes fit before the run's end, inside the ring.
+        self.at = unsafe { at.add(len) };
+        at
+    }
+
+    /// The next WQE, of `TXBBS` TXBBs (a SEND), if it fits before the current run's end (else
+    /// see [`Poster::wrap`]). Publishes the WQE taken before it, which the caller has finished
+    /// writing. No call and no branch but the room check: a loop of these keeps the poster in
+    /// registers.
+    #[inline(always)]
+    pub fn take<const TXBBS: usize>(&mut self) -> Option<WqeMut<'a, TXBBS>> {
+        const { assert!(TXBBS > 0) };
+        let len = TXBBS << TXBB_SHIFT;
+        if (self.run_end as usize - self.at as usize) < len {
+            return None;
+        }
+        Some(WqeMut::new(self.advance(len), len))
+    }
+
+    /// The hot state in locals of its own, for a tight loop of [`Cursor::take`]: a loop of
+    /// `take` on a poster whose address is known elsewhere keeps reloading it from memory.
+    #[inline(always)]
+    pub fn cursor(&mut self) -> Cursor<'_, 'a> {
+        Cursor {
+            at: self.at,
+            run_end: self.run_end,
+            pending: self.pending,
+            send_be: self.send_be,
+            poster: self,
+        }
+    }
+
+    /// The next WQE of `txbbs` TXBBs, known only at run time, wrapping to the next pass if
+    /// needed; None when the burst's room is used up.
+    #[inline]
+    pub fn take_dyn(&mut self, txbbs: u32) -> Option<WqeMut<'a>> {
+        let len = (txbbs as usize) << TXBB_SHIFT;
+        if txbbs == 0 || (self.run_end as usize - self.at as usize) < len && !self.wrap(txbbs) {
+            return None;
+        }
+        Some(WqeMut::new(self.advance(len), len))
+    }
+
+    /// The current run ends before a WQE of `txbbs`: if that is the ring's end and the
+    /// burst's room continues after it for at least that WQE, pads up to the end with one NOP
+    /// and starts the next pass's run at the ring's start (true); else the burst is full.
+    #[cold]
+    #[inline(never)]
+    pub fn wrap(&mut self, txbbs: u32) -> bool {
+        let run = ((self.run_end as usize - self.run_start as usize) >> TXBB_SHIFT) as u32;
+        let run_end_pos = self.run_pos.wrapping_add(run);
+        // The run ends at the ring's end (not at the room's) with room after it.
+        let at_ring_end = run_end_pos & self.mask == 0;
+        let beyond = self.limit.wrapping_sub(run_end_pos);
+        if !at_ring_end || beyond < txbbs {
+            return false;
+        }
+        self.publish_pending();
+        self.pending = self.sink;
+        let owner = u32::from_be(self.send_be) & owner_opcode::OWNER;
+        let pad = (self.run_end as usize - self.at as usize) >> TXBB_SHIFT;
+        if pad > 0 {
+            let mut w = WqeMut::new(self.at, pad << TXBB_SHIFT);
+            crate::wqe::write_nop(&mut w, pad as u32, false);
+            // SAFETY: as in publish_pending, for the NOP just written.
+            unsafe { AtomicU32::from_ptr(self.at.cast()) }
+                .store((owner | u32::from(opcode::NOP)).to_be(), Ordering::Release);
+        }
+        // SAFETY: the run started `run_pos & mask` TXBBs into the ring.
+        let ring = unsafe {
+            self.run_start
+                .sub(((self.run_pos & self.mask) as usize) << TXBB_SHIFT)
+        };
+        self.run_pos = run_end_pos;
+        self.run_start = ring;
+        self.at = ring;
+        // SAFETY: the room after the ring's end is less than a whole ring.
+        self.run_end = unsafe { ring.add((beyond as usize) << TXBB_SHIFT) };
+        self.send_be = ((owner ^ owner_opcode::OWNER) | u32::from(opcode::SEND)).to_be();
+        true
+    }
+
+    /// Ends the burst: the counter after everything posted, and the last WQE, still
+    /// unpublished (None if nothing was taken).
+    #[inline(always)]
+    pub fn finish(self) -> Posted {
+        let end = self.pos();
+        if self.pending == self.sink {
+            return Posted { end, last: None };
+        }
+        // The last WQE was taken in the current run and ends at the cursor.
+        let txbbs = ((self.at as usize - self.pending as usize) >> TXBB_SHIFT) as u32;
+        Posted {
+            end,
+            last: Some(LastWqe {
+                start: end.wrapping_sub(txbbs),
+                txbbs,
+                send_be: self.send_be,
+            }),
+        }
+    }
+}
+
+/// What a burst posted: the counter after it, and its last WQE, written but not yet
+/// published (the queue finishes it through [`SqRing::wqe_mut`], [`SqRing::ctrl_dword1`]
+/// and [`SqRing::publish`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Posted {
+    pub end: u32,
+    pub last: Option<LastWqe>,
+}
+
+/// Where a WQE is: its counter and size; and its SEND owner word (big-endian, as stored),
+/// which the poster already had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastWqe {
+    pub start: u32,
+    pub txbbs: u32,
+    pub send_be: u32,
+}
+
+/// A [`Poster`]'s cursor in locals (see [`Poster::cursor`]); written back when dropped.
+pub struct Cursor<'p, 'a> {
+    at: *mut u8,
+    run_end: *mut u8,
+    pending: *mut u32,
+    send_be: u32,
+    poster: &'p mut Poster<'a>,
+}
+
+impl<'a> Cursor<'_, 'a> {
+    /// As [`Poster::take`].
+    #[inline(always)]
+    pub fn take<const TXBBS: usize>(&mut self) -> Option<WqeMut<'a, TXBBS>> {
+        const { assert!(TXBBS > 0) };
+        let len = TXBBS << TXBB_SHIFT;
+        let at = self.at;
+        let next = at.wrapping_add(len);
+        if next > self.run_end {
+            return None;
+        }
+        // SAFETY: as in Poster::publish_pending.
+        unsafe { AtomicU32::from_ptr(self.pending) }.store(self.send_be, Ordering::Release);
+        self.pending = at.cast();
+        // `len` bytes fit before the run's end, inside the ring.
+        self.at = next;
+        Some(WqeMut::new(at, len))
+    }
+}
+
+impl Drop for Cursor<'_, '_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.poster.at = self.at;
+        self.poster.pending = self.pending;
+    }
+}
+
+/// Exclusive access to the bytes of one unpublished WQE except dwords 0 and 1 of its first
+/// TXBB, which are only ever stored atomically (the device polls them). Offsets count from the
+/// WQE's start; every store is bounds-checked against the WQE's whole TXBBs, whose number is
+/// `TXBBS` when known at compile time (the straight-line path: the checks fold away), or
+/// given at run time with `TXBBS` 0.
+pub struct WqeMut<'a, const TXBBS: usize = 0> {
+    base: *mut u8,
+    len: usize,
+    _ring: PhantomData<&'a mut [u8]>,
+}
+
+/// First byte a [`WqeMut`] writes with plain stores.
+const PLAIN_FROM: usize = 8;
+
+impl<'a> WqeMut<'a> {
+    /// This WQE as one of `T` TXBBs, known at compile time. Panics if it is not that size.
+    pub fn fixed<const T: usize>(self) -> WqeMut<'a, T> {
+        assert_eq!(self.len, T << TXBB_SHIFT);
+        WqeMut::new(self.base, self.len)
+    }
+}
+
+impl<const TXBBS: usize> WqeMut<'_, TXBBS> {
+    /// `base`: a WQE's first TXBB, `len` bytes of whole TXBBs inside the ring.
+    #[inline(always)]
+    fn new(base: *mut u8, len: usize) -> Self {
+        WqeMut {
+            base,
+            len,
+            _ring: PhantomData,
+        }
+    }
+
+    /// Bytes in the WQE's TXBBs.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        if TXBBS == 0 {
+            self.len
+        } else {
+            TXBBS << TXBB_SHIFT
+        }
+    }
+
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline(always)]
+    fn span(&self, off: usize, n: usize) -> *mut u8 {
+        assert!(off >= PLAIN_FROM && off <= self.len() && n <= self.len() - off);
+        // SAFETY: inside the WQE (asserted).
+        unsafe { self.base.add(off) }
+    }
+
+    /// Bytes 4-15 of the control segment from `ctrl` (its bytes 0-3, the owner word, are
+    /// published on their own). Bytes 4-7 (VLAN, size) are stored atomically.
+    #[inline(always)]
+    pub fn put_ctrl(&mut self, ctrl: &[u8; 16]) {
+        let dword1 = u32::from_ne_bytes([ctrl[4], ctrl[5], ctrl[6], ctrl[7]]);
+        // SAFETY: bytes 4..8 of the WQE's first TXBB: 4-byte aligned, reached only atomically.
+        unsafe { AtomicU32::from_ptr(self.base.add(4).cast()) }.store(dword1, Ordering::Relaxed);
+        let rest: [u8; 8] = ctrl[8..16].try_into().expect("8 bytes");
+        let p = self.span(8, 8);
+        // SAFETY: 8 bytes inside the WQE (span); unaligned store of a plain array.
+        unsafe { p.cast::<[u8; 8]>().write_unaligned(rest) };
+    }
+
+    /// `v` big-endian at `off`.
+    #[inline(always)]
+    pub fn put_be32(&mut self, off: usize, v: u32) {
+        let p = self.span(off, 4);
+        // SAFETY: 4 bytes inside the WQE (span).
+        unsafe { p.cast::<[u8; 4]>().write_unaligned(v.to_be_bytes()) };
+    }
+
+    /// The big-endian word at `off`, as this writer left it.
+    #[inline(always)]
+    pub fn get_be32(&self, off: usize) -> u32 {
+        let p = self.span(off, 4);
+        // SAFETY: 4 bytes inside the WQE (span), which the device does not read before it is
+        // published.
+        u32::from_be_bytes(unsafe { p.cast::<[u8; 4]>().read_unaligned() })
+    }
+
+    /// `src` at `off`, any length.
+    #[inline(always)]
+    pub fn put_bytes(&mut self, off: usize, src: &[u8]) {
+        let p = self.span(off, src.len());
+        // SAFETY: inside the WQE (span); `src` is driver or packet memory, never the ring
+        // range being written.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+    }
+
+    /// `src`, a constant size, at `off`.
+    #[inline(always)]
+    pub fn put_array<const N: usize>(&mut self, off: usize, src: &[u8; N]) {
+        let p = self.span(off, N);
+        // SAFETY: N bytes inside the WQE (span).
+        unsafe { p.cast::<[u8; N]>().write_unaligned(*src) };
+    }
+
+    /// `src` (at most 64 bytes) at `off`, by at most two fixed-size moves that may overlap:
+    /// no loop and no library call, for the straight-line path.
+    #[inline(always)]
+    pub fn put_small(&mut self, off: usize, src: &[u8]) {
+        let n = src.len();
+        assert!(n <= 64);
+        let d = self.span(off, n);
+        let s = src.as_ptr();
+        // SAFETY: every move below reads inside `src` and writes inside `[d, d + n)`, which
+        // lies in the WQE (span): for n in [K, 2K] the moves of K bytes at 0 and n - K do.
+        unsafe {
+            if n >= 32 {
+                mov::<32>(d, s);
+                mov::<32>(d.add(n - 32), s.add(n - 32));
+            } else if n >= 16 {
+                mov::<16>(d, s);
+                mov::<16>(d.add(n - 16), s.add(n - 16));
+            } else if n >= 8 {
+                mov::<8>(d, s);
+                mov::<8>(d.add(n - 8), s.add(n - 8));
+            } else if n >= 4 {
+                mov::<4>(d, s);
+                mov::<4>(d.add(n - 4), s.add(n - 4));
+            } else if n >= 2 {
+                mov::<2>(d, s);
+                mov::<2>(d.add(n - 2), s.add(n - 2));
+            } else if n == 1 {
+                *d = *s;
+            }
+        }
+    }
+}
+
+/// # Safety
+/// `s` readable and `d` writable for `N` bytes.
+#[inline(always)]
+unsafe fn mov<const N: usize>(d: *mut u8, s: *const u8) {
+    // SAFETY: the caller's contract; unaligned accesses of a byte array.
+    unsafe {
+        d.cast::<[u8; N]>()
+            .write_unaligned(s.cast::<[u8; N]>().read_unaligned())
     }
 }
 
@@ -132,6 +566,10 @@ pub struct CqRing {
     cqe_cnt: u32,
     /// Consumer counter (free-running).
     ci: u32,
+    /// Where the owner byte of CQE `ci` is, and the value it has once software owns it:
+    /// derived from `ci` whenever it moves, so that polling an empty CQ is one compare.
+    next_owner: usize,
+    sw_owner: u8,
 }
 
 /// The consumer-index record sits after the CQEs, on a cache line of its own.
@@ -141,11 +579,28 @@ impl CqRing {
     pub fn new(cqe_cnt: u32, source: MemSource) -> Option<CqRing> {
         debug_assert!(cqe_cnt.is_power_of_two());
         let mem = DmaBuf::new(cqe_cnt as usize * CQE_SIZE + DB_REC_SPACE, source)?;
-        Some(CqRing {
+        let mut cq = CqRing {
             mem,
             cqe_cnt,
             ci: 0,
-        })
+            next_owner: 0,
+            sw_owner: 0,
+        };
+        cq.seek(0);
+        Some(cq)
+    }
+
+    /// Moves the consumer counter to `ci`.
+    #[inline(always)]
+    fn seek(&mut self, ci: u32) {
+        self.ci = ci;
+        self.next_owner =
+            (ci & (self.cqe_cnt - 1)) as usize * CQE_SIZE + Cqe::<&[u8]>::OWNER_OFFSET;
+        self.sw_owner = if ci & self.cqe_cnt != 0 {
+            mlx4_prm::cqe_owner::OWNER
+        } else {
+            0
+        };
     }
 
     pub fn cqe_cnt(&self) -> u32 {
@@ -162,38 +617,92 @@ impl CqRing {
         unsafe { self.mem.as_ptr().add(self.cqe_cnt as usize * CQE_SIZE) }.cast()
     }
 
-    fn owner_byte(&self, n: u32) -> &AtomicU8 {
-        let slot = (n & (self.cqe_cnt - 1)) as usize;
-        // SAFETY: inside the CQE array; the device writes this byte last, atomically.
-        unsafe {
-            AtomicU8::from_ptr(
-                self.mem
-                    .as_ptr()
-                    .add(slot * CQE_SIZE + Cqe::<&[u8]>::OWNER_OFFSET),
-            )
+    /// Moves the consumer counter on by one CQE: the next owner byte is 32 bytes on, and its
+    /// expected value flips where the ring wraps.
+    #[inline(always)]
+    fn advance(&mut self) {
+        self.ci = self.ci.wrapping_add(1);
+        self.next_owner += CQE_SIZE;
+        if self.next_owner >= self.cqe_cnt as usize * CQE_SIZE {
+            self.next_owner = Cqe::<&[u8]>::OWNER_OFFSET;
+            self.sw_owner ^= mlx4_prm::cqe_owner::OWNER;
         }
     }
 
-    /// The next CQE if software owns it, copied out; advances the consumer counter.
+    /// How many CQEs from the consumer on software owns, counting at most `max`: a burst
+    /// sizes its buffer allocation with it before taking them.
     #[inline]
-    pub fn poll(&mut self) -> Option<Cqe<[u8; CQE_SIZE]>> {
-        let owner = self.owner_byte(self.ci).load(Ordering::Acquire);
-        let sw_parity = self.ci & self.cqe_cnt != 0;
-        if (owner & mlx4_prm::cqe_owner::OWNER != 0) != sw_parity {
+    pub fn ready(&self, max: usize) -> usize {
+        let end = self.cqe_cnt as usize * CQE_SIZE;
+        let (mut at, mut sw) = (self.next_owner, self.sw_owner);
+        let mut n = 0;
+        while n < max {
+            // SAFETY: `at` stays inside the CQE array (wrapped below); owner bytes are read
+            // atomically and no Rust reference covers them.
+            let owner =
+                unsafe { AtomicU8::from_ptr(self.mem.as_ptr().add(at)) }.load(Ordering::Acquire);
+            if owner & mlx4_prm::cqe_owner::OWNER != sw {
+                break;
+            }
+            n += 1;
+            at += CQE_SIZE;
+            if at >= end {
+                at = Cqe::<&[u8]>::OWNER_OFFSET;
+                sw ^= mlx4_prm::cqe_owner::OWNER;
+            }
+        }
+        n
+    }
+
+    /// The next CQE, read in place, if software owns it; advances the consumer counter. The
+    /// view lives until the next call on the ring, before which nothing hands the CQE back
+    /// to the device (that is `update_ci`).
+    #[inline(always)]
+    pub fn next_view(&mut self) -> Option<Cqe<&[u8]>> {
+        if !self.has_cqe() {
             return None;
         }
-        let slot = (self.ci & (self.cqe_cnt - 1)) as usize;
+        let at = self.next_owner - Cqe::<&[u8]>::OWNER_OFFSET;
+        self.advance();
+        // SAFETY: a whole CQE inside the array; software owns it (owner byte seen with
+        // acquire), so the device has finished writing it and does not write it again until
+        // the consumer record passes it, which needs `&mut self`, ending this borrow.
+        Some(Cqe::new_unchecked(unsafe {
+            std::slice::from_raw_parts(self.mem.as_ptr().add(at), CQE_SIZE)
+        }))
+    }
+
+    /// Whether software owns the next CQE (one load and a compare).
+    #[inline(always)]
+    pub fn has_cqe(&self) -> bool {
+        debug_assert!(self.next_owner < self.cqe_cnt as usize * CQE_SIZE);
+        // SAFETY: as in `poll`.
+        let owner = unsafe { AtomicU8::from_ptr(self.mem.as_ptr().add(self.next_owner)) }
+            .load(Ordering::Acquire);
+        owner & mlx4_prm::cqe_owner::OWNER == self.sw_owner
+    }
+
+    /// The next CQE if software owns it, copied out; advances the consumer counter. With
+    /// none waiting (the common case on the TX side) this is one load of the device's byte
+    /// and a compare.
+    #[inline(always)]
+    pub fn poll(&mut self) -> Option<Cqe<[u8; CQE_SIZE]>> {
+        debug_assert!(self.next_owner < self.cqe_cnt as usize * CQE_SIZE);
+        // SAFETY: `next_owner` lies inside the CQE array (`seek`); the device writes this
+        // byte last, atomically, and no Rust reference to bytes covers it.
+        let owner = unsafe { AtomicU8::from_ptr(self.mem.as_ptr().add(self.next_owner)) }
+            .load(Ordering::Acquire);
+        if owner & mlx4_prm::cqe_owner::OWNER != self.sw_owner {
+            return None;
+        }
+        let at = self.next_owner - Cqe::<&[u8]>::OWNER_OFFSET;
         let mut cqe = [0u8; CQE_SIZE];
         // SAFETY: the CQE is software-owned (owner byte seen with acquire), so the device has
         // finished writing it and will not touch it until the consumer index passes it.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mem.as_ptr().add(slot * CQE_SIZE),
-                cqe.as_mut_ptr(),
-                CQE_SIZE,
-            )
+            std::ptr::copy_nonoverlapping(self.mem.as_ptr().add(at), cqe.as_mut_ptr(), CQE_SIZE)
         };
-        self.ci = self.ci.wrapping_add(1);
+        self.seek(self.ci.wrapping_add(1));
         Some(Cqe::new_unchecked(cqe))
     }
 
@@ -202,7 +711,7 @@ impl CqRing {
     /// driver zeroes it before creating a CQ: left at the old queue's index, it tells the
     /// device that the new CQ is full.
     pub fn rewind(&mut self) {
-        self.ci = 0;
+        self.seek(0);
         self.update_ci();
     }
 
@@ -226,6 +735,18 @@ pub fn atomic_u32_at(buf: &DmaBuf, off: usize) -> &AtomicU32 {
     // SAFETY: in bounds and aligned (asserted; the buffer is page-aligned); the device accesses
     // such words atomically too.
     unsafe { AtomicU32::from_ptr(buf.as_ptr().add(off).cast()) }
+}
+
+/// RX scatter entry `i` of the ring in `buf` (entries of 16 bytes from its start), for a slot
+/// the device does not own right now (its completion consumed, the doorbell record not yet
+/// handing it back).
+#[inline(always)]
+pub fn scatter_entry(buf: &mut DmaBuf, i: usize) -> &mut [u8; mlx4_prm::DS_SIZE] {
+    const N: usize = mlx4_prm::DS_SIZE;
+    assert!((i + 1) * N <= buf.len());
+    // SAFETY: in bounds (asserted), 16-byte entries; exclusive to the driver by the queue
+    // protocol above, and no other reference to these bytes exists while `buf` is borrowed.
+    unsafe { &mut *buf.as_ptr().add(i * N).cast::<[u8; N]>() }
 }
 
 /// `len` bytes of shared memory at `off`, for entries the device does not own right now

@@ -6,12 +6,14 @@
 //!
 //! Generic over the buffer ([`RxBuf`]): mbufs under DPDK, plain buffers in tests.
 
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use mlx4_hca::Hca;
 use mlx4_prm::{cqe_opcode, rx_status, DataSeg};
 
+use crate::mbuf::{alloc_boxed, alloc_into};
 use crate::mem::{DmaBuf, Lkeys, MemSource, Mr};
 use crate::ring::CqRing;
 
@@ -84,11 +86,18 @@ pub fn parse_rx_cqe(status: u32, hash: u32, csum: bool, rss: bool) -> RxMeta {
 }
 
 /// What the RX path needs from a buffer and its pool.
-pub trait RxBuf: Copy + Default {
+///
+/// # Safety
+/// `alloc_bulk` returning true must have initialised every entry of `out` with a buffer the
+/// caller then owns (the queue reads them as initialised).
+#[allow(unsafe_code)]
+pub unsafe trait RxBuf: Copy {
     type Pool: Copy;
     /// Fills `out` with fresh buffers: all, or none (and returns false).
-    fn alloc_bulk(pool: Self::Pool, out: &mut [Self]) -> bool;
-    fn free_bulk(bufs: &[Self]);
+    fn alloc_bulk(pool: Self::Pool, out: &mut [MaybeUninit<Self>]) -> bool;
+    /// # Safety
+    /// The caller owns every buffer in `bufs`, none appears twice, none is used afterwards.
+    unsafe fn free_bulk(bufs: &[Self]);
     /// Address and size of the area the device may write.
     fn data_area(&self) -> (usize, u32);
     /// This buffer holds `len` bytes of a frame, followed by `next` (if any).
@@ -132,8 +141,11 @@ pub struct RxQueue<B: RxBuf> {
     pool: B::Pool,
     /// `wqe_cnt * sges` posted buffers, WQE-major.
     elts: Box<[B]>,
-    /// Replacement buffers of one chunk (kept here rather than zeroed on every burst).
-    fresh: Box<[B]>,
+    /// `elts` went back to the pool (the queue is being dropped).
+    released: bool,
+    /// Room for the replacement buffers of one chunk (kept here rather than set up on every
+    /// burst).
+    fresh: Box<[MaybeUninit<B>]>,
     lkeys: Lkeys,
     /// Bytes each buffer takes (they all come from one pool).
     room: u32,
@@ -162,13 +174,11 @@ impl<B: RxBuf> RxQueue<B> {
             .ok_or("out of memory for the receive ring")?;
         let cq = CqRing::new(wqe_cnt, cfg.source).ok_or("out of memory for the RX CQ")?;
         let n = (wqe_cnt * cfg.sges) as usize;
-        let mut elts = vec![B::default(); n].into_boxed_slice();
-        if !B::alloc_bulk(pool, &mut elts) {
-            return Err(format!("the mempool cannot fill {n} RX buffers"));
-        }
+        let elts = alloc_boxed::<B>(pool, n)
+            .ok_or_else(|| format!("the mempool cannot fill {n} RX buffers"))?;
         let room = elts[0].data_area().1;
         if room == 0 {
-            B::free_bulk(&elts);
+            release(&elts);
             return Err("the mempool's buffers have no data room".into());
         }
         let mut q = RxQueue {
@@ -180,7 +190,8 @@ impl<B: RxBuf> RxQueue<B> {
             cfg,
             pool,
             elts,
-            fresh: vec![B::default(); FRESH].into_boxed_slice(),
+            released: false,
+            fresh: vec![MaybeUninit::uninit(); FRESH].into_boxed_slice(),
             lkeys: Lkeys::new(mrs),
             room,
             hca: hca.clone(),
@@ -291,9 +302,117 @@ impl<B: RxBuf> RxQueue<B> {
     }
 
     /// Receives up to `out.len()` frames.
+    ///
+    /// Per burst, not per frame: a call with nothing waiting leaves after one load of the
+    /// next CQE's owner byte; the CQEs ready are counted once, and their replacement buffers
+    /// allocated with one bulk call; the lkey of the pool's region is looked up once; the
+    /// counters are summed in registers; the CQ consumer record and the RQ doorbell record
+    /// are written once, at the end. Per frame remain the CQE's fields, the buffer handed up
+    /// and the fresh one posted in its slot.
     pub fn burst(&mut self, out: &mut [B]) -> usize {
+        if out.is_empty() || !self.cq.has_cqe() {
+            return 0;
+        }
+        let got = if self.cfg.sges == 1 {
+            self.burst_single(out)
+        } else {
+            self.burst_scattered(out)
+        };
+        self.cq.update_ci();
+        self.post_all();
+        got
+    }
+
+    /// One buffer per frame (RX scatter off): no segment arithmetic, CQEs read in place.
+    fn burst_single(&mut self, out: &mut [B]) -> usize {
+        let mask = self.wqe_cnt - 1;
+        let (csum, rss, port) = (self.cfg.csum, self.cfg.rss, self.cfg.port_id);
+        let region = self.lkeys.cached();
+        let (mut got, mut bytes, mut errors, mut nombuf) = (0usize, 0u64, 0u64, 0u64);
+        loop {
+            let want = (out.len() - got).min(FRESH);
+            let n = self.cq.ready(want);
+            if n == 0 {
+                break;
+            }
+            let mut fresh_room = std::mem::take(&mut self.fresh);
+            match alloc_into(self.pool, &mut fresh_room[..n]) {
+                None => {
+                    // The pool ran dry: the frames are dropped and counted, and their buffers
+                    // stay posted.
+                    for _ in 0..n {
+                        let c = self.cq.next_view().expect("counted as ready");
+                        if c.opcode() == cqe_opcode::ERROR {
+                            errors += 1;
+                        } else {
+                            nombuf += 1;
+                        }
+                        self.rq_ci = self.rq_ci.wrapping_add(1);
+                    }
+                }
+                Some(fresh) => {
+                    let mut used = 0;
+                    for _ in 0..n {
+                        let c = self.cq.next_view().expect("counted as ready");
+                        let (err, len) = (c.opcode() == cqe_opcode::ERROR, c.byte_cnt());
+                        let (status, hash) = (c.status(), c.immed_rss_invalid());
+                        let slot = (self.rq_ci & mask) as usize;
+                        self.rq_ci = self.rq_ci.wrapping_add(1);
+                        if err {
+                            // Too long for its buffer: the slot keeps it.
+                            errors += 1;
+                            continue;
+                        }
+                        let mut head = self.elts[slot];
+                        head.set_segment(len, None);
+                        head.set_packet(len, 1, port, &parse_rx_cqe(status, hash, csum, rss));
+                        out[got] = head;
+                        got += 1;
+                        bytes += u64::from(len);
+                        let b = fresh[used];
+                        used += 1;
+                        self.elts[slot] = b;
+                        let (addr, room) = b.data_area();
+                        match region {
+                            // The pool's region, looked up once per burst.
+                            Some(mr) if mr.contains(addr, room as usize) => {
+                                let e = crate::ring::scatter_entry(&mut self.rq, slot);
+                                let mut d = DataSeg::new_unchecked(&mut e[..]);
+                                d.set_addr(addr as u64);
+                                d.set_lkey(mr.lkey);
+                                d.set_byte_count(room);
+                            }
+                            _ => {
+                                if !self.post(slot) {
+                                    // See burst_scattered: an entry that cannot point at
+                                    // the buffer just handed up.
+                                    self.post_empty(slot);
+                                    errors += 1;
+                                }
+                            }
+                        }
+                    }
+                    if used < n {
+                        release(&fresh[used..]);
+                    }
+                }
+            }
+            self.fresh = fresh_room;
+            if n < want {
+                break;
+            }
+        }
+        let st = &mut self.stats;
+        st.packets += got as u64;
+        st.bytes += bytes;
+        st.errors += errors;
+        st.nombuf += nombuf;
+        got
+    }
+
+    /// Frames that may take several buffers (scattered RX).
+    fn burst_scattered(&mut self, out: &mut [B]) -> usize {
         let mut got = 0;
-        let mut consumed = false;
         while got < out.len() {
             // A chunk's replacements must fit `fresh`, whatever the frames' sizes.
             let want = (out.len() - got)
@@ -320,9 +439,10 @@ impl<B: RxBuf> RxQueue<B> {
             if n == 0 {
                 break;
             }
-            consumed = true;
-            let mut fresh = std::mem::take(&mut self.fresh);
-            let alloc_ok = B::alloc_bulk(self.pool, &mut fresh[..need]);
+            let mut fresh_room = std::mem::take(&mut self.fresh);
+            let fresh = alloc_into(self.pool, &mut fresh_room[..need]);
+            let alloc_ok = fresh.is_some();
+            let fresh = fresh.unwrap_or_default();
             let mut f = 0;
             for &(len, status, hash, k) in &cqes[..n] {
                 let slot = (self.rq_ci & (self.wqe_cnt - 1)) as usize;
@@ -364,14 +484,10 @@ impl<B: RxBuf> RxQueue<B> {
                     }
                 }
             }
-            self.fresh = fresh;
+            self.fresh = fresh_room;
             if n < want {
                 break;
             }
-        }
-        if consumed {
-            self.cq.update_ci();
-            self.post_all();
         }
         got
     }
@@ -382,9 +498,19 @@ impl<B: RxBuf> RxQueue<B> {
     }
 
     fn release_bufs(&mut self) {
-        B::free_bulk(&self.elts);
-        self.elts.fill(B::default());
+        if !std::mem::replace(&mut self.released, true) {
+            release(&self.elts);
+        }
     }
+}
+
+/// Gives buffers the queue owns back to their pool.
+#[allow(unsafe_code)]
+fn release<B: RxBuf>(bufs: &[B]) {
+    // SAFETY: the queue allocated these buffers and holds them only in `elts` (each slot's
+    // buffer once), which it gives up exactly once (`released`), or on the set-up path
+    // before the queue exists.
+    unsafe { B::free_bulk(bufs) }
 }
 
 impl<B: RxBuf> Drop for RxQueue<B> {

@@ -4,7 +4,41 @@
 //! The queue is generic over the packet buffer ([`TxBuf`]): `rte_mbuf` chains under DPDK,
 //! plain buffers in tests, so the whole path runs against the software HCA without EAL.
 //! Nothing here allocates, locks or calls C per packet; buffers are released in bulk.
+//!
+//! # What is paid per burst, and why
+//!
+//! Under testpmd against a device that drains slowly, `tx_burst` is called tens of times per
+//! packet sent, and at burst 32 anything done per packet is paid 32 times. So the burst does
+//! once what does not depend on the packet (DESIGN, "The transmit path"):
+//! - a call with nothing to send leaves at once; on a full ring it leaves after the
+//!   completion poll (which is what makes room: one load and a compare when no CQE waits),
+//!   before any set-up. [`TxQueue::burst`] is that front, inline; the rest is out of line;
+//! - one room budget: the TXBBs the ring can take before the headroom (and, for gather
+//!   packets, the slots of the gather ring); a packet then only compares against the end of
+//!   the current run;
+//! - the contiguous run to the ring's end is computed once ([`SqRing::poster`]), with at most
+//!   one pad NOP where a WQE would cross it (`Poster::wrap`), and its owner word once;
+//! - each WQE's owner word is one store, made when the next WQE is taken; the last one waits
+//!   for the decisions that concern the burst: whether it asks for a completion (once per
+//!   burst, when enough WQEs or TXBBs went unsignaled) and whether it goes out through
+//!   BlueFlame or the doorbell;
+//! - counters are summed in registers and stored once;
+//! - inline packets are released at the end of the burst, straight from the caller's array
+//!   when no gather packet came between them (no per-packet bookkeeping); gather ones in one
+//!   or two bulk calls when their completion arrives, all completions waiting taken together;
+//! - a completion stamps the whole freed run with one value per pass, by an unrolled loop.
+//!
+//! Per packet, a plain packet (one segment, no offload flags, a length class that fits) takes
+//! a straight-line path: [`wqe::write_plain_inline1`] / [`wqe::write_plain_inline2`] (one or
+//! two TXBBs) or [`wqe::write_plain_gather`] (a buffer in the lkey cache's region), each run
+//! in a tight loop of its own (`inline_run`, `gather_run`) over a cursor that keeps the
+//! poster in registers: a few loads from the buffer, fixed-size stores, one owner store.
+//! Everything else (offloads, VLAN, several segments, long inline WQEs, buffers outside the
+//! lkey cache's region) goes through `post_general`, the former code, which produces the
+//! same bytes. Which path a packet took is in [`TxStats`] (`general_inline`,
+//! `general_gather`), counted on the general path only.
 
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use mlx4_hca::Hca;
@@ -12,25 +46,39 @@ use mlx4_prm::{
     cqe_opcode, opcode, owner_opcode, CtrlSeg, SQ_HEADROOM_BYTES, TXBB_SHIFT, TXBB_SIZE,
 };
 
+use crate::mbuf::{BufBatch, BufRing};
 use crate::mem::{Lkeys, MemSource, Mr};
-use crate::mmio::{BfReg, Copy64, SendDoorbell, Txbb};
+use crate::mmio::{BfReg, Copy64, SendDoorbell};
 use crate::pmd_log;
-use crate::ring::{txbbs_for, CqRing, SqRing};
+use crate::ring::{txbbs_for, CqRing, Posted, Poster, SqRing};
 use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
 
-/// What the TX path needs from a packet buffer.
-pub trait TxBuf: Copy + Default {
+/// What the TX path needs from a packet buffer. Releasing is `unsafe`: a buffer is `Copy`,
+/// and only its owner may give it back.
+#[allow(unsafe_code)]
+pub trait TxBuf: Copy {
     /// Total bytes over all segments.
     fn pkt_len(&self) -> u32;
     /// The segments' bytes, in order.
     fn segs(&self) -> impl Iterator<Item = &[u8]>;
     fn offloads(&self) -> TxOffloads;
+    /// The bytes of a plain packet (one segment, no offload requested), or None: the only
+    /// question the straight-line path asks, answered with a few loads.
+    fn plain(&self) -> Option<&[u8]>;
     /// Returns buffers to their pools, once per batch.
-    fn free_bulk(bufs: &[Self]);
-    /// As `free_bulk`, under the application's promise of `MBUF_FAST_FREE` (one pool,
-    /// reference count 1).
-    fn free_bulk_fast(bufs: &[Self]) {
-        Self::free_bulk(bufs)
+    ///
+    /// # Safety
+    /// The caller owns every buffer in `bufs` (they were handed to the queue and are done
+    /// with), none appears twice, and none is used afterwards.
+    unsafe fn free_bulk(bufs: &[Self]);
+    /// As `free_bulk`, under the application's promise of `MBUF_FAST_FREE`.
+    ///
+    /// # Safety
+    /// As `free_bulk`; moreover every buffer is one segment with reference count 1, and all
+    /// come from one pool.
+    unsafe fn free_bulk_fast(bufs: &[Self]) {
+        // SAFETY: the caller's contract covers free_bulk's.
+        unsafe { Self::free_bulk(bufs) }
     }
 }
 
@@ -65,6 +113,11 @@ pub struct TxStats {
     pub ring_full: u64,
     pub completions: u64,
     pub error_cqes: u64,
+    /// Of `inline_packets` and `gather_packets`, those the general path posted (offloads,
+    /// VLAN, several segments, inline WQEs beyond two TXBBs, buffers outside the lkey
+    /// cache's region); the others took the straight-line path.
+    pub general_inline: u64,
+    pub general_gather: u64,
 }
 
 /// Fields only `tx_burst`'s posting side writes: cache lines of their own.
@@ -73,22 +126,26 @@ pub struct TxStats {
 struct Producer {
     /// Next TXBB (free-running).
     prod: u32,
-    /// Next slot in `elts` (free-running).
-    elts_head: u32,
     /// Next slot in `marks`.
     marks_head: u32,
     /// WQEs and TXBBs posted since the last one that asked for a completion.
     since_comp: u32,
     txbbs_since_comp: u32,
+    /// Gather-ring counter just past the last held buffer of several segments: buffers
+    /// before it may not go back through the fast-free path.
+    chained_until: u32,
     lkeys: Lkeys,
     packets: u64,
     bytes: u64,
     errors: u64,
     doorbells: u64,
     bf_writes: u64,
-    inline_packets: u64,
+    /// Packets that went out in gather WQEs; the others went inline.
     gather_packets: u64,
     ring_full: u64,
+    /// Counted on the general path only, where they cost nothing that matters.
+    general_inline: u64,
+    general_gather: u64,
 }
 
 /// Fields only the completion side writes: another cache line.
@@ -97,7 +154,6 @@ struct Producer {
 struct Completion {
     /// First TXBB not yet completed (free-running).
     cons: u32,
-    elts_tail: u32,
     marks_tail: u32,
     completions: u64,
     error_cqes: u64,
@@ -126,17 +182,7 @@ struct HwQueue {
     bf: Option<BfReg>,
 }
 
-/// The posted-but-not-yet-published last WQE of a burst: its owner word waits until we know
-/// whether it goes out through BlueFlame (which changes the control segment).
-#[derive(Clone, Copy)]
-struct Pending {
-    start: u32,
-    txbbs: u32,
-    ds: u8,
-    bf_ok: bool,
-}
-
-/// Packets freed in one bulk call.
+/// Packets gathered for one release when gather packets come between inline ones.
 const FREE_BATCH: usize = 64;
 
 pub struct TxQueue<B: TxBuf> {
@@ -149,17 +195,20 @@ pub struct TxQueue<B: TxBuf> {
     pub qid: u16,
     name: Arc<str>,
     txbb_cnt: u32,
-    /// TXBBs kept free so the device can prefetch past the producer (2 KB + one WQE).
-    headroom: u32,
+    /// TXBBs the queue may have in flight: the ring less the headroom the device may
+    /// prefetch into (2 KB + one WQE).
+    usable: u32,
     comp_every: u32,
     comp_txbbs: u32,
+    /// Longest packet the straight-line inline path takes: the threshold, at most two TXBBs.
+    plain_inline_max: usize,
     /// Buffers of gather WQEs, held until their completion.
-    elts: Box<[B]>,
+    elts: BufRing<B>,
     marks: Box<[CompMark]>,
-    /// Inline packets of the current burst, freed together at its end.
-    done: Box<[B]>,
-    /// Data segments of the packet being posted.
-    segs: Box<[(u64, u32, u32)]>,
+    /// Inline packets of a burst that also held gather packets, released together.
+    done: BufBatch<B, FREE_BATCH>,
+    /// Data segments of the packet being posted on the general path.
+    segs: [(u64, u32, u32); MAX_GATHER_SEGS],
 }
 
 /// Largest WQE we build: 63 DS in 16 TXBBs.
@@ -203,17 +252,18 @@ impl<B: TxBuf> TxQueue<B> {
             comp: Completion::default(),
             hw,
             hca: hca.clone(),
+            plain_inline_max: usize::from(cfg.inline_max).min(wqe::PLAIN_INLINE_MAX),
             cfg,
             qid,
             name,
             txbb_cnt,
-            headroom,
+            usable: txbb_cnt - headroom,
             comp_every,
             comp_txbbs,
-            elts: vec![B::default(); elts_n as usize].into_boxed_slice(),
+            elts: BufRing::new(elts_n),
             marks: vec![CompMark::default(); marks_n as usize].into_boxed_slice(),
-            done: vec![B::default(); FREE_BATCH].into_boxed_slice(),
-            segs: vec![(0, 0, 0); MAX_GATHER_SEGS].into_boxed_slice(),
+            done: BufBatch::default(),
+            segs: [(0, 0, 0); MAX_GATHER_SEGS],
         })
     }
 
@@ -223,7 +273,7 @@ impl<B: TxBuf> TxQueue<B> {
 
     /// Packets in flight the queue was sized for.
     pub fn nb_desc(&self) -> u32 {
-        self.elts.len() as u32
+        self.elts.capacity()
     }
 
     /// The configured path, unless the device gave this queue no BF register.
@@ -242,266 +292,270 @@ impl<B: TxBuf> TxQueue<B> {
             errors: p.errors,
             doorbells: p.doorbells,
             bf_writes: p.bf_writes,
-            inline_packets: p.inline_packets,
+            inline_packets: p.packets - p.gather_packets,
             gather_packets: p.gather_packets,
             ring_full: p.ring_full,
             completions: self.comp.completions,
             error_cqes: self.comp.error_cqes,
+            general_inline: p.general_inline,
+            general_gather: p.general_gather,
         }
     }
 
     pub fn reset_stats(&mut self) {
         let p = &mut self.prod;
         (p.packets, p.bytes, p.errors, p.doorbells, p.bf_writes) = (0, 0, 0, 0, 0);
-        (p.inline_packets, p.gather_packets, p.ring_full) = (0, 0, 0);
+        (p.gather_packets, p.ring_full) = (0, 0);
+        (p.general_inline, p.general_gather) = (0, 0);
         (self.comp.completions, self.comp.error_cqes) = (0, 0);
+    }
+
+    /// TXBBs in the send ring.
+    pub fn txbb_cnt(&self) -> u32 {
+        self.txbb_cnt
+    }
+
+    /// The producer counter: where the next WQE goes (free-running, in TXBBs).
+    pub fn producer(&self) -> u32 {
+        self.prod.prod
     }
 
     /// Buffers posted and not yet completed.
     pub fn outstanding(&self) -> u32 {
-        self.prod.elts_head.wrapping_sub(self.comp.elts_tail)
+        self.elts.len()
     }
 
-    fn room(&self, txbbs: u32, gather: bool) -> bool {
+    /// TXBBs the ring can take now, the prefetch headroom kept free.
+    #[inline(always)]
+    fn room(&self) -> u32 {
         let used = self.prod.prod.wrapping_sub(self.comp.cons);
-        let elts_ok = !gather || self.outstanding() < self.elts.len() as u32;
-        let marks_ok =
-            self.prod.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32;
-        used + txbbs + self.headroom <= self.txbb_cnt && elts_ok && marks_ok
+        self.usable.saturating_sub(used)
     }
 
-    /// Posts as many of `pkts` as fit; returns how many were taken. Taken packets belong to
-    /// the queue (sent, or dropped and counted in `errors` if they can never be sent).
-    pub fn burst(&mut self, pkts: &[B]) -> usize {
-        self.complete();
-        if self.comp.failed && !self.recover() {
-            return 0;
-        }
-        // Scratch kept in the queue: zeroing ~1.5 KB per burst cost more than a small burst.
-        let mut done_buf = std::mem::take(&mut self.done);
-        let mut segs_buf = std::mem::take(&mut self.segs);
-        // Fixed-size views: indexing them needs no length loads.
-        let done: &mut [B; FREE_BATCH] = (&mut done_buf[..]).try_into().expect("sized at setup");
-        let segs: &mut [(u64, u32, u32); MAX_GATHER_SEGS] =
-            (&mut segs_buf[..]).try_into().expect("sized at setup");
-        let mut n_done = 0;
-        let mut pending: Option<Pending> = None;
-        let mut taken = 0;
-        for &pkt in pkts {
-            let len = pkt.pkt_len() as usize;
-            let off = pkt.offloads();
-            let inline = len <= usize::from(self.cfg.inline_max) && len > 0;
-            let mut nsegs = 0;
-            let bytes = if inline {
-                wqe::inline_wqe_bytes(len)
-            } else {
-                let mut ok = len > 0;
-                for s in pkt.segs().filter(|s| !s.is_empty()) {
-                    if nsegs == MAX_GATHER_SEGS {
-                        ok = false;
-                        break;
-                    }
-                    match self.prod.lkeys.lookup(s.as_ptr() as usize, s.len()) {
-                        Some(lkey) => segs[nsegs] = (s.as_ptr() as u64, s.len() as u32, lkey),
-                        None => {
-                            ok = false;
-                            break;
-                        }
-                    }
-                    nsegs += 1;
-                }
-                if !ok {
-                    // Empty, too many segments, or memory the device cannot reach: it can
-                    // never go out, so it is dropped and counted rather than retried forever.
-                    self.prod.errors += 1;
-                    push_done::<B>(done, &mut n_done, pkt, self.cfg.fast_free);
-                    taken += 1;
-                    continue;
-                }
-                wqe::gather_wqe_bytes(nsegs)
-            };
-            let txbbs = txbbs_for(bytes);
-            let slot = self.prod.prod & (self.txbb_cnt - 1);
-            let pad = if slot + txbbs > self.txbb_cnt {
-                self.txbb_cnt - slot
-            } else {
-                0
-            };
-            if !self.room(pad + txbbs, !inline) {
-                self.complete();
-                if self.comp.failed || !self.room(pad + txbbs, !inline) {
-                    self.prod.ring_full += 1;
-                    break;
-                }
-            }
-            if let Some(p) = pending.take() {
-                self.publish(p, false);
-            }
-            if pad > 0 {
-                self.post_nop(pad, false);
-            }
-            let start = self.prod.prod;
-            let signaled = self.prod.since_comp + 1 >= self.comp_every
-                || self.prod.txbbs_since_comp + txbbs >= self.comp_txbbs;
-            let ds = wqe::ds_of(bytes);
-            {
-                let w = self.hw.sq.wqe_mut(start, txbbs);
-                wqe::write_ctrl(w, ds, off, signaled);
-                if inline {
-                    wqe::write_inline(w, len, pkt.segs());
-                } else {
-                    wqe::write_gather(w, &segs[..nsegs]);
-                }
-            }
-            self.prod.prod = start.wrapping_add(txbbs);
-            if inline {
-                self.prod.inline_packets += 1;
-                push_done::<B>(done, &mut n_done, pkt, self.cfg.fast_free);
-            } else {
-                self.prod.gather_packets += 1;
-                let mask = self.elts.len() as u32 - 1;
-                self.elts[(self.prod.elts_head & mask) as usize] = pkt;
-                self.prod.elts_head = self.prod.elts_head.wrapping_add(1);
-            }
-            if signaled {
-                self.push_mark(start);
-            } else {
-                self.prod.since_comp += 1;
-                self.prod.txbbs_since_comp += txbbs;
-            }
-            self.prod.packets += 1;
-            self.prod.bytes += len as u64;
-            pending = Some(Pending {
-                start,
-                txbbs,
-                ds,
-                bf_ok: off.vlan.is_none(),
-            });
-            taken += 1;
-        }
-        if let Some(p) = pending {
-            self.publish(p, true);
-        }
-        if n_done > 0 {
-            free::<B>(&done[..n_done], self.cfg.fast_free);
-        }
-        self.done = done_buf;
-        self.segs = segs_buf;
-        taken
+    #[inline(always)]
+    fn marks_free(&self) -> bool {
+        self.prod.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32
     }
 
-    fn push_mark(&mut self, start: u32) {
+    /// Posts a signaled one-TXBB NOP, whose completion covers everything posted before it.
+    fn post_signaled_nop(&mut self) {
+        let start = self.prod.prod;
+        wqe::write_nop(&mut self.hw.sq.wqe_mut(start, 1), 1, true);
+        self.prod.prod = start.wrapping_add(1);
         let mask = self.marks.len() as u32 - 1;
         self.marks[(self.prod.marks_head & mask) as usize] = CompMark {
             txbb_end: self.prod.prod,
-            elts_end: self.prod.elts_head,
+            elts_end: self.elts.head(),
             wqe_index: start as u16,
         };
         self.prod.marks_head = self.prod.marks_head.wrapping_add(1);
-        self.prod.since_comp = 0;
-        self.prod.txbbs_since_comp = 0;
-    }
-
-    /// Publishes a NOP of `txbbs` TXBBs. Unsignaled, it pads the ring up to its end so that
-    /// no WQE wraps (a wrapped WQE could not go through BlueFlame, and building it would need
-    /// a bounce buffer); signaled, its completion covers everything posted before it.
-    fn post_nop(&mut self, txbbs: u32, signaled: bool) {
-        let start = self.prod.prod;
-        let ds = (txbbs * 4).min(u32::from(mlx4_prm::MAX_WQE_DS)) as u8;
-        wqe::write_ctrl(
-            self.hw.sq.wqe_mut(start, 1),
-            ds,
-            TxOffloads::default(),
-            signaled,
-        );
-        self.prod.prod = start.wrapping_add(txbbs);
-        if signaled {
-            self.push_mark(start);
-        } else {
-            self.prod.txbbs_since_comp += txbbs;
-        }
+        (self.prod.since_comp, self.prod.txbbs_since_comp) = (0, 0);
         self.hw
             .sq
             .publish(start, self.hw.sq.owner_word(start, opcode::NOP));
     }
 
-    /// Hands a WQE to the device. For the last WQE of a burst, also tells the device: a
-    /// BlueFlame copy when that path is live and the WQE fits a half, else the doorbell.
-    #[inline]
-    fn publish(&mut self, p: Pending, last: bool) {
-        let word = self.hw.sq.owner_word(p.start, opcode::SEND);
-        if !last {
-            self.hw.sq.publish(p.start, word);
-            return;
+    /// Posts as many of `pkts` as fit; returns how many were taken. Taken packets belong to
+    /// the queue (sent, or dropped and counted in `errors` if they can never be sent).
+    #[inline(always)]
+    pub fn burst(&mut self, pkts: &[B]) -> usize {
+        if pkts.is_empty() {
+            return 0;
         }
-        if self.cfg.path == TxPath::BlueFlame && p.bf_ok {
-            if let Some(bf) = self.hw.bf.as_mut() {
-                if (p.txbbs as usize) * TXBB_SIZE <= bf.half_size() {
-                    let counter = (p.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
-                    self.hw.sq.publish(p.start, word | counter);
-                    // The copy's first TXBB carries the QPN where the ring copy has the VLAN
-                    // fields (which is why a VLAN-inserting WQE never goes through BF); the
-                    // ring keeps a plain WQE for a device that falls back to fetching it.
-                    let wqe = self.hw.sq.wqe(p.start, p.txbbs);
-                    let mut first = Txbb([0; TXBB_SIZE]);
-                    first.0.copy_from_slice(&wqe[..TXBB_SIZE]);
-                    CtrlSeg::new_unchecked(&mut first.0[..]).set_bf_qpn_ds(self.hw.qpn, p.ds);
-                    bf.write(&first, &wqe[TXBB_SIZE..]);
-                    self.prod.bf_writes += 1;
-                    return;
+        // Completions make the room, so they come first. With none waiting and the queue
+        // healthy this is one load and a compare, and the front calls nothing but `post`.
+        if self.hw.cq.has_cqe() || self.comp.failed {
+            return self.burst_after_completions(pkts);
+        }
+        let room = self.room();
+        if room == 0 {
+            self.prod.ring_full += 1;
+            return 0;
+        }
+        self.post(pkts, room)
+    }
+
+    #[inline(never)]
+    fn burst_after_completions(&mut self, pkts: &[B]) -> usize {
+        self.complete();
+        if self.comp.failed && !self.recover() {
+            return 0;
+        }
+        let room = self.room();
+        if room == 0 {
+            self.prod.ring_full += 1;
+            return 0;
+        }
+        self.post(pkts, room)
+    }
+
+    /// The burst proper, with `room` TXBBs (more than none) to fill. A burst of plain packets
+    /// that fit inline WQEs (the common one) is one straight-line run; anything else continues
+    /// in [`post_rest`].
+    #[inline(never)]
+    fn post(&mut self, pkts: &[B], room: u32) -> usize {
+        let start = self.prod.prod;
+        let sink = AtomicU32::new(0);
+        let mut poster = self.hw.sq.poster(start, start.wrapping_add(room), &sink);
+        let (mut n, mut bytes) = (0, 0);
+        let stop = inline_run(&mut poster, pkts, &mut n, self.plain_inline_max, &mut bytes);
+        if stop == Stop::End {
+            // Every packet went the straight-line way: the tally is two registers, and the
+            // end of the burst a copy of its own with the rest folded away.
+            let posted = poster.finish();
+            return self.end_burst(posted, start, pkts, Tally::straight(n, bytes));
+        }
+        let rest = Rest {
+            inline_max: usize::from(self.cfg.inline_max),
+            plain_inline_max: self.plain_inline_max,
+            elts_room: self.elts.capacity() - self.elts.len(),
+            fast_free: self.cfg.fast_free,
+            prod: &mut self.prod,
+            elts: &mut self.elts,
+            done: &mut self.done,
+            segs: &mut self.segs,
+        };
+        // The poster goes in and out by value, so that it need not live in memory on the
+        // straight-line path.
+        let (poster, t) = post_rest(poster, pkts, stop, Tally::straight(n, bytes), rest);
+        let posted = poster.finish();
+        self.end_burst(posted, start, pkts, t)
+    }
+
+    /// Once per burst: the completion request, the BlueFlame copy or the doorbell, the
+    /// release of what was copied inline, the counters.
+    #[inline(always)]
+    fn end_burst(&mut self, posted: Posted, start: u32, pkts: &[B], t: Tally) -> usize {
+        let end = posted.end;
+        let p = &mut self.prod;
+        p.prod = end;
+        if let Some(last) = posted.last {
+            p.since_comp += (t.n as u32) - t.errors;
+            p.txbbs_since_comp += end.wrapping_sub(start);
+            // The last WQE asks for a completion when enough went unsignaled.
+            if (p.since_comp >= self.comp_every || p.txbbs_since_comp >= self.comp_txbbs)
+                && p.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32
+            {
+                wqe::set_signaled(&mut self.hw.sq.wqe_mut(last.start, last.txbbs));
+                let mask = self.marks.len() as u32 - 1;
+                self.marks[(p.marks_head & mask) as usize] = CompMark {
+                    txbb_end: end,
+                    elts_end: self.elts.head(),
+                    wqe_index: last.start as u16,
+                };
+                p.marks_head = p.marks_head.wrapping_add(1);
+                (p.since_comp, p.txbbs_since_comp) = (0, 0);
+            }
+            let word = u32::from_be(last.send_be);
+            let bf = match self.cfg.path {
+                TxPath::BlueFlame => self.hw.bf.as_mut(),
+                TxPath::Doorbell => None,
+            };
+            match bf {
+                Some(bf) if (last.txbbs as usize) * TXBB_SIZE <= bf.half_size() => {
+                    let ctrl = self.hw.sq.ctrl_dword1(last.start).to_be_bytes();
+                    let ctrl =
+                        CtrlSeg::new_unchecked([0, 0, 0, 0, ctrl[0], ctrl[1], ctrl[2], ctrl[3]]);
+                    if ctrl.ins_vlan() == 0 {
+                        // The copy's first TXBB carries the QPN where the ring copy has the
+                        // VLAN fields (which is why a VLAN-inserting WQE never goes through
+                        // BF); the ring keeps a plain WQE for a device that falls back to
+                        // fetching it.
+                        let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
+                        let mut head = [0u8; 8];
+                        let mut c = CtrlSeg::new_unchecked(&mut head[..]);
+                        c.set_owner_opcode(word);
+                        c.set_bf_qpn_ds(self.hw.qpn, ctrl.ds());
+                        let wqe = self.hw.sq.publish_blocks(last.start, last.txbbs, word);
+                        bf.write_wqe(head, wqe);
+                        p.bf_writes += 1;
+                    } else {
+                        self.hw.sq.publish(last.start, word);
+                        self.hw.doorbell.ring();
+                        p.doorbells += 1;
+                    }
+                }
+                _ => {
+                    self.hw.sq.publish(last.start, word);
+                    self.hw.doorbell.ring();
+                    p.doorbells += 1;
                 }
             }
         }
-        self.hw.sq.publish(p.start, word);
-        self.hw.doorbell.ring();
-        self.prod.doorbells += 1;
+        // Inline and dropped packets go back to their pools now (an inline packet's bytes
+        // are in its WQE): straight from the caller's array unless gather packets came
+        // between them.
+        let fast = self.cfg.fast_free && t.single_seg;
+        if t.kept == 0 && t.n == pkts.len() {
+            release(pkts, fast);
+        } else if self.done.is_empty() {
+            release(&pkts[t.kept..t.n], fast);
+        } else {
+            stash(&mut self.done, &pkts[t.kept..t.n], fast);
+            release(self.done.take(), fast);
+        }
+        let p = &mut self.prod;
+        p.packets += (t.n - t.errors as usize) as u64;
+        p.bytes += t.bytes;
+        t.n
     }
 
     /// Consumes available CQEs: stamps the completed TXBBs and frees the completed buffers in
-    /// bulk. Returns the number of buffers freed.
+    /// bulk, once for all of them. Returns the number of buffers freed.
+    #[inline(always)]
     pub fn complete(&mut self) -> usize {
-        let mut freed = 0;
+        let Some(cqe) = self.hw.cq.poll() else {
+            return 0;
+        };
+        self.complete_from(cqe)
+    }
+
+    #[inline(never)]
+    fn complete_from(&mut self, first: mlx4_prm::Cqe<[u8; mlx4_prm::CQE_SIZE]>) -> usize {
+        let mut cqe = Some(first);
+        let mut end = None;
         let mut cqes = 0;
-        while let Some(cqe) = self.hw.cq.poll() {
-            if cqe.opcode() == cqe_opcode::ERROR {
-                self.on_error_cqe(cqe.syndrome(), cqe.vendor_err(), cqe.wqe_index());
+        while let Some(c) = cqe {
+            if c.opcode() == cqe_opcode::ERROR {
+                self.on_error_cqe(c.syndrome(), c.vendor_err(), c.wqe_index());
                 break;
             }
             let mask = self.marks.len() as u32 - 1;
             let m = self.marks[(self.comp.marks_tail & mask) as usize];
             self.comp.marks_tail = self.comp.marks_tail.wrapping_add(1);
-            debug_assert_eq!(cqe.wqe_index(), m.wqe_index, "CQEs arrive in WQE order");
-            self.hw.sq.stamp(self.comp.cons, m.txbb_end);
-            self.comp.cons = m.txbb_end;
-            freed += self.free_elts(m.elts_end);
+            debug_assert_eq!(c.wqe_index(), m.wqe_index, "CQEs arrive in WQE order");
+            end = Some(m);
             cqes += 1;
+            cqe = self.hw.cq.poll();
         }
         if cqes > 0 {
             self.hw.cq.update_ci();
             self.comp.completions += cqes;
         }
-        freed
+        let Some(m) = end else { return 0 };
+        self.hw.sq.stamp(self.comp.cons, m.txbb_end);
+        self.comp.cons = m.txbb_end;
+        self.free_elts(m.elts_end)
     }
 
-    /// Frees `elts[tail..end)` in at most two contiguous bulk calls.
+    /// Releases the held buffers before gather-ring counter `end`, in at most two bulk calls.
     fn free_elts(&mut self, end: u32) -> usize {
-        let n = end.wrapping_sub(self.comp.elts_tail) as usize;
-        if n == 0 {
+        let tail = self.elts.head().wrapping_sub(self.elts.len());
+        if end == tail {
             return 0;
         }
-        let size = self.elts.len();
-        let first = (self.comp.elts_tail as usize) & (size - 1);
-        let run = n.min(size - first);
-        free::<B>(&self.elts[first..first + run], self.cfg.fast_free);
-        if run < n {
-            free::<B>(&self.elts[..n - run], self.cfg.fast_free);
-        }
-        self.comp.elts_tail = end;
-        n
+        // Fast free only if no buffer of several segments is among them.
+        let fast = self.cfg.fast_free && (self.prod.chained_until.wrapping_sub(tail) as i32) <= 0;
+        let (a, b) = self.elts.take_until(end);
+        release(a, fast);
+        release(b, fast);
+        a.len() + b.len()
     }
 
     /// An error CQE: the device moved the SQ to the error state. Count and log once per queue;
     /// the next burst recreates the queue.
+    #[cold]
+    #[inline(never)]
     fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
         self.comp.error_cqes += 1;
         self.prod.errors += 1;
@@ -537,9 +591,9 @@ impl<B: TxBuf> TxQueue<B> {
     /// and when the port stops (the device no longer executes anything then).
     pub fn reset(&mut self) -> Result<(), String> {
         self.destroy_hw();
-        self.free_elts(self.prod.elts_head);
+        self.free_elts(self.elts.head());
         self.hw = create_hw(&self.hca, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
-        debug_assert_eq!(self.prod.elts_head, self.comp.elts_tail);
+        debug_assert!(self.elts.is_empty());
         (self.prod.prod, self.prod.marks_head, self.prod.since_comp) = (0, 0, 0);
         self.prod.txbbs_since_comp = 0;
         (self.comp.cons, self.comp.marks_tail) = (0, 0);
@@ -567,8 +621,8 @@ impl<B: TxBuf> TxQueue<B> {
                 return true;
             }
             let unsignaled = self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0;
-            if unsignaled && self.room(1, false) {
-                self.post_nop(1, true);
+            if unsignaled && self.room() >= 1 && self.marks_free() {
+                self.post_signaled_nop();
                 self.hw.doorbell.ring();
                 self.prod.doorbells += 1;
             }
@@ -593,7 +647,7 @@ impl<B: TxBuf> Drop for TxQueue<B> {
     fn drop(&mut self) {
         // The device must stop reading the ring and the buffers before either goes away.
         self.destroy_hw();
-        self.free_elts(self.prod.elts_head);
+        self.free_elts(self.elts.head());
     }
 }
 
@@ -613,21 +667,350 @@ fn create_hw(hca: &Hca, txbb_cnt: u32, cqe_cnt: u32, cfg: &TxConfig) -> Result<H
     })
 }
 
-#[inline]
-fn push_done<B: TxBuf>(done: &mut [B; FREE_BATCH], n: &mut usize, pkt: B, fast: bool) {
-    done[*n] = pkt;
-    *n += 1;
-    if *n == FREE_BATCH {
-        free::<B>(&done[..FREE_BATCH], fast);
-        *n = 0;
+/// What posting one packet came to.
+enum Step {
+    /// An inline WQE of this many packet bytes; the packet is released with its chunk.
+    Inline(u32),
+    /// A gather WQE; the packet is held until its completion.
+    Gather(u32),
+    /// It can never be sent (empty, too many segments, memory the device cannot reach): taken,
+    /// released and counted, rather than retried forever.
+    Dropped,
+    /// No room for it: the burst ends before it.
+    Full,
+}
+
+/// Why a straight-line run stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Every packet of the chunk is posted.
+    End,
+    /// No room for the next packet.
+    Full,
+    /// The next packet, of this many TXBBs, does not fit before the current run's end.
+    RunEnd(u32),
+    /// The next packet is not for this run.
+    Other,
+}
+
+/// Posts plain packets that fit an inline WQE of one or two TXBBs, from `pkts[*n]` on, until
+/// one does not; adds their bytes to `bytes`.
+#[inline(always)]
+fn inline_run<B: TxBuf>(
+    poster: &mut Poster<'_>,
+    pkts: &[B],
+    n: &mut usize,
+    plain_inline_max: usize,
+    bytes: &mut u64,
+) -> Stop {
+    let mut sum = *bytes;
+    let mut poster = poster.cursor();
+    let todo = &pkts[*n..];
+    let mut i = 0;
+    let stop = loop {
+        if i == todo.len() {
+            break Stop::End;
+        }
+        let Some(data) = todo[i].plain() else {
+            break Stop::Other;
+        };
+        let len = data.len();
+        if len.wrapping_sub(1) >= plain_inline_max {
+            break Stop::Other;
+        }
+        // Each length class with its own constant WQE size.
+        if len <= wqe::FIRST_CHUNK {
+            let Some(mut w) = poster.take::<1>() else {
+                break Stop::RunEnd(1);
+            };
+            wqe::write_plain_inline1(&mut w, data);
+        } else {
+            // Already known (the threshold is clamped to it); said again so that the compiler
+            // knows the second chunk's size too.
+            if len > wqe::PLAIN_INLINE_MAX {
+                break Stop::Other;
+            }
+            let Some(mut w) = poster.take::<2>() else {
+                break Stop::RunEnd(2);
+            };
+            wqe::write_plain_inline2(&mut w, data);
+        }
+        sum += len as u64;
+        i += 1;
+    };
+    *n += i;
+    *bytes = sum;
+    stop
+}
+
+/// Posts plain packets above the inline threshold whose buffer lies in the lkey cache's
+/// region, as gather WQEs of one data segment, from `pkts[*n]` on, holding each in `elts`;
+/// adds their bytes to `bytes`.
+#[inline(always)]
+fn gather_run<B: TxBuf>(
+    poster: &mut Poster<'_>,
+    pkts: &[B],
+    n: &mut usize,
+    inline_max: usize,
+    lkeys: &Lkeys,
+    elts: &mut BufRing<B>,
+    bytes: &mut u64,
+) -> Stop {
+    // The region in registers; a buffer outside it goes the general way, which looks it up.
+    let Some(mr) = lkeys.cached() else {
+        return Stop::Other;
+    };
+    let mut sum = *bytes;
+    let mut poster = poster.cursor();
+    let mut held = elts.pusher();
+    let todo = &pkts[*n..];
+    let mut i = 0;
+    let stop = loop {
+        if i == todo.len() {
+            break Stop::End;
+        }
+        let pkt = todo[i];
+        let Some(data) = pkt.plain() else {
+            break Stop::Other;
+        };
+        let (addr, len) = (data.as_ptr() as usize, data.len());
+        if len <= inline_max || !mr.contains(addr, len) {
+            break Stop::Other;
+        }
+        if held.is_full() {
+            break Stop::Full;
+        }
+        let Some(mut w) = poster.take::<1>() else {
+            break Stop::RunEnd(1);
+        };
+        wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
+        held.push(pkt);
+        sum += len as u64;
+        i += 1;
+    };
+    *n += i;
+    *bytes = sum;
+    stop
+}
+
+/// What a burst came to.
+#[derive(Clone, Copy)]
+struct Tally {
+    /// Packets taken (posted or dropped).
+    n: usize,
+    bytes: u64,
+    gathers: u32,
+    errors: u32,
+    /// Packets before this are held for gather WQEs or kept in `done`; from it up to `n`,
+    /// they are released straight from the caller's array.
+    kept: usize,
+    /// No packet released with this burst's may have several segments (fast free allowed).
+    single_seg: bool,
+    /// The burst stopped for want of room.
+    full: bool,
+}
+
+impl Tally {
+    /// `n` packets of `bytes` in all, every one posted by the straight-line path.
+    #[inline(always)]
+    fn straight(n: usize, bytes: u64) -> Tally {
+        Tally {
+            n,
+            bytes,
+            gathers: 0,
+            errors: 0,
+            kept: 0,
+            single_seg: true,
+            full: false,
+        }
     }
 }
 
+/// What [`post_rest`] needs of the queue besides the poster.
+struct Rest<'q, B: TxBuf> {
+    inline_max: usize,
+    plain_inline_max: usize,
+    elts_room: u32,
+    fast_free: bool,
+    prod: &'q mut Producer,
+    elts: &'q mut BufRing<B>,
+    done: &'q mut BufBatch<B, FREE_BATCH>,
+    segs: &'q mut [(u64, u32, u32); MAX_GATHER_SEGS],
+}
+
+/// The rest of a burst after a straight-line inline run stopped with `stop`: runs of plain
+/// gather packets, the ring's end, and the general path, until the packets or the room end.
+#[inline(never)]
+fn post_rest<'a, B: TxBuf>(
+    mut poster: Poster<'a>,
+    pkts: &[B],
+    stop: Stop,
+    mut t: Tally,
+    mut q: Rest<'_, B>,
+) -> (Poster<'a>, Tally) {
+    rest_loop(&mut poster, pkts, stop, &mut t, &mut q);
+    let p = q.prod;
+    p.ring_full += u64::from(t.full);
+    p.errors += u64::from(t.errors);
+    p.gather_packets += u64::from(t.gathers);
+    (poster, t)
+}
+
+#[inline(always)]
+fn rest_loop<B: TxBuf>(
+    poster: &mut Poster<'_>,
+    pkts: &[B],
+    mut stop: Stop,
+    t: &mut Tally,
+    q: &mut Rest<'_, B>,
+) {
+    loop {
+        let n0 = t.n;
+        if stop == Stop::Other {
+            let before = t.n;
+            stop = gather_run(
+                poster,
+                pkts,
+                &mut t.n,
+                q.inline_max,
+                &q.prod.lkeys,
+                q.elts,
+                &mut t.bytes,
+            );
+            if t.n != before {
+                stash(q.done, &pkts[t.kept..before], q.fast_free && t.single_seg);
+                t.gathers += (t.n - before) as u32;
+                t.kept = t.n;
+            }
+        }
+        match stop {
+            Stop::End => return,
+            Stop::Full => {
+                t.full = true;
+                return;
+            }
+            // The ring's end, once per burst at most: one pad NOP, then the next pass.
+            Stop::RunEnd(txbbs) => {
+                if !poster.wrap(txbbs) {
+                    t.full = true;
+                    return;
+                }
+            }
+            Stop::Other if t.n == n0 => {
+                let pkt = pkts[t.n];
+                let room = q.elts_room - t.gathers;
+                match post_general(poster, pkt, q.inline_max, &mut q.prod.lkeys, q.segs, room) {
+                    // It may have several segments: no fast free for what is released with it.
+                    Step::Inline(len) => {
+                        t.single_seg = false;
+                        t.bytes += u64::from(len);
+                        q.prod.general_inline += 1;
+                    }
+                    Step::Dropped => {
+                        t.single_seg = false;
+                        t.errors += 1;
+                    }
+                    Step::Gather(len) => {
+                        stash(q.done, &pkts[t.kept..t.n], q.fast_free && t.single_seg);
+                        q.elts.push(pkt);
+                        q.prod.chained_until = q.elts.head();
+                        q.prod.general_gather += 1;
+                        t.gathers += 1;
+                        t.bytes += u64::from(len);
+                        t.kept = t.n + 1;
+                    }
+                    Step::Full => {
+                        t.full = true;
+                        return;
+                    }
+                }
+                t.n += 1;
+                if t.n == pkts.len() {
+                    return;
+                }
+            }
+            Stop::Other => {}
+        }
+        stop = inline_run(poster, pkts, &mut t.n, q.plain_inline_max, &mut t.bytes);
+    }
+}
+
+/// The general path: offloads, VLAN insertion, several segments, long inline WQEs, buffers
+/// outside the lkey cache's region. `gathers_left` is the room in the gather ring.
+#[inline(never)]
+fn post_general<B: TxBuf>(
+    poster: &mut Poster<'_>,
+    pkt: B,
+    inline_max: usize,
+    lkeys: &mut Lkeys,
+    segs: &mut [(u64, u32, u32); MAX_GATHER_SEGS],
+    gathers_left: u32,
+) -> Step {
+    let len = pkt.pkt_len() as usize;
+    let off = pkt.offloads();
+    if len > 0 && len <= inline_max {
+        let bytes = wqe::inline_wqe_bytes(len);
+        let Some(mut w) = poster.take_dyn(txbbs_for(bytes)) else {
+            return Step::Full;
+        };
+        wqe::write_ctrl(&mut w, wqe::ds_of(bytes), off, false);
+        wqe::write_inline(&mut w, len, pkt.segs());
+        return Step::Inline(len as u32);
+    }
+    let mut nsegs = 0;
+    for s in pkt.segs().filter(|s| !s.is_empty()) {
+        if nsegs == MAX_GATHER_SEGS {
+            return Step::Dropped;
+        }
+        let Some(lkey) = lkeys.lookup(s.as_ptr() as usize, s.len()) else {
+            return Step::Dropped;
+        };
+        segs[nsegs] = (s.as_ptr() as u64, s.len() as u32, lkey);
+        nsegs += 1;
+    }
+    if nsegs == 0 {
+        return Step::Dropped;
+    }
+    if gathers_left == 0 {
+        return Step::Full;
+    }
+    let bytes = wqe::gather_wqe_bytes(nsegs);
+    let Some(mut w) = poster.take_dyn(txbbs_for(bytes)) else {
+        return Step::Full;
+    };
+    wqe::write_ctrl(&mut w, wqe::ds_of(bytes), off, false);
+    wqe::write_gather(&mut w, &segs[..nsegs]);
+    Step::Gather(len as u32)
+}
+
+/// Keeps packets for the release at the end of the burst, releasing a full batch on the way.
 #[inline]
-fn free<B: TxBuf>(bufs: &[B], fast: bool) {
-    if fast {
-        B::free_bulk_fast(bufs)
-    } else {
-        B::free_bulk(bufs)
+fn stash<B: TxBuf, const N: usize>(done: &mut BufBatch<B, N>, pkts: &[B], fast: bool) {
+    for &b in pkts {
+        if !done.push(b) {
+            release(done.take(), fast);
+            done.push(b);
+        }
+    }
+}
+
+/// Returns buffers the queue is done with. `fast`: the application promised `MBUF_FAST_FREE`
+/// and every one of them is a single segment.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn release<B: TxBuf>(bufs: &[B], fast: bool) {
+    if bufs.is_empty() {
+        return;
+    }
+    // SAFETY: `tx_burst` handed these buffers to the queue, which is done with them (copied
+    // inline, or completed), holds them nowhere else (a packet is either released with its
+    // chunk or held in the gather ring, and the ring gives each up once) and never touches
+    // them again; with `fast`, the caller checked the single-segment condition.
+    unsafe {
+        if fast {
+            B::free_bulk_fast(bufs)
+        } else {
+            B::free_bulk(bufs)
+        }
     }
 }

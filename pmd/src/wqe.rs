@@ -1,18 +1,38 @@
 //! Building send WQEs in ring memory: inline WQEs (data copied into the descriptor, split at
 //! 64-byte boundaries with a header per piece) and gather WQEs (one data segment per buffer).
-//! Pure byte work on the slice the ring hands out; the owner word is not written here.
+//! Pure format work through the ring's [`WqeMut`]; the owner word is not written here.
+//!
+//! Two paths sit side by side, and the queue picks one per packet:
+//! - the straight-line path, for a *plain* packet (one segment, no offload requested) whose
+//!   length fits a class: [`write_plain_inline1`] (1..=[`FIRST_CHUNK`] bytes, one TXBB),
+//!   [`write_plain_inline2`] (up to [`PLAIN_INLINE_MAX`], two TXBBs) and
+//!   [`write_plain_gather`] (one data segment). Each writes into a `WqeMut` whose size is a
+//!   compile-time constant, so its bounds checks fold away, and is a fixed sequence of
+//!   stores: the control segment from constants and the size, the inline headers, and the
+//!   copy by at most two overlapping fixed-size moves per chunk ([`WqeMut::put_small`]), with
+//!   no loop over segments and no library call. This is where a packet's cost is decided, so
+//!   it does nothing a plain packet does not need;
+//! - the general path, for everything else (offloads, VLAN insertion, several segments,
+//!   inline WQEs beyond two TXBBs): [`write_ctrl`], [`write_inline`] and [`write_gather`],
+//!   which walk the segments and split them at every 64-byte boundary.
+//!
+//! Both produce the same bytes for a plain packet (tested below and in `tx_step`).
 
 use mlx4_prm::{
-    fence_size, ins_vlan, srcrb, CtrlSeg, DataSeg, DS_SIZE, INLINE_ALIGN, INLINE_SEG_FLAG,
-    TXBB_SIZE,
+    fence_size, inline_header, ins_vlan, srcrb, CtrlSeg, DataSeg, DS_SIZE, INLINE_ALIGN,
+    INLINE_SEG_FLAG, TXBB_SIZE,
 };
 
 use crate::mmio::io_wmb;
+use crate::ring::WqeMut;
 
+const CTRL_LEN: usize = CtrlSeg::<&[u8]>::LEN;
 /// Inline bytes that fit in the first TXBB after the control segment and one header.
-pub const FIRST_CHUNK: usize = TXBB_SIZE - CtrlSeg::<&[u8]>::LEN - 4;
+pub const FIRST_CHUNK: usize = TXBB_SIZE - CTRL_LEN - 4;
 /// Inline bytes per later 64-byte chunk (one 4-byte header each).
 pub const NEXT_CHUNK: usize = INLINE_ALIGN - 4;
+/// Longest packet the straight-line inline path takes: two TXBBs, mlx4_en's `MAX_INLINE`.
+pub const PLAIN_INLINE_MAX: usize = FIRST_CHUNK + NEXT_CHUNK;
 /// Data segments a WQE can hold (63 DS less the control segment).
 pub const MAX_GATHER_SEGS: usize = mlx4_prm::MAX_WQE_DS as usize - 1;
 
@@ -31,22 +51,27 @@ pub const fn inline_wqe_bytes(len: usize) -> usize {
     } else {
         1 + (len - FIRST_CHUNK).div_ceil(NEXT_CHUNK)
     };
-    CtrlSeg::<&[u8]>::LEN + len + 4 * chunks
+    CTRL_LEN + len + 4 * chunks
 }
 
 /// Bytes of a gather WQE with `segs` data segments.
 pub const fn gather_wqe_bytes(segs: usize) -> usize {
-    CtrlSeg::<&[u8]>::LEN + segs * DS_SIZE
+    CTRL_LEN + segs * DS_SIZE
 }
 
-/// DS count (16-byte units) of a WQE of `bytes`.
+/// DS count (16-byte units) of a WQE of `bytes` (at most 1008, so the sum cannot overflow).
+// Not `div_ceil`: its overflow-safe form costs three more instructions on the straight-line
+// path.
+#[allow(clippy::manual_div_ceil)]
 pub const fn ds_of(bytes: usize) -> u8 {
-    bytes.div_ceil(DS_SIZE) as u8
+    ((bytes + DS_SIZE - 1) / DS_SIZE) as u8
 }
 
-/// Fills the control segment except the owner word.
-pub fn write_ctrl(wqe: &mut [u8], ds: u8, off: TxOffloads, signaled: bool) {
-    let mut ctrl = CtrlSeg::new_unchecked(&mut wqe[..CtrlSeg::<&[u8]>::LEN]);
+/// The control segment's bytes (the owner word left zero).
+#[inline(always)]
+fn ctrl_bytes(ds: u8, off: TxOffloads, signaled: bool) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    let mut ctrl = CtrlSeg::new_unchecked(&mut b[..]);
     // RAW_PACKET QPs take the solicit bit as "no ICRC"; every mlx4 driver sets it.
     let mut flags = srcrb::SOLICIT;
     if signaled {
@@ -58,51 +83,158 @@ pub fn write_ctrl(wqe: &mut [u8], ds: u8, off: TxOffloads, signaled: bool) {
     if off.l4_csum {
         flags |= srcrb::TCP_UDP_CSUM;
     }
-    match off.vlan {
-        Some(tci) => {
-            ctrl.set_vlan_tag(tci);
-            ctrl.set_ins_vlan(ins_vlan::CVLAN);
-        }
-        None => {
-            ctrl.set_vlan_tag(0);
-            ctrl.set_ins_vlan(0);
-        }
+    if let Some(tci) = off.vlan {
+        ctrl.set_vlan_tag(tci);
+        ctrl.set_ins_vlan(ins_vlan::CVLAN);
     }
     ctrl.set_fence_size(ds & fence_size::DS_MASK);
     ctrl.set_srcrb_flags(flags);
-    ctrl.set_imm(0);
+    b
 }
 
-/// Copies the packet's segments into inline chunks. `wqe` spans the whole WQE (whole TXBBs);
+/// Fills the control segment except the owner word.
+#[inline]
+pub fn write_ctrl<const T: usize>(w: &mut WqeMut<'_, T>, ds: u8, off: TxOffloads, signaled: bool) {
+    w.put_ctrl(&ctrl_bytes(ds, off, signaled));
+}
+
+/// A NOP covering `txbbs` TXBBs (ring padding, or with `signaled` a completion request).
+pub fn write_nop(w: &mut WqeMut<'_>, txbbs: u32, signaled: bool) {
+    let ds = (txbbs * 4).min(u32::from(mlx4_prm::MAX_WQE_DS)) as u8;
+    write_ctrl(w, ds, TxOffloads::default(), signaled);
+}
+
+/// Turns on the completion request of a written WQE, keeping its other flags.
+pub fn set_signaled(w: &mut WqeMut<'_>) {
+    let at = CTRL_SRCRB;
+    w.put_be32(at, w.get_be32(at) | srcrb::CQ_UPDATE);
+}
+
+/// Offset of `srcrb_flags` in the control segment (spec 1.2), checked against the prm view
+/// in the tests below.
+const CTRL_SRCRB: usize = 8;
+
+/// Bytes 4-7 of the control segment (no VLAN, the size) of the straight-line inline WQE for
+/// each packet length: one load in place of the size arithmetic. Checked against
+/// [`write_ctrl`]'s bytes in the tests.
+static PLAIN_INLINE_DWORD1: [[u8; 4]; PLAIN_INLINE_MAX + 1] = {
+    let mut t = [[0u8; 4]; PLAIN_INLINE_MAX + 1];
+    let mut len = 1;
+    while len <= PLAIN_INLINE_MAX {
+        t[len][3] = ds_of(inline_wqe_bytes(len));
+        len += 1;
+    }
+    t
+};
+
+/// The control segment of a straight-line inline WQE of `len` bytes.
+#[inline(always)]
+fn plain_inline_ctrl(len: usize) -> [u8; 16] {
+    let mut c = ctrl_bytes(0, TxOffloads::default(), false);
+    c[4..8].copy_from_slice(&PLAIN_INLINE_DWORD1[len]);
+    c
+}
+
+/// The straight-line inline WQE of a plain packet of 1..=[`FIRST_CHUNK`] bytes: one TXBB,
+/// unsignaled, the layout [`write_inline`] makes, the data copied by at most two fixed-size
+/// moves.
+#[inline(always)]
+pub fn write_plain_inline1(w: &mut WqeMut<'_, 1>, pkt: &[u8]) {
+    let len = pkt.len().min(FIRST_CHUNK);
+    let data = CTRL_LEN + 4;
+    w.put_ctrl(&plain_inline_ctrl(len));
+    w.put_be32(CTRL_LEN, inline_header(len));
+    w.put_small(data, &pkt[..len.min(FIRST_CHUNK)]);
+}
+
+/// As [`write_plain_inline1`] for FIRST_CHUNK + 1..=[`PLAIN_INLINE_MAX`] bytes: two TXBBs, the
+/// first chunk by constant-size moves, the second by at most two.
+#[inline(always)]
+pub fn write_plain_inline2(w: &mut WqeMut<'_, 2>, pkt: &[u8]) {
+    let len = pkt.len();
+    let data = CTRL_LEN + 4;
+    let (head, tail) = pkt.split_at(FIRST_CHUNK);
+    w.put_ctrl(&plain_inline_ctrl(len.min(PLAIN_INLINE_MAX)));
+    w.put_be32(CTRL_LEN, inline_header(FIRST_CHUNK));
+    w.put_array::<FIRST_CHUNK>(data, head.try_into().expect("split at FIRST_CHUNK"));
+    w.put_small(TXBB_SIZE + 4, tail);
+    // The second header is the first dword of its TXBB: never valid before its data. Its
+    // length fits the last byte (at most NEXT_CHUNK), which saves the byte swap.
+    io_wmb();
+    w.put_array(TXBB_SIZE, &short_inline_header(tail.len() as u8));
+}
+
+/// `inline_header(len)`, big-endian, for a length below 256.
+#[inline(always)]
+const fn short_inline_header(len: u8) -> [u8; 4] {
+    [(INLINE_SEG_FLAG >> 24) as u8, 0, 0, len]
+}
+
+/// TXBBs of the straight-line inline WQE for a packet of `len` (1..=[`PLAIN_INLINE_MAX`]).
+#[inline(always)]
+pub const fn plain_inline_txbbs(len: usize) -> u32 {
+    if len <= FIRST_CHUNK {
+        1
+    } else {
+        2
+    }
+}
+
+/// The straight-line gather WQE of a plain packet: one data segment, unsignaled.
+#[inline(always)]
+pub fn write_plain_gather(w: &mut WqeMut<'_, 1>, addr: u64, len: u32, lkey: u32) {
+    w.put_ctrl(&ctrl_bytes(
+        ds_of(gather_wqe_bytes(1)),
+        TxOffloads::default(),
+        false,
+    ));
+    put_data_seg(w, CTRL_LEN, addr, len, lkey);
+}
+
+/// Address and key first, then the byte count behind a barrier, so a prefetching device
+/// never pairs a valid count with a stale address.
+#[inline(always)]
+fn put_data_seg<const T: usize>(w: &mut WqeMut<'_, T>, at: usize, addr: u64, len: u32, lkey: u32) {
+    let mut seg = [0u8; DataSeg::<&[u8]>::LEN];
+    let mut d = DataSeg::new_unchecked(&mut seg[..]);
+    d.set_lkey(lkey);
+    d.set_addr(addr);
+    d.set_byte_count(len);
+    // The byte count is the segment's first dword (spec 1.3).
+    w.put_bytes(at + 4, &seg[4..]);
+    io_wmb();
+    w.put_bytes(at, &seg[..4]);
+}
+
+/// Copies the packet's segments into inline chunks. `w` spans the whole WQE (whole TXBBs);
 /// `len` is the sum of the segment lengths.
-pub fn write_inline<'a>(wqe: &mut [u8], len: usize, mut segs: impl Iterator<Item = &'a [u8]>) {
+pub fn write_inline<'a>(w: &mut WqeMut<'_>, len: usize, mut segs: impl Iterator<Item = &'a [u8]>) {
     let first_seg = segs.next().unwrap_or(&[]);
     if first_seg.len() == len {
-        // One segment, the common case: whole chunks, the first one of a constant size.
-        copy_chunks(wqe, first_seg);
+        copy_chunks(w, first_seg);
     } else {
-        copy_pieces(wqe, std::iter::once(first_seg).chain(segs));
+        copy_pieces(w, std::iter::once(first_seg).chain(segs));
     }
-    write_inline_headers(wqe, len);
+    write_inline_headers(w, len);
 }
 
-fn copy_chunks(wqe: &mut [u8], pkt: &[u8]) {
-    let data = CtrlSeg::<&[u8]>::LEN + 4;
+/// One segment: whole chunks, the first one of a constant size.
+fn copy_chunks(w: &mut WqeMut<'_>, pkt: &[u8]) {
+    let data = CTRL_LEN + 4;
     if pkt.len() <= FIRST_CHUNK {
-        wqe[data..data + pkt.len()].copy_from_slice(pkt);
+        w.put_small(data, pkt);
         return;
     }
-    wqe[data..TXBB_SIZE].copy_from_slice(&pkt[..FIRST_CHUNK]);
+    w.put_small(data, &pkt[..FIRST_CHUNK]);
     for (i, piece) in pkt[FIRST_CHUNK..].chunks(NEXT_CHUNK).enumerate() {
-        let at = TXBB_SIZE * (i + 1) + 4;
-        wqe[at..at + piece.len()].copy_from_slice(piece);
+        w.put_small(TXBB_SIZE * (i + 1) + 4, piece);
     }
 }
 
 /// Any number of segments, split wherever a 64-byte chunk ends.
-fn copy_pieces<'a>(wqe: &mut [u8], segs: impl Iterator<Item = &'a [u8]>) {
+fn copy_pieces<'a>(w: &mut WqeMut<'_>, segs: impl Iterator<Item = &'a [u8]>) {
     // Position of the next data byte and the end of the current chunk.
-    let mut pos = CtrlSeg::<&[u8]>::LEN + 4;
+    let mut pos = CTRL_LEN + 4;
     let mut chunk_end = TXBB_SIZE;
     for mut s in segs {
         while !s.is_empty() {
@@ -111,7 +243,7 @@ fn copy_pieces<'a>(wqe: &mut [u8], segs: impl Iterator<Item = &'a [u8]>) {
                 chunk_end += INLINE_ALIGN;
             }
             let n = s.len().min(chunk_end - pos);
-            wqe[pos..pos + n].copy_from_slice(&s[..n]);
+            w.put_bytes(pos, &s[..n]);
             pos += n;
             s = &s[n..];
         }
@@ -119,10 +251,9 @@ fn copy_pieces<'a>(wqe: &mut [u8], segs: impl Iterator<Item = &'a [u8]>) {
 }
 
 /// The chunk headers, the later ones behind a barrier.
-fn write_inline_headers(wqe: &mut [u8], len: usize) {
-    let ctrl = CtrlSeg::<&[u8]>::LEN;
+fn write_inline_headers(w: &mut WqeMut<'_>, len: usize) {
     let first = len.min(FIRST_CHUNK);
-    put_be32(wqe, ctrl, INLINE_SEG_FLAG | first as u32);
+    w.put_be32(CTRL_LEN, inline_header(first));
     // Later headers are the first dwords of their TXBBs: the device must never see one
     // valid before the data behind it.
     let mut rest = len - first;
@@ -131,38 +262,51 @@ fn write_inline_headers(wqe: &mut [u8], len: usize) {
         let mut at = TXBB_SIZE;
         while rest > 0 {
             let n = rest.min(NEXT_CHUNK);
-            put_be32(wqe, at, INLINE_SEG_FLAG | n as u32);
+            w.put_be32(at, inline_header(n));
             rest -= n;
             at += INLINE_ALIGN;
         }
     }
 }
 
-/// Writes data segments for `(addr, len, lkey)` buffers. Address and key first, then each
+/// Writes data segments for `(addr, len, lkey)` buffers. Addresses and keys first, then each
 /// byte count behind a barrier, so a prefetching device never pairs a valid count with a stale
 /// address.
-pub fn write_gather(wqe: &mut [u8], segs: &[(u64, u32, u32)]) {
-    let base = CtrlSeg::<&[u8]>::LEN;
-    for (i, &(addr, _, lkey)) in segs.iter().enumerate() {
-        let at = base + i * DS_SIZE;
-        let mut d = DataSeg::new_unchecked(&mut wqe[at..at + DS_SIZE]);
+pub fn write_gather(w: &mut WqeMut<'_>, segs: &[(u64, u32, u32)]) {
+    let mut seg = [0u8; DataSeg::<&[u8]>::LEN];
+    for (i, &(addr, len, lkey)) in segs.iter().enumerate() {
+        let mut d = DataSeg::new_unchecked(&mut seg[..]);
         d.set_lkey(lkey);
         d.set_addr(addr);
+        d.set_byte_count(len);
+        w.put_bytes(CTRL_LEN + i * DS_SIZE + 4, &seg[4..]);
     }
     io_wmb();
     for (i, &(_, len, _)) in segs.iter().enumerate() {
-        let at = base + i * DS_SIZE;
-        DataSeg::new_unchecked(&mut wqe[at..at + DS_SIZE]).set_byte_count(len);
+        w.put_be32(CTRL_LEN + i * DS_SIZE, len);
     }
-}
-
-fn put_be32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mem::MemSource;
+    use crate::ring::SqRing;
+
+    /// Runs `f` on a writer over `txbbs` TXBBs pre-filled with 0xee; returns the bytes.
+    fn built(txbbs: u32, f: impl FnOnce(WqeMut<'_>)) -> Vec<u8> {
+        let mut sq = SqRing::new(16, MemSource::Heap).unwrap();
+        {
+            let mut w = sq.wqe_mut(0, txbbs);
+            let fill = vec![0xeeu8; txbbs as usize * TXBB_SIZE - 8];
+            w.put_bytes(8, &fill);
+            f(w);
+        }
+        sq.wqe_blocks(0, txbbs)
+            .iter()
+            .flat_map(|b| b.0.iter().copied())
+            .collect()
+    }
 
     #[test]
     fn inline_sizes_match_mlx4_en() {
@@ -172,6 +316,7 @@ mod tests {
         assert_eq!(ds_of(inline_wqe_bytes(45)), 5);
         assert_eq!(ds_of(inline_wqe_bytes(104)), 8);
         assert_eq!(inline_wqe_bytes(104), 128);
+        assert_eq!(PLAIN_INLINE_MAX, 104);
         // The largest threshold fills 63 DS exactly.
         assert_eq!(
             ds_of(inline_wqe_bytes(crate::devargs::MAX_TXQ_INLINE as usize)),
@@ -187,8 +332,9 @@ mod tests {
     #[test]
     fn inline_layout_bytes() {
         let pkt: Vec<u8> = (0..110u8).collect();
-        let mut wqe = [0xeeu8; 192];
-        write_inline(&mut wqe, 110, [&pkt[..30], &pkt[30..]].into_iter());
+        let wqe = built(3, |mut w| {
+            write_inline(&mut w, 110, [&pkt[..30], &pkt[30..]].into_iter())
+        });
         assert_eq!(&wqe[16..20], &[0x80, 0, 0, 44]);
         assert_eq!(&wqe[20..64], &pkt[..44]);
         assert_eq!(&wqe[64..68], &[0x80, 0, 0, 60]);
@@ -202,45 +348,139 @@ mod tests {
     fn one_segment_and_many_lay_out_the_same() {
         let pkt: Vec<u8> = (0..928u32).map(|i| (i * 31 + 7) as u8).collect();
         for len in 1..=928 {
-            let bytes = inline_wqe_bytes(len).div_ceil(TXBB_SIZE) * TXBB_SIZE;
-            let (mut one, mut many) = (vec![0xeeu8; bytes], vec![0xeeu8; bytes]);
-            write_inline(&mut one, len, std::iter::once(&pkt[..len]));
+            let txbbs = inline_wqe_bytes(len).div_ceil(TXBB_SIZE) as u32;
+            let one = built(txbbs, |mut w| {
+                write_inline(&mut w, len, std::iter::once(&pkt[..len]))
+            });
             let cuts = [len / 3, len / 3 + len / 4, len];
             let pieces = [
                 &pkt[..cuts[0]],
                 &pkt[cuts[0]..cuts[1]],
                 &pkt[cuts[1]..cuts[2]],
             ];
-            write_inline(&mut many, len, pieces.into_iter());
+            let many = built(txbbs, |mut w| write_inline(&mut w, len, pieces.into_iter()));
             assert_eq!(one, many, "len {len}");
         }
     }
 
     #[test]
+    fn straight_line_inline_matches_the_general_path() {
+        let pkt: Vec<u8> = (0..PLAIN_INLINE_MAX as u32)
+            .map(|i| (i * 13 + 5) as u8)
+            .collect();
+        for len in 1..=PLAIN_INLINE_MAX {
+            let txbbs = plain_inline_txbbs(len);
+            assert_eq!(txbbs, inline_wqe_bytes(len).div_ceil(TXBB_SIZE) as u32);
+            let fast = built(txbbs, |w| match txbbs {
+                1 => write_plain_inline1(&mut w.fixed::<1>(), &pkt[..len]),
+                _ => write_plain_inline2(&mut w.fixed::<2>(), &pkt[..len]),
+            });
+            let general = built(txbbs, |mut w| {
+                write_ctrl(
+                    &mut w,
+                    ds_of(inline_wqe_bytes(len)),
+                    TxOffloads::default(),
+                    false,
+                );
+                write_inline(&mut w, len, std::iter::once(&pkt[..len]));
+            });
+            assert_eq!(fast, general, "len {len}");
+            // Only the data and its headers were written past the control segment.
+            let end = if len <= FIRST_CHUNK {
+                20 + len
+            } else {
+                68 + len - FIRST_CHUNK
+            };
+            assert!(fast[end..].iter().all(|&b| b == 0xee), "len {len}");
+        }
+    }
+
+    #[test]
+    fn straight_line_gather_matches_the_general_path() {
+        let fast = built(1, |w| {
+            write_plain_gather(&mut w.fixed::<1>(), 0x1122_3344_5566_7788, 1500, 0xabcd)
+        });
+        let general = built(1, |mut w| {
+            write_ctrl(&mut w, 2, TxOffloads::default(), false);
+            write_gather(&mut w, &[(0x1122_3344_5566_7788, 1500, 0xabcd)]);
+        });
+        assert_eq!(fast, general);
+        assert_eq!(
+            &fast[8..32],
+            &[
+                0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0, 0x05, 0xdc, 0, 0, 0xab, 0xcd, 0x11, 0x22, 0x33,
+                0x44, 0x55, 0x66, 0x77, 0x88
+            ]
+        );
+    }
+
+    #[test]
     fn ctrl_and_gather_bytes() {
-        let mut wqe = [0u8; 64];
-        write_ctrl(
-            &mut wqe,
-            3,
-            TxOffloads {
-                ip_csum: true,
-                l4_csum: true,
-                vlan: Some(0x0123),
-            },
-            true,
+        let off = TxOffloads {
+            ip_csum: true,
+            l4_csum: true,
+            vlan: Some(0x0123),
+        };
+        let wqe = built(1, |mut w| {
+            write_ctrl(&mut w, 3, off, true);
+            write_gather(
+                &mut w,
+                &[(0x1122_3344_5566_7788, 1500, 0xabcd), (0x10, 7, 0x42)],
+            );
+        });
+        assert_eq!(
+            &wqe[..4],
+            &[0xff; 4],
+            "owner word untouched (as the ring starts)"
         );
         assert_eq!(
             &wqe[4..16],
             &[0x01, 0x23, 0x40, 3, 0, 0, 0, 0x3e, 0, 0, 0, 0]
-        );
-        write_gather(
-            &mut wqe,
-            &[(0x1122_3344_5566_7788, 1500, 0xabcd), (0x10, 7, 0x42)],
         );
         assert_eq!(
             &wqe[16..32],
             &[0, 0, 0x05, 0xdc, 0, 0, 0xab, 0xcd, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
         );
         assert_eq!(&wqe[32..36], &[0, 0, 0, 7]);
+    }
+
+    #[test]
+    fn the_size_table_is_the_general_control_segment() {
+        for len in 1..=PLAIN_INLINE_MAX {
+            let ds = ds_of(inline_wqe_bytes(len));
+            assert_eq!(
+                plain_inline_ctrl(len),
+                ctrl_bytes(ds, TxOffloads::default(), false),
+                "len {len}"
+            );
+        }
+    }
+
+    #[test]
+    fn short_inline_header_is_the_header() {
+        for n in 0..=255u8 {
+            assert_eq!(
+                short_inline_header(n),
+                inline_header(usize::from(n)).to_be_bytes()
+            );
+        }
+    }
+
+    #[test]
+    fn signaling_keeps_the_other_flags() {
+        let off = TxOffloads {
+            ip_csum: true,
+            ..TxOffloads::default()
+        };
+        let wqe = built(1, |mut w| {
+            write_ctrl(&mut w, 2, off, false);
+            set_signaled(&mut w);
+        });
+        let c = CtrlSeg::new_unchecked(&wqe[..16]);
+        assert_eq!(
+            c.srcrb_flags(),
+            srcrb::SOLICIT | srcrb::IP_CSUM | srcrb::CQ_UPDATE
+        );
+        assert_eq!(c.ds(), 2);
     }
 }

@@ -34,18 +34,6 @@ struct Pkt {
     off: TxOffloads,
 }
 
-impl Default for Pkt {
-    fn default() -> Self {
-        Pkt {
-            id: u32::MAX,
-            segs: std::ptr::null(),
-            nsegs: 0,
-            len: 0,
-            off: TxOffloads::default(),
-        }
-    }
-}
-
 thread_local! {
     static FREED: RefCell<HashMap<u32, u32>> = RefCell::new(HashMap::new());
 }
@@ -63,7 +51,10 @@ impl TxBuf for Pkt {
     fn offloads(&self) -> TxOffloads {
         self.off
     }
-    fn free_bulk(bufs: &[Self]) {
+    fn plain(&self) -> Option<&[u8]> {
+        (self.nsegs == 1 && self.off == TxOffloads::default()).then(|| self.segs().next().unwrap())
+    }
+    unsafe fn free_bulk(bufs: &[Self]) {
         FREED.with(|f| {
             let mut f = f.borrow_mut();
             for b in bufs {
@@ -417,6 +408,14 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
         st.ring_full > 0 || rounds < 50,
         "the ring filled at least once"
     );
+    // Every path ran: the straight-line ones (plain packets: inline up to two TXBBs, gather
+    // within the lkey cache's region) and the general one, for both WQE kinds.
+    let straight_inline = st.inline_packets - st.general_inline;
+    let straight_gather = st.gather_packets - st.general_gather;
+    assert!(straight_gather > 0 && st.general_gather > 0, "{st:?}");
+    if inline_max > 0 {
+        assert!(straight_inline > 0 && st.general_inline > 0, "{st:?}");
+    }
 }
 
 #[test]
@@ -522,9 +521,11 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     assert_eq!(q.burst(&pkts[1..2]), 1);
     r.hca.step();
     assert_eq!(r.hca.sq_state(qpn).unwrap(), mlx4rs::hca::QueueState::Error);
-    // The next burst sees the error CQE, recovers, and posts on a fresh queue (which fails
-    // the same way, since the memory is still gone, but proves the queue is alive again).
-    q.burst(&[]);
+    // A call with nothing to send leaves at once, before even looking at completions.
+    assert_eq!(q.burst(&[]), 0);
+    assert_eq!(q.stats().error_cqes, 0);
+    // tx_done_cleanup (as the next burst would) sees the error CQE and recreates the queue.
+    q.done_cleanup(0);
     let st = q.stats();
     assert_eq!(st.error_cqes, 1, "{st:?}");
     assert_eq!(
@@ -596,4 +597,309 @@ fn unregistered_memory_is_dropped_not_posted() {
     let st = q.stats();
     assert_eq!((st.errors, st.packets, st.doorbells), (1, 0, 0));
     FREED.with(|f| assert_eq!(f.borrow().get(&1), Some(&1)));
+}
+
+// ---- length classes, every ring position, a full ring ------------------------------------
+
+/// Where a packet changes class: the smallest; 16/17 (one pair of 8-byte moves / of 16);
+/// 44/45 (one TXBB / two); 60 and 64 (the second chunk's moves); 104/105 (the largest
+/// straight-line inline packet / the next); 928/929 (the largest inline threshold / beyond).
+const BOUNDARIES: [usize; 11] = [1, 16, 17, 44, 45, 60, 64, 104, 105, 928, 929];
+
+/// Sends `cases` in bursts of `burst`, letting the device run between bursts; returns the
+/// packets built (ids from `first_id`) and checks the wire, in order, byte for byte.
+fn send_all(
+    r: &mut Rig,
+    q: &mut TxQueue<Pkt>,
+    cases: &[Case],
+    burst: usize,
+    first_id: u32,
+) -> Vec<Pkt> {
+    let mut segtab = Vec::new();
+    let mut arena = std::mem::take(&mut r.arena);
+    let pkts = build(&mut arena, cases, &mut segtab, first_id);
+    let wire_before = r.wire.lock().unwrap().len();
+    let mut done = 0;
+    while done < pkts.len() {
+        let end = (done + burst).min(pkts.len());
+        let taken = q.burst(&pkts[done..end]);
+        done += taken;
+        r.hca.step();
+        q.complete();
+    }
+    r.hca.step();
+    q.complete();
+    let wire = r.wire.lock().unwrap()[wire_before..].to_vec();
+    assert_eq!(wire.len(), cases.len(), "frames on the wire");
+    for (i, (w, c)) in wire.iter().zip(cases).enumerate() {
+        let e = expected_wire(&c.bytes, c.off);
+        assert!(
+            *w == e,
+            "frame {i} ({} bytes, {} segments, {:?}) differs",
+            c.bytes.len(),
+            c.cuts.len() + 1,
+            c.off
+        );
+    }
+    r.arena = arena;
+    drop(segtab);
+    pkts
+}
+
+fn plain_case(rng: &mut Rng, len: usize) -> Case {
+    Case {
+        bytes: (0..len).map(|_| rng.next() as u8).collect(),
+        cuts: vec![],
+        off: TxOffloads::default(),
+    }
+}
+
+#[test]
+fn every_length_class_boundary_on_every_path() {
+    let mut rng = Rng(0x5eed);
+    for inline_max in [0u16, 104, 928] {
+        for path in [TxPath::Doorbell, TxPath::BlueFlame] {
+            FREED.with(|f| f.borrow_mut().clear());
+            let mut r = rig(true);
+            let mut q: TxQueue<Pkt> = TxQueue::new(
+                &r.hca,
+                "tx_classes".into(),
+                0,
+                256,
+                config(path, inline_max),
+                Arc::from(vec![r.mr]),
+            )
+            .unwrap();
+            // A gather packet of three segments first: the general path fills the lkey
+            // cache, so every plain gather packet after it takes the straight-line path.
+            let mut cases = vec![Case {
+                cuts: vec![300, 600],
+                ..plain_case(&mut rng, 1000)
+            }];
+            for &len in &BOUNDARIES {
+                // Plain, in three segments, with a VLAN tag, with checksum offloads.
+                cases.push(plain_case(&mut rng, len));
+                if len >= 3 {
+                    cases.push(Case {
+                        cuts: vec![len / 3, 2 * len / 3],
+                        ..plain_case(&mut rng, len)
+                    });
+                }
+                if len >= 14 {
+                    cases.push(Case {
+                        off: TxOffloads {
+                            vlan: Some(0x0abc),
+                            ..TxOffloads::default()
+                        },
+                        ..plain_case(&mut rng, len)
+                    });
+                }
+                if len >= 54 {
+                    cases.push(Case {
+                        bytes: ipv4_frame(&mut rng, len, len % 2 == 0),
+                        cuts: vec![],
+                        off: TxOffloads {
+                            ip_csum: true,
+                            l4_csum: true,
+                            vlan: None,
+                        },
+                    });
+                }
+            }
+            let n = cases.len() as u64;
+            let inline = |c: &Case| c.bytes.len() <= usize::from(inline_max);
+            let plain = |c: &Case| c.cuts.is_empty() && c.off == TxOffloads::default();
+            let straight_max = usize::from(inline_max).min(wqe::PLAIN_INLINE_MAX);
+            let count = |f: &dyn Fn(&Case) -> bool| cases.iter().filter(|c| f(c)).count() as u64;
+            let inline_n = count(&|c| inline(c));
+            let straight_inline = count(&|c| plain(c) && c.bytes.len() <= straight_max);
+            let straight_gather = count(&|c| plain(c) && !inline(c));
+            // Several burst sizes, so that packets of every class start and end bursts.
+            for (i, burst) in [1usize, 3, 32].into_iter().enumerate() {
+                send_all(&mut r, &mut q, &cases, burst, i as u32 * 1000);
+            }
+            let st = q.stats();
+            let what = format!("inline {inline_max} {path:?}: {st:?}");
+            assert_eq!(st.packets, 3 * n, "{what}");
+            assert_eq!(st.errors, 0, "{what}");
+            assert_eq!(st.inline_packets, 3 * inline_n, "{what}");
+            assert_eq!(
+                st.inline_packets - st.general_inline,
+                3 * straight_inline,
+                "{what}"
+            );
+            assert_eq!(
+                st.gather_packets - st.general_gather,
+                3 * straight_gather,
+                "{what}"
+            );
+            drop(q);
+            FREED.with(|f| {
+                let f = f.borrow();
+                assert_eq!(f.len() as u64, 3 * n, "{what}: every buffer freed");
+                assert!(f.values().all(|&c| c == 1), "{what}: none twice");
+            });
+        }
+    }
+}
+
+/// Posts `lens` (plain packets) as one burst from wherever the producer is; returns the
+/// producer counter it started at.
+fn burst_at(r: &mut Rig, q: &mut TxQueue<Pkt>, rng: &mut Rng, lens: &[usize], id: &mut u32) -> u32 {
+    let at = q.producer();
+    let cases: Vec<Case> = lens.iter().map(|&l| plain_case(rng, l)).collect();
+    let pkts = send_all(r, q, &cases, lens.len(), *id);
+    *id += pkts.len() as u32;
+    at
+}
+
+/// Moves the producer to the next ring position not yet `seen` (from where it is, going
+/// round) with one-TXBB packets, which never need a pad; returns that position.
+fn advance_to_unseen(
+    r: &mut Rig,
+    q: &mut TxQueue<Pkt>,
+    rng: &mut Rng,
+    seen: &[bool],
+    id: &mut u32,
+) -> usize {
+    let size = seen.len();
+    let at = q.producer() as usize % size;
+    let gap = (0..size)
+        .find(|d| !seen[(at + d) % size])
+        .expect("a position left to visit");
+    if gap > 0 {
+        let cases: Vec<Case> = (0..gap).map(|_| plain_case(rng, 20)).collect();
+        *id += send_all(r, q, &cases, 32, *id).len() as u32;
+    }
+    let now = q.producer() as usize % size;
+    assert_eq!(now, (at + gap) % size);
+    now
+}
+
+#[test]
+fn every_ring_wrap_position() {
+    for path in [TxPath::Doorbell, TxPath::BlueFlame] {
+        FREED.with(|f| f.borrow_mut().clear());
+        let mut r = rig(true);
+        let mut rng = Rng(0xa11);
+        // Inline up to 928 bytes: WQEs of 1, 2, 3 and 16 TXBBs meet the ring's end at every
+        // offset, so pad NOPs of every size from 1 to 15 TXBBs occur.
+        let mut q: TxQueue<Pkt> = TxQueue::new(
+            &r.hca,
+            "tx_wrap".into(),
+            0,
+            64,
+            config(path, 928),
+            Arc::from(vec![r.mr]),
+        )
+        .unwrap();
+        let size = q.txbb_cnt() as usize;
+        let mut seen = vec![false; size];
+        let mut id = 0;
+        // A burst of WQEs of 2, 3, 16 and 1 TXBBs from every position of the ring.
+        while seen.iter().any(|s| !s) {
+            let at = advance_to_unseen(&mut r, &mut q, &mut rng, &seen, &mut id);
+            burst_at(&mut r, &mut q, &mut rng, &[64, 110, 928, 20], &mut id);
+            seen[at] = true;
+        }
+        let st = q.stats();
+        assert_eq!(st.packets, u64::from(id));
+        assert_eq!(st.errors, 0);
+        // Pad NOPs went to the device too: more WQEs executed than frames sent.
+        let hc = r.hca.counters();
+        assert!(hc.wqe_fetched + hc.wqe_from_bf > hc.tx_frames, "{hc:?}");
+        drop(q);
+        FREED.with(|f| {
+            let f = f.borrow();
+            assert_eq!(f.len() as u32, id);
+            assert!(f.values().all(|&c| c == 1));
+        });
+    }
+}
+
+#[test]
+fn ring_full_at_every_position() {
+    FREED.with(|f| f.borrow_mut().clear());
+    let mut r = rig(true);
+    let mut rng = Rng(0xf011);
+    let mut q: TxQueue<Pkt> = TxQueue::new(
+        &r.hca,
+        "tx_full".into(),
+        0,
+        64,
+        config(TxPath::Doorbell, 104),
+        Arc::from(vec![r.mr]),
+    )
+    .unwrap();
+    let size = q.txbb_cnt();
+    // 64-byte packets take two TXBBs: the room runs out, and the ring's end falls, at both
+    // parities of every position.
+    let template: Vec<Case> = (0..32).map(|_| plain_case(&mut rng, 64)).collect();
+    let mut segtab = Vec::new();
+    let mut arena = std::mem::take(&mut r.arena);
+    // Far from where `send_all` lays out its packets (from the arena's start).
+    let base = build_at(&mut arena, &mut (4 << 20), &template, &mut segtab, 0);
+    r.arena = arena;
+    let mut id = 1u32 << 20;
+    let mut seen = vec![false; size as usize];
+    while seen.iter().any(|s| !s) {
+        let at = advance_to_unseen(&mut r, &mut q, &mut rng, &seen, &mut id);
+        seen[at] = true;
+        let wire_before = r.wire.lock().unwrap().len();
+        let mut expected = Vec::new();
+        // Fill with the device held: bursts of 32 until one is cut short.
+        let full_before = q.stats().ring_full;
+        loop {
+            let pkts: Vec<Pkt> = base
+                .iter()
+                .map(|p| Pkt {
+                    id: id + p.id,
+                    ..*p
+                })
+                .collect();
+            let taken = q.burst(&pkts);
+            for c in &template[..taken] {
+                expected.push(c.bytes.clone());
+            }
+            id += 32;
+            // Ids of packets not taken are never freed: skip them for good.
+            if taken < pkts.len() {
+                for p in &pkts[taken..] {
+                    FREED.with(|f| *f.borrow_mut().entry(p.id).or_insert(0) += 1);
+                }
+                break;
+            }
+        }
+        // Full: a further call takes nothing and says so.
+        let one = [Pkt { id, ..base[0] }];
+        id += 1;
+        assert_eq!(q.burst(&one), 0, "a full ring takes nothing");
+        FREED.with(|f| *f.borrow_mut().entry(one[0].id).or_insert(0) += 1);
+        assert_eq!(q.stats().ring_full, full_before + 2);
+        r.hca.step();
+        q.complete();
+        let wire = r.wire.lock().unwrap()[wire_before..].to_vec();
+        if wire != expected {
+            let first = wire.iter().zip(&expected).position(|(w, e)| w != e);
+            panic!(
+                "from {at}: {} frames on the wire, {} taken, first difference at {first:?}; {:?} {:?}",
+                wire.len(),
+                expected.len(),
+                q.stats(),
+                r.hca.counters()
+            );
+        }
+    }
+    let st = q.stats();
+    assert_eq!(st.errors, 0);
+    drop(q);
+    FREED.with(|f| {
+        let f = f.borrow();
+        assert_eq!(
+            f.len(),
+            id as usize - (1 << 20),
+            "every buffer freed or never taken"
+        );
+        assert!(f.values().all(|&c| c == 1), "none twice");
+    });
 }

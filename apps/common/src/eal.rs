@@ -335,7 +335,9 @@ impl Mbufs {
 
     /// Forgets the first `k` (the driver took them) and keeps the rest at the front.
     fn consumed(&mut self, k: usize) {
-        self.v.copy_within(k..self.n, 0);
+        if k < self.n {
+            self.v.copy_within(k..self.n, 0);
+        }
         self.n -= k;
     }
 }
@@ -396,6 +398,15 @@ impl FastPath {
         let t1 = rdtsc();
         m.consumed(k);
         (k, t1.wrapping_sub(t0))
+    }
+
+    /// Offers every owned mbuf; returns how many the driver took (now the driver's).
+    #[inline(always)]
+    pub fn tx(&self, m: &mut Mbufs) -> usize {
+        // SAFETY: as for tx_timed.
+        let k = unsafe { (self.tx)(self.txq, m.v.as_mut_ptr(), m.n as u16) } as usize;
+        m.consumed(k);
+        k
     }
 
     /// Receives up to `MAX_BURST` mbufs into an empty `m`.

@@ -4,6 +4,8 @@
 //! rates of a shared 2-core machine cancel in the ratios. The driver is linked as an rlib.
 
 mod callgrind;
+mod callgrind_eal;
+mod callgrind_rx;
 mod opts;
 
 use std::collections::HashMap;
@@ -35,8 +37,16 @@ fn main() {
             print!("{}", opts::USAGE);
             Ok(0)
         }
-        Mode::Callgrind(c) => callgrind::run(&c).map(|_| 0),
-        Mode::Sweep(s) => sweep(&s),
+        Mode::Callgrind(c) => prefer_copy(c.copy).and_then(|_| {
+            if c.mbufs {
+                callgrind_eal::run(&c).map(|_| 0)
+            } else if c.rx {
+                callgrind_rx::run(&c).map(|_| 0)
+            } else {
+                callgrind::run(&c).map(|_| 0)
+            }
+        }),
+        Mode::Sweep(s) => prefer_copy(s.copy).and_then(|_| sweep(&s)),
     };
     match rc {
         Ok(code) => std::process::exit(code),
@@ -45,6 +55,24 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// Makes the ports use `copy` for BlueFlame (before EAL probes them).
+fn prefer_copy(copy: Option<mlx4rs::mmio::Copy64>) -> Result<(), String> {
+    match copy {
+        Some(c) => mlx4rs::mmio::Copy64::prefer(c),
+        None => Ok(()),
+    }
+}
+
+/// The copy routines this CPU offers, best first.
+fn copies_offered() -> String {
+    let v: Vec<&str> = mlx4rs::mmio::Copy64::ALL
+        .into_iter()
+        .filter(|c| c.available())
+        .map(|c| c.key())
+        .collect();
+    v.join(", ")
 }
 
 /// The drivers measured at every point, in turn order.
@@ -117,7 +145,7 @@ fn xs(port: u16) -> HashMap<String, u64> {
 }
 
 /// A frame header: broadcast Ethernet, local experimental EtherType, a recognisable pattern.
-fn header() -> [u8; 64] {
+pub(crate) fn header() -> [u8; 64] {
     let mut h = [0u8; 64];
     h[..6].copy_from_slice(&[0xff; 6]);
     h[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
@@ -251,6 +279,11 @@ fn run_sweep(
     let points = s.points();
     let mut prog = Progress::new(points.len(), s.quiet);
     let mut results: Vec<PointResult> = Vec::new();
+    eprintln!(
+        "txbench: BlueFlame copy {} (offered: {})",
+        mlx4rs::mmio::Copy64::best().name(),
+        copies_offered()
+    );
     eprintln!(
         "txbench: {} points x {} rounds x 3 drivers x {} ms; TSC {:.3} GHz, timer overhead {} cycles",
         points.len(),
@@ -440,6 +473,12 @@ fn write_report(
         s.slice_ms,
         t_start.elapsed().as_secs_f64(),
         bench.overhead
+    );
+    let _ = writeln!(
+        md,
+        "BlueFlame copy routine: **{}** (`--copy`; this CPU offers: {}).\n",
+        mlx4rs::mmio::Copy64::best().name(),
+        copies_offered()
     );
     let (main, other): (Vec<PointResult>, Vec<PointResult>) = results
         .iter()

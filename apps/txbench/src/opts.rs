@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use apps::args::{num_list, path_list, ArgIter};
 use apps::Path;
+use mlx4rs::mmio::Copy64;
 
 /// The driver's default inline threshold (devargs `txq_inline`): the main grid runs at it.
 pub const DEFAULT_INLINE: u16 = 104;
@@ -27,6 +28,8 @@ pub struct Sweep {
     pub busy_poll: bool,
     /// Extra EAL arguments (before the generated `--vdev`s).
     pub eal: Vec<String>,
+    /// The BlueFlame copy routine the ports use (None: the best this CPU offers).
+    pub copy: Option<Copy64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +39,13 @@ pub struct Callgrind {
     pub size: u16,
     pub burst: u16,
     pub inline: u16,
+    /// Fill the ring with the device stopped, then measure `packets` calls that send nothing.
+    pub full_ring: bool,
+    /// Real `rte_mbuf`s through EAL and `rte_eth_fp_ops`, the device on its own thread.
+    pub mbufs: bool,
+    /// Count `rx_burst` (frames looped back) instead of `tx_burst`.
+    pub rx: bool,
+    pub copy: Option<Copy64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -48,8 +58,9 @@ pub enum Mode {
 pub const USAGE: &str = "\
 usage: txbench [--short] [--out DIR] [--paths LIST] [--bursts LIST] [--sizes LIST]
                [--inlines LIST] [--inline-burst N] [--slice-ms MS] [--rounds N]
-               [--busy-poll 0|1] [--no-plots] [--quiet] [--eal ARG]...
+               [--busy-poll 0|1] [--copy C] [--no-plots] [--quiet] [--eal ARG]...
        txbench --callgrind [--path P] [--packets N] [--size B] [--burst N] [--inline B]
+                           [--full-ring | --mbufs | --rx] [--copy C]
 
 Sweep (needs EAL; runs net_mlx4rs ports on the software HCA next to net_null and net_ring):
   --short            about a quarter of the points and shorter turns (about 15 s)
@@ -64,6 +75,8 @@ Sweep (needs EAL; runs net_mlx4rs ports on the software HCA next to net_null and
   --busy-poll 0|1    the software HCA's device thread spins when idle (default 0, as the
                      driver's default; 1 lets it see more BlueFlame copies before the next
                      one overwrites the half)
+  --copy C           BlueFlame copy routine: movdir64b, avx512, qwords or best (default:
+                     best, the first of those this CPU offers); the report names it
   --no-plots         Markdown only
   --quiet            no progress lines
   --eal ARG          pass ARG to EAL (repeatable), e.g. --eal=--log-level=pmd.net.mlx4rs:debug
@@ -76,6 +89,15 @@ Instruction counts (no EAL: the TX queue against the software HCA stepped in thi
   --size B           default 64
   --burst N          default 32
   --inline B         default 104
+  --full-ring        fill the ring while the device is held, then make --packets calls that
+                     send nothing (collect `measured_full_ring`: instructions per call)
+  --mbufs            real rte_mbufs: EAL, a net_mlx4rs port, tx_pkt_burst through
+                     rte_eth_fp_ops, the device on its own thread; run under valgrind
+                     --fair-sched=yes and collect `measured_eal_burst`; every call finds the
+                     device drained and sends its whole burst
+  --rx               count rx_burst instead (collect `measured_rx_burst`): a TX queue sends
+                     each burst, the looped wire brings it back; the refill is included
+  --copy C           as for the sweep (valgrind runs only the qwords routine)
 ";
 
 pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
@@ -95,6 +117,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
         quiet: false,
         busy_poll: false,
         eal: Vec::new(),
+        copy: None,
     };
     let mut c = Callgrind {
         path: Path::BfWc,
@@ -102,6 +125,10 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
         size: 64,
         burst: 32,
         inline: DEFAULT_INLINE,
+        full_ring: false,
+        mbufs: false,
+        rx: false,
+        copy: None,
     };
     let (mut sizes_set, mut bursts_set, mut inlines_set) = (false, false, false);
     let mut sweep_opt = None;
@@ -155,12 +182,45 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
             "--size" => c.size = num_list(&k, &a.value(&k)?, 14, 1500)?[0],
             "--burst" => c.burst = num_list(&k, &a.value(&k)?, 1, 64)?[0],
             "--inline" => c.inline = inline_list(&k, &a.value(&k)?)?[0],
+            "--full-ring" => {
+                a.flag(&k)?;
+                c.full_ring = true;
+            }
+            "--mbufs" => {
+                a.flag(&k)?;
+                c.mbufs = true;
+            }
+            "--rx" => {
+                a.flag(&k)?;
+                c.rx = true;
+            }
+            "--copy" => {
+                let v = a.value(&k)?;
+                let copy = match v.as_str() {
+                    "best" => None,
+                    name => Some(Copy64::parse(name)?),
+                };
+                (s.copy, c.copy) = (copy, copy);
+            }
             _ => return Err(format!("unknown option {k}\n\n{USAGE}")),
         }
         let sweep_only = !matches!(
             k.as_str(),
-            "--path" | "--packets" | "--size" | "--burst" | "--inline" | "--callgrind"
+            "--path"
+                | "--packets"
+                | "--size"
+                | "--burst"
+                | "--inline"
+                | "--full-ring"
+                | "--mbufs"
+                | "--rx"
+                | "--copy"
+                | "--callgrind"
         );
+        // --copy belongs to both modes.
+        if k == "--copy" {
+            continue;
+        }
         if sweep_only {
             sweep_opt.get_or_insert(k.clone());
         } else if k != "--callgrind" {
@@ -169,7 +229,10 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
     }
     if callgrind {
         if let Some(k) = sweep_opt {
-            return Err(format!("{k} is a sweep option; --callgrind takes --path, --packets, --size, --burst, --inline"));
+            return Err(format!("{k} is a sweep option; --callgrind takes --path, --packets, --size, --burst, --inline, --full-ring, --mbufs, --rx, --copy"));
+        }
+        if u8::from(c.full_ring) + u8::from(c.mbufs) + u8::from(c.rx) > 1 {
+            return Err("--full-ring, --mbufs and --rx are different measurements".into());
         }
         return Ok(Mode::Callgrind(c));
     }
@@ -343,12 +406,23 @@ mod tests {
                 packets: 1000,
                 size: 64,
                 burst: 32,
-                inline: 0
+                inline: 0,
+                full_ring: false,
+                mbufs: false,
+                rx: false,
+                copy: None,
             })
         );
         assert!(p(&["--callgrind", "--short"])
             .unwrap_err()
             .contains("sweep option"));
+        match p(&["--callgrind", "--full-ring"]).unwrap() {
+            Mode::Callgrind(c) => assert!(c.full_ring),
+            m => panic!("{m:?}"),
+        }
+        assert!(p(&["--full-ring"])
+            .unwrap_err()
+            .contains("needs --callgrind"));
         assert!(p(&["--packets", "5"])
             .unwrap_err()
             .contains("needs --callgrind"));
