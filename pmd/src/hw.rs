@@ -7,6 +7,9 @@ use crate::mem::{DmaBuf, DmaRange, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell};
 use crate::ring::{CqRing, SqRing};
 
+// The port's RSS key is the device's, byte for byte.
+const _: () = assert!(crate::port::RSS_KEY_LEN == mlx4_hca::RSS_KEY_LEN);
+
 fn create_cq(hca: &Hca, cq: &CqRing) -> Result<u32, String> {
     let attr = CqAttr {
         buf: cq.buf_ptr(),

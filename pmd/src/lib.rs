@@ -24,6 +24,7 @@ pub mod port;
 #[allow(unsafe_code)]
 pub mod ring;
 pub mod rxq;
+pub mod stats;
 pub mod txq;
 pub mod wc;
 pub mod wqe;

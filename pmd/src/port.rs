@@ -5,6 +5,17 @@ use std::sync::Arc;
 
 use mlx4_hca::{Caps, Hca, HcaConfig, RssFields};
 
+use dpdk_sys::bits::{
+    RTE_ETH_RSS_FRAG_IPV4 as RSS_FRAG_IPV4, RTE_ETH_RSS_FRAG_IPV6 as RSS_FRAG_IPV6,
+    RTE_ETH_RSS_IPV4 as RSS_IPV4, RTE_ETH_RSS_IPV6 as RSS_IPV6,
+    RTE_ETH_RSS_NONFRAG_IPV4_OTHER as RSS_NONFRAG_IPV4_OTHER,
+    RTE_ETH_RSS_NONFRAG_IPV4_TCP as RSS_NONFRAG_IPV4_TCP,
+    RTE_ETH_RSS_NONFRAG_IPV4_UDP as RSS_NONFRAG_IPV4_UDP,
+    RTE_ETH_RSS_NONFRAG_IPV6_OTHER as RSS_NONFRAG_IPV6_OTHER,
+    RTE_ETH_RSS_NONFRAG_IPV6_TCP as RSS_NONFRAG_IPV6_TCP,
+    RTE_ETH_RSS_NONFRAG_IPV6_UDP as RSS_NONFRAG_IPV6_UDP,
+};
+
 use crate::devargs::{Devargs, WcMode};
 use crate::mem::{DmaRange, MemSource, Mr};
 use crate::mmio::Copy64;
@@ -66,6 +77,7 @@ pub struct Port {
 
 /// RSS redirection table size (entries of queue indices).
 pub const RETA_SIZE: usize = 128;
+/// Toeplitz key length of the mlx4 family; the backend checks its device agrees.
 pub const RSS_KEY_LEN: usize = 40;
 /// The well-known default Toeplitz key (also mlx4's historic default).
 pub const DEFAULT_RSS_KEY: [u8; RSS_KEY_LEN] = [
@@ -100,17 +112,6 @@ impl Default for RxState {
     }
 }
 
-// RTE_ETH_RSS_* (rte_ethdev.h).
-pub const RSS_IPV4: u64 = 1 << 2;
-pub const RSS_FRAG_IPV4: u64 = 1 << 3;
-pub const RSS_NONFRAG_IPV4_TCP: u64 = 1 << 4;
-pub const RSS_NONFRAG_IPV4_UDP: u64 = 1 << 5;
-pub const RSS_NONFRAG_IPV4_OTHER: u64 = 1 << 7;
-pub const RSS_IPV6: u64 = 1 << 8;
-pub const RSS_FRAG_IPV6: u64 = 1 << 9;
-pub const RSS_NONFRAG_IPV6_TCP: u64 = 1 << 10;
-pub const RSS_NONFRAG_IPV6_UDP: u64 = 1 << 11;
-pub const RSS_NONFRAG_IPV6_OTHER: u64 = 1 << 13;
 /// Every hash type the device computes.
 pub const RSS_HF_ALL: u64 = RSS_IPV4
     | RSS_FRAG_IPV4
@@ -253,36 +254,15 @@ impl Port {
         let mut out = Vec::new();
         let mut sum = TxStats::default();
         for s in txqs {
-            sum.doorbells += s.doorbells;
-            sum.bf_writes += s.bf_writes;
-            sum.inline_packets += s.inline_packets;
-            sum.gather_packets += s.gather_packets;
-            sum.completions += s.completions;
-            sum.ring_full += s.ring_full;
-            sum.error_cqes += s.error_cqes;
+            sum.add(s);
         }
-        let fields = |s: &TxStats| {
-            [
-                ("doorbells", s.doorbells),
-                ("bf_writes", s.bf_writes),
-                ("inline_packets", s.inline_packets),
-                ("gather_packets", s.gather_packets),
-                ("completions", s.completions),
-                ("ring_full", s.ring_full),
-                ("error_cqes", s.error_cqes),
-            ]
-        };
-        for (k, v) in fields(&sum) {
-            out.push((format!("tx_{k}"), v));
-        }
+        out.extend(sum.extended().map(|(k, v)| (format!("tx_{k}"), v)));
         out.push((
             "tx_path_bf".to_owned(),
             u64::from(self.tx_path.path == TxPath::BlueFlame),
         ));
         for (i, s) in txqs.iter().enumerate() {
-            for (k, v) in fields(s) {
-                out.push((format!("tx_q{i}_{k}"), v));
-            }
+            out.extend(s.extended().map(|(k, v)| (format!("tx_q{i}_{k}"), v)));
         }
         for (k, v) in self.hca.counters().iter() {
             out.push((format!("hca_{k}"), v));

@@ -14,6 +14,7 @@ use mlx4_prm::{cqe_opcode, rx_status, DataSeg};
 
 use crate::mem::{DmaBuf, Lkeys, MemSource, Mr};
 use crate::ring::CqRing;
+pub use crate::stats::RxStats;
 
 /// Offload results of one received frame, in DPDK's terms.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -95,14 +96,6 @@ pub trait RxBuf: Copy + Default {
     fn set_segment(&mut self, len: u32, next: Option<Self>);
     /// This (first) buffer starts a frame of `pkt_len` bytes in `nb_segs` buffers.
     fn set_packet(&mut self, pkt_len: u32, nb_segs: u16, port: u16, meta: &RxMeta);
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RxStats {
-    pub packets: u64,
-    pub bytes: u64,
-    pub errors: u64,
-    pub nombuf: u64,
 }
 
 /// Receive-queue settings fixed at setup.
@@ -207,7 +200,7 @@ impl<B: RxBuf> RxQueue<B> {
     }
 
     pub fn reset_stats(&mut self) {
-        self.stats = RxStats::default();
+        self.stats.reset();
     }
 
     /// Descriptors as setup counts them: posted buffers (WQEs times scatter entries).

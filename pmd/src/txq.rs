@@ -16,6 +16,7 @@ use crate::mem::{Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell, Txbb};
 use crate::pmd_log;
 use crate::ring::{txbbs_for, CqRing, SqRing};
+pub use crate::stats::TxStats;
 use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
 
 /// What the TX path needs from a packet buffer.
@@ -52,21 +53,6 @@ pub struct TxConfig {
     pub source: MemSource,
 }
 
-/// Per-queue counters (basic stats and xstats).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct TxStats {
-    pub packets: u64,
-    pub bytes: u64,
-    pub errors: u64,
-    pub doorbells: u64,
-    pub bf_writes: u64,
-    pub inline_packets: u64,
-    pub gather_packets: u64,
-    pub ring_full: u64,
-    pub completions: u64,
-    pub error_cqes: u64,
-}
-
 /// Fields only `tx_burst`'s posting side writes: cache lines of their own.
 #[repr(C, align(64))]
 #[derive(Default)]
@@ -81,14 +67,8 @@ struct Producer {
     since_comp: u32,
     txbbs_since_comp: u32,
     lkeys: Lkeys,
-    packets: u64,
-    bytes: u64,
-    errors: u64,
-    doorbells: u64,
-    bf_writes: u64,
-    inline_packets: u64,
-    gather_packets: u64,
-    ring_full: u64,
+    /// Every counter of the queue: the completion side updates its two on the same lcore.
+    stats: TxStats,
 }
 
 /// Fields only the completion side writes: another cache line.
@@ -99,8 +79,6 @@ struct Completion {
     cons: u32,
     elts_tail: u32,
     marks_tail: u32,
-    completions: u64,
-    error_cqes: u64,
     error_logged: bool,
     /// An error CQE arrived: the device queue is dead until recreated, which happens at the
     /// start of the next burst (never in the middle of one, with a WQE still unpublished).
@@ -235,26 +213,11 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     pub fn stats(&self) -> TxStats {
-        let p = &self.prod;
-        TxStats {
-            packets: p.packets,
-            bytes: p.bytes,
-            errors: p.errors,
-            doorbells: p.doorbells,
-            bf_writes: p.bf_writes,
-            inline_packets: p.inline_packets,
-            gather_packets: p.gather_packets,
-            ring_full: p.ring_full,
-            completions: self.comp.completions,
-            error_cqes: self.comp.error_cqes,
-        }
+        self.prod.stats
     }
 
     pub fn reset_stats(&mut self) {
-        let p = &mut self.prod;
-        (p.packets, p.bytes, p.errors, p.doorbells, p.bf_writes) = (0, 0, 0, 0, 0);
-        (p.inline_packets, p.gather_packets, p.ring_full) = (0, 0, 0);
-        (self.comp.completions, self.comp.error_cqes) = (0, 0);
+        self.prod.stats.reset();
     }
 
     /// Buffers posted and not yet completed.
@@ -313,7 +276,7 @@ impl<B: TxBuf> TxQueue<B> {
                 if !ok {
                     // Empty, too many segments, or memory the device cannot reach: it can
                     // never go out, so it is dropped and counted rather than retried forever.
-                    self.prod.errors += 1;
+                    self.prod.stats.errors += 1;
                     push_done::<B>(done, &mut n_done, pkt, self.cfg.fast_free);
                     taken += 1;
                     continue;
@@ -330,7 +293,7 @@ impl<B: TxBuf> TxQueue<B> {
             if !self.room(pad + txbbs, !inline) {
                 self.complete();
                 if self.comp.failed || !self.room(pad + txbbs, !inline) {
-                    self.prod.ring_full += 1;
+                    self.prod.stats.ring_full += 1;
                     break;
                 }
             }
@@ -355,10 +318,10 @@ impl<B: TxBuf> TxQueue<B> {
             }
             self.prod.prod = start.wrapping_add(txbbs);
             if inline {
-                self.prod.inline_packets += 1;
+                self.prod.stats.inline_packets += 1;
                 push_done::<B>(done, &mut n_done, pkt, self.cfg.fast_free);
             } else {
-                self.prod.gather_packets += 1;
+                self.prod.stats.gather_packets += 1;
                 let mask = self.elts.len() as u32 - 1;
                 self.elts[(self.prod.elts_head & mask) as usize] = pkt;
                 self.prod.elts_head = self.prod.elts_head.wrapping_add(1);
@@ -369,8 +332,8 @@ impl<B: TxBuf> TxQueue<B> {
                 self.prod.since_comp += 1;
                 self.prod.txbbs_since_comp += txbbs;
             }
-            self.prod.packets += 1;
-            self.prod.bytes += len as u64;
+            self.prod.stats.packets += 1;
+            self.prod.stats.bytes += len as u64;
             pending = Some(Pending {
                 start,
                 txbbs,
@@ -447,14 +410,14 @@ impl<B: TxBuf> TxQueue<B> {
                     first.0.copy_from_slice(&wqe[..TXBB_SIZE]);
                     CtrlSeg::new_unchecked(&mut first.0[..]).set_bf_qpn_ds(self.hw.qpn, p.ds);
                     bf.write(&first, &wqe[TXBB_SIZE..]);
-                    self.prod.bf_writes += 1;
+                    self.prod.stats.bf_writes += 1;
                     return;
                 }
             }
         }
         self.hw.sq.publish(p.start, word);
         self.hw.doorbell.ring();
-        self.prod.doorbells += 1;
+        self.prod.stats.doorbells += 1;
     }
 
     /// Consumes available CQEs: stamps the completed TXBBs and frees the completed buffers in
@@ -478,7 +441,7 @@ impl<B: TxBuf> TxQueue<B> {
         }
         if cqes > 0 {
             self.hw.cq.update_ci();
-            self.comp.completions += cqes;
+            self.prod.stats.completions += cqes;
         }
         freed
     }
@@ -503,8 +466,8 @@ impl<B: TxBuf> TxQueue<B> {
     /// An error CQE: the device moved the SQ to the error state. Count and log once per queue;
     /// the next burst recreates the queue.
     fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
-        self.comp.error_cqes += 1;
-        self.prod.errors += 1;
+        self.prod.stats.error_cqes += 1;
+        self.prod.stats.errors += 1;
         self.comp.failed = true;
         if !self.comp.error_logged {
             self.comp.error_logged = true;
@@ -570,7 +533,7 @@ impl<B: TxBuf> TxQueue<B> {
             if unsignaled && self.room(1, false) {
                 self.post_nop(1, true);
                 self.hw.doorbell.ring();
-                self.prod.doorbells += 1;
+                self.prod.stats.doorbells += 1;
             }
             if start.elapsed() >= limit {
                 return false;

@@ -6,13 +6,14 @@
 use std::time::{Duration, Instant};
 
 use mlx4_hca::Hca;
-use mlx4_prm::{opcode, srcrb, CtrlSeg, TXBB_SIZE};
+use mlx4_prm::{opcode, CtrlSeg, TXBB_SIZE};
 
 use crate::devargs::BfMode;
 use crate::mem::MemSource;
 use crate::mmio::{cpu_has_pat, Copy64, Txbb};
 use crate::ring::{CqRing, SqRing};
 use crate::txq::TxPath;
+use crate::wqe::{self, TxOffloads};
 
 /// The decision and why, logged once and exported in xstats.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,22 +98,13 @@ pub fn self_test(hca: &Hca, source: MemSource, copy: Copy64) -> Result<SelfTest,
         let mut bf = crate::hw::bf_reg(&info, copy).ok_or("the SQ got no BF register")?;
         let db = crate::hw::doorbell(&info);
         // NOP 0: unsignaled in the ring, signaled in the BF copy.
-        {
-            let w = sq.wqe_mut(0, 1);
-            let mut c = CtrlSeg::new_unchecked(&mut w[..16]);
-            c.set_vlan_tag(0);
-            c.set_ins_vlan(0);
-            c.set_fence_size(1);
-            c.set_srcrb_flags(srcrb::SOLICIT);
-            c.set_imm(0);
-        }
+        wqe::write_ctrl(sq.wqe_mut(0, 1), 1, TxOffloads::default(), false);
         let word = u32::from(opcode::NOP); // pass 0: owner 0; counter 0
         sq.publish(0, word);
         let mut copy_blk = Txbb([0; TXBB_SIZE]);
         copy_blk.0.copy_from_slice(sq.wqe(0, 1));
-        let mut c = CtrlSeg::new_unchecked(&mut copy_blk.0[..16]);
-        c.set_bf_qpn_ds(info.qpn, 1);
-        c.set_srcrb_flags(srcrb::SOLICIT | srcrb::CQ_UPDATE);
+        wqe::write_ctrl(&mut copy_blk.0, 1, TxOffloads::default(), true);
+        CtrlSeg::new_unchecked(&mut copy_blk.0[..]).set_bf_qpn_ds(info.qpn, 1);
         bf.write(&copy_blk, &[]);
         if let Some(idx) = wait_cqe(&mut cq, Duration::from_millis(100))? {
             return match idx {
@@ -121,15 +113,7 @@ pub fn self_test(hca: &Hca, source: MemSource, copy: Copy64) -> Result<SelfTest,
             };
         }
         // NOP 1, signaled in the ring, through the doorbell.
-        {
-            let w = sq.wqe_mut(1, 1);
-            let mut c = CtrlSeg::new_unchecked(&mut w[..16]);
-            c.set_vlan_tag(0);
-            c.set_ins_vlan(0);
-            c.set_fence_size(1);
-            c.set_srcrb_flags(srcrb::SOLICIT | srcrb::CQ_UPDATE);
-            c.set_imm(0);
-        }
+        wqe::write_ctrl(sq.wqe_mut(1, 1), 1, TxOffloads::default(), true);
         sq.publish(1, u32::from(opcode::NOP));
         db.ring();
         match wait_cqe(&mut cq, Duration::from_secs(2))? {
