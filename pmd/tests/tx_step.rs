@@ -58,6 +58,7 @@ impl TxBuf for Pkt {
         // SAFETY: test packets point into buffers that outlive the queue.
         let segs = unsafe { std::slice::from_raw_parts(self.segs, self.nsegs) };
         segs.iter()
+            // SAFETY: as above, each segment lies in a buffer that outlives the queue.
             .map(|s| unsafe { std::slice::from_raw_parts(s.ptr, s.len) })
     }
     fn offloads(&self) -> TxOffloads {
