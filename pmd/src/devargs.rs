@@ -7,8 +7,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use mlx4_hca::Wire;
-
 /// Largest inline threshold: the inline data that fits a WQE of 63 DS (1008 bytes) once the
 /// control segment and one 4-byte header per 64-byte chunk are taken out: 44 + 14 * 60 + 44.
 pub const MAX_TXQ_INLINE: u16 = 928;
@@ -41,12 +39,6 @@ pub struct WireSpec(String);
 impl WireSpec {
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-
-    /// Opens the wire this spec names.
-    pub fn to_wire(&self) -> Wire {
-        // Validated at parse time, so this cannot fail.
-        self.0.parse().unwrap_or(Wire::Null)
     }
 }
 
@@ -148,9 +140,7 @@ impl FromStr for Devargs {
             let bad = || err(key, value, allowed(key));
             match key {
                 "wire" => {
-                    value
-                        .parse::<Wire>()
-                        .map_err(|e| err(key, value, e.to_string()))?;
+                    crate::hw::soft::check_wire(value).map_err(|e| err(key, value, e))?;
                     d.wire = WireSpec(value.to_owned());
                 }
                 "wc" => {

@@ -22,6 +22,23 @@ use crate::txq::TxQueue;
 type TxQ = TxQueue<Mbuf>;
 type RxQ = RxQueue<Mbuf>;
 
+/// What a `tx_queues` slot holds: the queue, and the port whose device recovers it.
+struct TxSlot {
+    q: TxQ,
+    port_id: u16,
+}
+
+/// The negative errno DPDK expects for a device error.
+fn errno(e: &crate::hw::HwError) -> c_int {
+    use crate::hw::HwError;
+    -match e {
+        HwError::Invalid(_) => libc::EINVAL,
+        HwError::NoMemory(_) => libc::ENOMEM,
+        HwError::Device(_) => libc::EIO,
+        HwError::Unsupported(_) => libc::ENOTSUP,
+    }
+}
+
 /// Driver name as EAL matches it against `--vdev net_mlx4rs<N>`.
 pub const DRIVER_NAME: &CStr = c"net_mlx4rs";
 
@@ -192,7 +209,7 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
         Ok(p) => p,
         Err(e) => {
             pmd_log!(ERR, "{name}: cannot open: {e}");
-            return e.errno();
+            return errno(&e);
         }
     };
     // SAFETY: the name outlives the call; on success ethdev returns a zeroed slot we own.
@@ -293,17 +310,39 @@ unsafe extern "C" fn tx_burst(
     }
     // SAFETY: `q` is the queue tx_queue_setup stored, used by one lcore at a time (ethdev's
     // contract); `pkts` holds `n` valid mbuf pointers, and `Mbuf` is a transparent pointer.
-    unsafe {
-        let q = &mut *(q as *mut TxQ);
-        let pkts = std::slice::from_raw_parts(pkts as *const Mbuf, usize::from(n));
-        q.burst(pkts) as u16
+    let (s, pkts) = unsafe {
+        (
+            &mut *(q as *mut TxSlot),
+            std::slice::from_raw_parts(pkts as *const Mbuf, usize::from(n)),
+        )
+    };
+    let sent = s.q.burst(pkts) as u16;
+    if s.q.failed() {
+        recover_txq(s);
     }
+    sent
+}
+
+/// Recreates a TX queue an error completion stopped, with its port's device.
+#[cold]
+fn recover_txq(s: &mut TxSlot) {
+    // SAFETY: a queue's port outlives it; its private data is the Port written at probe, and
+    // the device is only read here.
+    let p = unsafe {
+        let d = (*ptr::addr_of_mut!(sys::rte_eth_devices[usize::from(s.port_id)])).data;
+        &*((*d).dev_private as *const Port)
+    };
+    s.q.recover(p.dev.as_ref());
 }
 
 unsafe extern "C" fn tx_done_cleanup(q: *mut std::ffi::c_void, free_cnt: u32) -> c_int {
     // SAFETY: as for tx_burst.
-    let q = unsafe { &mut *(q as *mut TxQ) };
-    q.done_cleanup(free_cnt) as c_int
+    let s = unsafe { &mut *(q as *mut TxSlot) };
+    let n = s.q.done_cleanup(free_cnt) as c_int;
+    if s.q.failed() {
+        recover_txq(s);
+    }
+    n
 }
 
 pub fn fmt_mac(m: &[u8; 6]) -> String {
@@ -351,7 +390,7 @@ unsafe extern "C" fn dev_start(dev: *mut sys::rte_eth_dev) -> c_int {
     let (p, d) = unsafe { (port_of(dev), data(dev)) };
     if let Err(e) = p.start() {
         pmd_log!(ERR, "{}: start failed: {e}", p.name);
-        return e.errno();
+        return errno(&e);
     }
     // SAFETY: live port.
     let rc = unsafe { apply_rx(dev) };
@@ -368,8 +407,9 @@ unsafe extern "C" fn dev_stop(dev: *mut sys::rte_eth_dev) -> c_int {
     // Let the device send what tx_burst already took, then stop it.
     // SAFETY: live port.
     unsafe {
+        let d = port_of(dev).dev.as_ref();
         for_each_txq(dev, |i, q| {
-            if !q.drain(std::time::Duration::from_secs(1)) {
+            if !q.drain(d, std::time::Duration::from_secs(1)) {
                 pmd_log!(
                     WARNING,
                     "{}: TX queue {i}: the device did not drain within 1 s",
@@ -386,12 +426,12 @@ unsafe extern "C" fn dev_stop(dev: *mut sys::rte_eth_dev) -> c_int {
     // SAFETY: live port.
     unsafe {
         for_each_txq(dev, |i, q| {
-            if let Err(e) = q.reset() {
+            if let Err(e) = q.reset(p.dev.as_ref()) {
                 pmd_log!(ERR, "{}: TX queue {i}: reset failed: {e}", p.name);
             }
         });
         for_each_rxq(dev, |i, q| {
-            if let Err(e) = q.reset() {
+            if let Err(e) = q.reset(p.dev.as_ref()) {
                 pmd_log!(ERR, "{}: RX queue {i}: reset failed: {e}", p.name);
             }
         });
@@ -465,7 +505,7 @@ unsafe extern "C" fn dev_infos_get(
     info.tx_desc_lim.nb_mtu_seg_max = crate::wqe::MAX_GATHER_SEGS as u16;
     info.tx_queue_offload_capa = 0;
     info.reta_size = port::RETA_SIZE as u16;
-    info.hash_key_size = port::RSS_KEY_LEN as u8;
+    info.hash_key_size = crate::hw::RSS_KEY_LEN as u8;
     info.flow_type_rss_offloads = port::RSS_HF_ALL;
     info.rx_offload_capa = RX_OFFLOAD_CAPA;
     info.rx_queue_offload_capa = 0;
@@ -513,18 +553,18 @@ unsafe fn queue<'a, Q>(slots: *mut *mut std::ffi::c_void, i: usize) -> Option<&'
     unsafe { (*slots.add(i) as *mut Q).as_mut() }
 }
 
-/// Drops the queue in slot `i` (if any) and empties the slot.
+/// Hands the queue in slot `i` (if any) to `destroy` and empties the slot.
 ///
 /// # Safety
 /// As for [`queue`].
-unsafe fn release_queue<Q>(slots: *mut *mut std::ffi::c_void, i: usize) {
+unsafe fn release_queue<Q>(slots: *mut *mut std::ffi::c_void, i: usize, destroy: impl FnOnce(Q)) {
     // SAFETY: guaranteed by the caller: the slot holds NULL or a leaked Box<Q>.
     unsafe {
         let slot = slots.add(i);
         let q = *slot as *mut Q;
         if !q.is_null() {
-            drop(Box::from_raw(q));
             *slot = ptr::null_mut();
+            destroy(*Box::from_raw(q));
         }
     }
 }
@@ -536,8 +576,8 @@ unsafe fn for_each_txq(dev: *mut sys::rte_eth_dev, mut f: impl FnMut(usize, &mut
     let d = unsafe { data(dev) };
     for i in 0..usize::from(d.nb_tx_queues) {
         // SAFETY: the array has nb_tx_queues entries of this driver's TX queues.
-        if let Some(q) = unsafe { queue::<TxQ>(d.tx_queues, i) } {
-            f(i, q);
+        if let Some(s) = unsafe { queue::<TxSlot>(d.tx_queues, i) } {
+            f(i, &mut s.q);
         }
     }
 }
@@ -611,7 +651,7 @@ unsafe fn apply_rx(dev: *mut sys::rte_eth_dev) -> c_int {
         Ok(()) => 0,
         Err(e) => {
             pmd_log!(ERR, "{}: {e}", p.name);
-            e.errno()
+            errno(&e)
         }
     }
 }
@@ -764,18 +804,20 @@ unsafe extern "C" fn rss_hash_update(
     }
     let mut key = p.rx.rss_key;
     if !conf.rss_key.is_null() {
-        if usize::from(conf.rss_key_len) != port::RSS_KEY_LEN {
+        if usize::from(conf.rss_key_len) != crate::hw::RSS_KEY_LEN {
             pmd_log!(
                 ERR,
                 "{}: RSS key of {} bytes, the device takes {}",
                 p.name,
                 conf.rss_key_len,
-                port::RSS_KEY_LEN
+                crate::hw::RSS_KEY_LEN
             );
             return -libc::EINVAL;
         }
         // SAFETY: rss_key_len bytes readable.
-        key.copy_from_slice(unsafe { std::slice::from_raw_parts(conf.rss_key, port::RSS_KEY_LEN) });
+        key.copy_from_slice(unsafe {
+            std::slice::from_raw_parts(conf.rss_key, crate::hw::RSS_KEY_LEN)
+        });
     }
     let hf = conf.rss_hf;
     // SAFETY: live port.
@@ -796,9 +838,13 @@ unsafe extern "C" fn rss_hash_conf_get(
     if !conf.rss_key.is_null() {
         // SAFETY: ethdev checked rss_key_len against hash_key_size.
         unsafe {
-            std::ptr::copy_nonoverlapping(p.rx.rss_key.as_ptr(), conf.rss_key, port::RSS_KEY_LEN)
+            std::ptr::copy_nonoverlapping(
+                p.rx.rss_key.as_ptr(),
+                conf.rss_key,
+                crate::hw::RSS_KEY_LEN,
+            )
         };
-        conf.rss_key_len = port::RSS_KEY_LEN as u8;
+        conf.rss_key_len = crate::hw::RSS_KEY_LEN as u8;
     }
     conf.rss_hf = p.rx.rss_hf;
     0
@@ -829,7 +875,7 @@ unsafe extern "C" fn txq_info_get(
     // SAFETY: live port; ethdev checked qid and zeroed info.
     let (d, info) = unsafe { (data(dev), &mut *info) };
     // SAFETY: qid < nb_tx_queues, checked by ethdev.
-    let Some(q) = (unsafe { queue::<TxQ>(d.tx_queues, usize::from(qid)) }) else {
+    let Some(TxSlot { q, .. }) = (unsafe { queue::<TxSlot>(d.tx_queues, usize::from(qid)) }) else {
         return;
     };
     info.nb_desc = q.nb_desc() as u16;
@@ -857,22 +903,38 @@ unsafe extern "C" fn tx_queue_setup(
     let offloads = conf.offloads | d.dev_conf.txmode.offloads;
     let fast_free = offloads & sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0;
     let cfg = p.tx_config(fast_free, socket as i32);
-    match TxQ::new(&p.hca, p.name.clone(), qid, nb_desc, cfg, p.mrs.clone()) {
+    match TxQ::new(
+        p.dev.as_ref(),
+        p.name.clone(),
+        qid,
+        nb_desc,
+        cfg,
+        p.mrs.clone(),
+    ) {
         Ok(q) => {
+            let slot = TxSlot {
+                q,
+                port_id: d.port_id,
+            };
             // SAFETY: qid < nb_tx_queues, checked by ethdev.
-            unsafe { *d.tx_queues.add(qid as usize) = Box::into_raw(Box::new(q)).cast() };
+            unsafe { *d.tx_queues.add(qid as usize) = Box::into_raw(Box::new(slot)).cast() };
             0
         }
         Err(e) => {
             pmd_log!(ERR, "{}: TX queue {qid}: {e}", p.name);
-            -libc::ENOMEM
+            errno(&e)
         }
     }
 }
 
 unsafe extern "C" fn tx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
     // SAFETY: live port, qid < nb_tx_queues; the slot holds NULL or a TX queue of ours.
-    unsafe { release_queue::<TxQ>(data(dev).tx_queues, usize::from(qid)) }
+    unsafe {
+        let p = port_of(dev);
+        release_queue(data(dev).tx_queues, usize::from(qid), |s: TxSlot| {
+            s.q.destroy(p.dev.as_ref())
+        })
+    }
 }
 
 /// RX offloads: checksum verdicts, RSS hash, scattered frames.
@@ -929,7 +991,7 @@ unsafe extern "C" fn rx_queue_setup(
             socket: socket as i32,
         },
     };
-    match RxQ::new(&p.hca, qid, nb_desc, cfg, Pool(mp), p.mrs.clone()) {
+    match RxQ::new(p.dev.as_ref(), qid, nb_desc, cfg, Pool(mp), p.mrs.clone()) {
         Ok(q) => {
             // SAFETY: qid < nb_rx_queues, checked by ethdev.
             unsafe { *d.rx_queues.add(qid as usize) = Box::into_raw(Box::new(q)).cast() };
@@ -937,7 +999,7 @@ unsafe extern "C" fn rx_queue_setup(
         }
         Err(e) => {
             pmd_log!(ERR, "{}: RX queue {qid}: {e}", p.name);
-            -libc::ENOMEM
+            errno(&e)
         }
     }
 }
@@ -959,7 +1021,12 @@ unsafe extern "C" fn rx_burst(
 
 unsafe extern "C" fn rx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
     // SAFETY: live port, qid < nb_rx_queues; the slot holds NULL or an RX queue of ours.
-    unsafe { release_queue::<RxQ>(data(dev).rx_queues, usize::from(qid)) }
+    unsafe {
+        let p = port_of(dev);
+        release_queue(data(dev).rx_queues, usize::from(qid), |q: RxQ| {
+            q.destroy(p.dev.as_ref())
+        })
+    }
 }
 
 /// # Safety
@@ -1020,7 +1087,7 @@ unsafe extern "C" fn xstats_reset(dev: *mut sys::rte_eth_dev) -> c_int {
         // ethdev does not reset the basic stats when a driver resets its xstats.
         for_each_txq(dev, |_, q| q.reset_stats());
         for_each_rxq(dev, |_, q| q.reset_stats());
-        port_of(dev).hca.reset_counters();
+        port_of(dev).dev.reset_counters();
     }
     0
 }

@@ -2,7 +2,7 @@
 //!
 //! `tx_burst` writes inline WQEs either into a write-combining BlueFlame page or into the send
 //! ring followed by one UAR doorbell per burst; a capability check at device init decides which
-//! path is live. The hardware is, on our machines, the software HCA of [`mlx4_hca`], which the
+//! path is live. The hardware is, on our machines, the software HCA ([`hca`]), which the
 //! driver cannot tell from a card.
 //!
 //! Layout: [`devargs`] and [`port`] are ordinary Rust; `ethdev` is the only bridge to DPDK's C
@@ -33,7 +33,7 @@ pub mod wqe;
 mod ethdev;
 
 pub use ethdev::DRIVER_NAME;
-pub use mlx4_hca as hca;
+pub use hw::soft::hca;
 pub use mlx4_prm as prm;
 
 /// Keeps the driver (and its EAL constructor) in an application that links this crate as an

@@ -19,6 +19,16 @@ pub enum MemSource {
     Heap,
 }
 
+impl MemSource {
+    /// The NUMA node to ask a device for memory on (-1: any).
+    pub fn socket(self) -> i32 {
+        match self {
+            MemSource::Dpdk { socket } => socket,
+            MemSource::Heap => -1,
+        }
+    }
+}
+
 /// A zeroed, 4 KiB-aligned block of shared memory.
 pub struct DmaBuf {
     ptr: NonNull<u8>,
@@ -51,6 +61,10 @@ impl DmaBuf {
 
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
+    }
+
+    pub fn non_null(&self) -> NonNull<u8> {
+        self.ptr
     }
 
     pub fn len(&self) -> usize {

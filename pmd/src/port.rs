@@ -1,9 +1,7 @@
-//! One `net_mlx4rs` port: its devargs, its (software) HCA, link state and configuration.
+//! One `net_mlx4rs` port: its devargs, its device, link state and configuration.
 //! Ordinary Rust: the `ethdev` module turns DPDK's callbacks into calls on this type.
 
 use std::sync::Arc;
-
-use mlx4_hca::{Caps, Hca, HcaConfig, RssFields};
 
 use dpdk_sys::bits::{
     RTE_ETH_RSS_FRAG_IPV4 as RSS_FRAG_IPV4, RTE_ETH_RSS_FRAG_IPV6 as RSS_FRAG_IPV6,
@@ -16,7 +14,8 @@ use dpdk_sys::bits::{
     RTE_ETH_RSS_NONFRAG_IPV6_UDP as RSS_NONFRAG_IPV6_UDP,
 };
 
-use crate::devargs::{Devargs, WcMode};
+use crate::devargs::Devargs;
+use crate::hw::{self, Caps, Device, HwError, RssHash, RSS_KEY_LEN};
 use crate::mem::{DmaRange, MemSource, Mr};
 use crate::mmio::Copy64;
 use crate::pmd_log;
@@ -34,35 +33,10 @@ pub const MAX_MTU: u16 = 9600;
 /// Link speed the emulated ConnectX-3 port reports, in Mbps.
 pub const LINK_SPEED_MBPS: u32 = 40_000;
 
-#[derive(Debug)]
-pub enum PortError {
-    Hca(String),
-    Invalid(String),
-}
-
-impl std::fmt::Display for PortError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PortError::Hca(s) => write!(f, "device: {s}"),
-            PortError::Invalid(s) => f.write_str(s),
-        }
-    }
-}
-
-impl PortError {
-    /// The negative errno DPDK expects from an op.
-    pub fn errno(&self) -> i32 {
-        match self {
-            PortError::Hca(_) => -libc::EIO,
-            PortError::Invalid(_) => -libc::EINVAL,
-        }
-    }
-}
-
 pub struct Port {
     pub name: Arc<str>,
     pub args: Devargs,
-    pub hca: Hca,
+    pub dev: Box<dyn Device>,
     pub caps: Caps,
     pub mac: [u8; 6],
     pub started: bool,
@@ -77,14 +51,6 @@ pub struct Port {
 
 /// RSS redirection table size (entries of queue indices).
 pub const RETA_SIZE: usize = 128;
-/// Toeplitz key length of the mlx4 family; the backend checks its device agrees.
-pub const RSS_KEY_LEN: usize = 40;
-/// The well-known default Toeplitz key (also mlx4's historic default).
-pub const DEFAULT_RSS_KEY: [u8; RSS_KEY_LEN] = [
-    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
-    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
-    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
-];
 
 /// Receive-side settings the device applies: filter, MTU, RSS.
 #[derive(Debug, Clone)]
@@ -105,7 +71,7 @@ impl Default for RxState {
             promisc: true,
             allmulti: true,
             mtu: 1500,
-            rss_key: DEFAULT_RSS_KEY,
+            rss_key: hw::DEFAULT_RSS_KEY,
             rss_hf: RSS_HF_ALL,
             reta: [0; RETA_SIZE],
         }
@@ -125,27 +91,27 @@ pub const RSS_HF_ALL: u64 = RSS_IPV4
     | RSS_NONFRAG_IPV6_OTHER;
 
 /// The device's field sets for DPDK hash types.
-pub fn rss_fields(hf: u64) -> RssFields {
-    let mut f = RssFields::NONE;
-    if hf & (RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER) != 0 {
-        f |= RssFields::IPV4;
+pub fn rss_hash(hf: u64) -> RssHash {
+    let mut h = RssHash::NONE;
+    for (types, fields) in [
+        (
+            RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER,
+            RssHash::IPV4,
+        ),
+        (RSS_NONFRAG_IPV4_TCP, RssHash::IPV4_TCP),
+        (RSS_NONFRAG_IPV4_UDP, RssHash::IPV4_UDP),
+        (
+            RSS_IPV6 | RSS_FRAG_IPV6 | RSS_NONFRAG_IPV6_OTHER,
+            RssHash::IPV6,
+        ),
+        (RSS_NONFRAG_IPV6_TCP, RssHash::IPV6_TCP),
+        (RSS_NONFRAG_IPV6_UDP, RssHash::IPV6_UDP),
+    ] {
+        if hf & types != 0 {
+            h |= fields;
+        }
     }
-    if hf & RSS_NONFRAG_IPV4_TCP != 0 {
-        f |= RssFields::IPV4_TCP;
-    }
-    if hf & RSS_NONFRAG_IPV4_UDP != 0 {
-        f |= RssFields::IPV4_UDP;
-    }
-    if hf & (RSS_IPV6 | RSS_FRAG_IPV6 | RSS_NONFRAG_IPV6_OTHER) != 0 {
-        f |= RssFields::IPV6;
-    }
-    if hf & RSS_NONFRAG_IPV6_TCP != 0 {
-        f |= RssFields::IPV6_TCP;
-    }
-    if hf & RSS_NONFRAG_IPV6_UDP != 0 {
-        f |= RssFields::IPV6_UDP;
-    }
-    f
+    h
 }
 
 impl Port {
@@ -156,16 +122,9 @@ impl Port {
         args: Devargs,
         source: MemSource,
         mem: &[DmaRange],
-    ) -> Result<Port, PortError> {
-        let cfg = HcaConfig {
-            wc: args.wc == WcMode::On,
-            threaded: true,
-            busy_poll: args.busy_poll,
-            name: name.to_owned(),
-            ..HcaConfig::default()
-        };
-        let hca = Hca::open(cfg).map_err(|e| PortError::Hca(e.to_string()))?;
-        let caps = hca.caps();
+    ) -> Result<Port, HwError> {
+        let dev: Box<dyn Device> = Box::new(hw::soft::Soft::open(name, &args, source)?);
+        let caps = dev.caps();
         let mac = args.mac.unwrap_or_else(|| default_mac(name));
         pmd_log!(
             INFO,
@@ -175,12 +134,10 @@ impl Port {
         );
         let mut mrs = Vec::with_capacity(mem.len());
         for &range in mem {
-            mrs.push(crate::hw::reg_mr_range(&hca, range).map_err(PortError::Hca)?);
+            mrs.push(dev.reg_mr(range)?);
         }
         let copy = Copy64::best();
-        hca.start().map_err(|e| PortError::Hca(e.to_string()))?;
-        let tx_path = wc::decide(&hca, args.bf, source, copy);
-        hca.stop();
+        let tx_path = wc::decide(dev.as_ref(), args.bf, source.socket(), copy);
         let path = match tx_path.path {
             TxPath::BlueFlame => format!("BlueFlame ({})", copy.name()),
             TxPath::Doorbell => "doorbell".to_owned(),
@@ -193,7 +150,7 @@ impl Port {
         Ok(Port {
             name: name.into(),
             args,
-            hca,
+            dev,
             caps,
             mac,
             started: false,
@@ -207,14 +164,12 @@ impl Port {
 
     /// Pushes filter, MTU and RSS settings to the device. `rq_qpns` are the RX queues' QPNs by
     /// queue index; the redirection table maps hash buckets to them.
-    pub fn apply_rx(&self, rq_qpns: &[u32]) -> Result<(), PortError> {
-        let hca_err = |e: mlx4_hca::HcaError| PortError::Hca(e.to_string());
-        self.hca
-            .set_rx_filter(self.mac, self.rx.promisc, self.rx.allmulti);
-        self.hca.set_mtu(self.rx.mtu);
-        self.hca
-            .set_rss(&self.rx.rss_key, rss_fields(self.rx.rss_hf))
-            .map_err(hca_err)?;
+    pub fn apply_rx(&self, rq_qpns: &[u32]) -> Result<(), HwError> {
+        self.dev
+            .set_rx_filter(self.mac, self.rx.promisc, self.rx.allmulti)?;
+        self.dev.set_mtu(self.rx.mtu)?;
+        self.dev
+            .set_rss(&self.rx.rss_key, rss_hash(self.rx.rss_hf))?;
         if !rq_qpns.is_empty() {
             let table: Vec<u32> = self
                 .rx
@@ -222,7 +177,7 @@ impl Port {
                 .iter()
                 .map(|&q| rq_qpns[usize::from(q) % rq_qpns.len()])
                 .collect();
-            self.hca.set_rx_steering(&table).map_err(hca_err)?;
+            self.dev.set_rx_steering(&table)?;
         }
         Ok(())
     }
@@ -264,23 +219,15 @@ impl Port {
         for (i, s) in txqs.iter().enumerate() {
             out.extend(s.extended().map(|(k, v)| (format!("tx_q{i}_{k}"), v)));
         }
-        for (k, v) in self.hca.counters().iter() {
-            out.push((format!("hca_{k}"), v));
-        }
+        out.extend(self.dev.counters());
         out
     }
 
-    pub fn start(&mut self) -> Result<(), PortError> {
+    pub fn start(&mut self) -> Result<(), HwError> {
         if self.started {
             return Ok(());
         }
-        self.hca
-            .set_wire(self.args.wire.to_wire())
-            .map_err(|e| PortError::Hca(format!("wire {}: {e}", self.args.wire.as_str())))?;
-        self.hca
-            .start()
-            .map_err(|e| PortError::Hca(e.to_string()))?;
-        self.hca.set_port_up(true);
+        self.dev.start()?;
         self.started = true;
         Ok(())
     }
@@ -289,13 +236,12 @@ impl Port {
         if !self.started {
             return;
         }
-        self.hca.set_port_up(false);
-        self.hca.stop();
+        self.dev.stop();
         self.started = false;
     }
 
     pub fn link_up(&self) -> bool {
-        self.started && self.hca.port_up()
+        self.started && self.dev.link_up()
     }
 }
 

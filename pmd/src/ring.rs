@@ -1,5 +1,7 @@
-//! The rings the driver shares with the device: the send queue (64-byte TXBBs) and completion
-//! queues (32-byte CQEs plus their consumer-index record).
+//! The rings the driver shares with the device: the send queue (64-byte TXBBs), completion
+//! queues (32-byte CQEs plus their consumer-index record) and the receive queue (scatter
+//! entries plus its doorbell record). Each is a view over the memory a device handed over in a
+//! descriptor ([`crate::hw`]); the view keeps the descriptor and gives it back for destroy.
 //!
 //! Protocol, not locks, keeps driver and device apart: the device reads a WQE only after it
 //! sees the owner word the driver stores last (release), and the driver reads a CQE only after
@@ -8,35 +10,63 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use mlx4_prm::{Cqe, CQE_SIZE, STAMP_DWORD, TXBB_SHIFT, TXBB_SIZE};
+use std::ptr::NonNull;
 
-use crate::mem::{DmaBuf, MemSource};
+use mlx4_prm::{Cqe, DataSeg, CQE_SIZE, STAMP_DWORD, TXBB_SHIFT, TXBB_SIZE};
 
-/// A send queue ring of `txbb_cnt` TXBBs addressed by free-running counters.
+use crate::hw::{CqDesc, RqDesc, SqDesc};
+use crate::mmio::{BfReg, Copy64, SendDoorbell};
+
+/// A view of a send queue ring of `txbb_cnt` TXBBs, addressed by free-running counters. It
+/// holds the queue's descriptor, which [`SqRing::into_desc`] hands back for destroy.
 pub struct SqRing {
-    mem: DmaBuf,
+    mem: NonNull<u8>,
     txbb_cnt: u32,
+    desc: SqDesc,
 }
 
 impl SqRing {
-    /// A ring whose every TXBB starts invalid for pass 0 (owner bit set, as rdma-core
-    /// initialises SQ ownership), so the device never mistakes zeroed memory for a WQE.
-    pub fn new(txbb_cnt: u32, source: MemSource) -> Option<SqRing> {
-        debug_assert!(txbb_cnt.is_power_of_two());
-        let mem = DmaBuf::new((txbb_cnt as usize) << TXBB_SHIFT, source)?;
-        let ring = SqRing { mem, txbb_cnt };
-        for i in 0..txbb_cnt {
+    /// A view whose every TXBB starts invalid for pass 0 (owner bit set, as rdma-core
+    /// initialises SQ ownership), so the device never mistakes stale memory for a WQE.
+    pub fn new(desc: SqDesc) -> SqRing {
+        let ring = SqRing {
+            mem: desc.buf(),
+            txbb_cnt: desc.txbb_cnt(),
+            desc,
+        };
+        for i in 0..ring.txbb_cnt {
             ring.first_dword(i).store(u32::MAX, Ordering::Relaxed);
         }
-        Some(ring)
+        ring
     }
 
     pub fn txbb_cnt(&self) -> u32 {
         self.txbb_cnt
     }
 
-    pub fn buf(&self) -> &DmaBuf {
-        &self.mem
+    pub fn desc(&self) -> &SqDesc {
+        &self.desc
+    }
+
+    /// Ends the view, for destroying the queue.
+    pub fn into_desc(self) -> SqDesc {
+        self.desc
+    }
+
+    /// The queue's send doorbell. The queue keeps it beside the ring and drops both before it
+    /// destroys the SQ.
+    pub fn doorbell(&self) -> SendDoorbell {
+        // SAFETY: the descriptor names the SQ's doorbell register, mapped until the SQ is
+        // destroyed, which the caller does only after dropping this value.
+        unsafe { SendDoorbell::new(self.desc.doorbell().as_ptr(), self.desc.qpn()) }
+    }
+
+    /// The queue's BlueFlame register, if the device gave it one (kept as [`SqRing::doorbell`]).
+    pub fn bf_reg(&self, copy: Copy64) -> Option<BfReg> {
+        let bf = self.desc.bf()?;
+        // SAFETY: the descriptor names a 64-byte aligned register of two halves, mapped until
+        // the SQ is destroyed, which the caller does only after dropping this value.
+        Some(unsafe { BfReg::new(bf.reg.as_ptr(), bf.half_size, copy) })
     }
 
     fn first_dword(&self, counter: u32) -> &AtomicU32 {
@@ -126,52 +156,63 @@ impl SqRing {
     }
 }
 
-/// A completion queue and its consumer-index record.
+// SAFETY: the ring is memory shared with the device, used by one thread at a time (the
+// queue's); the view has no thread affinity.
+unsafe impl Send for SqRing {}
+
+/// A view of a completion queue and its consumer-index record.
 pub struct CqRing {
-    mem: DmaBuf,
+    desc: CqDesc,
+    /// The first CQE: the first entry, or its second half for 64-byte entries.
+    first: NonNull<u8>,
+    /// log2 of the entry size.
+    entry_shift: u32,
     cqe_cnt: u32,
     /// Consumer counter (free-running).
     ci: u32,
 }
 
-/// The consumer-index record sits after the CQEs, on a cache line of its own.
-const DB_REC_SPACE: usize = 64;
-
 impl CqRing {
-    pub fn new(cqe_cnt: u32, source: MemSource) -> Option<CqRing> {
-        debug_assert!(cqe_cnt.is_power_of_two());
-        let mem = DmaBuf::new(cqe_cnt as usize * CQE_SIZE + DB_REC_SPACE, source)?;
-        Some(CqRing {
-            mem,
-            cqe_cnt,
+    /// A view that starts consuming at entry 0, as a driver does on a CQ just created (the
+    /// device initialises its entries at creation). The consumer record starts over too: left
+    /// at an older queue's index, it would tell the device that the new CQ is full.
+    pub fn new(desc: CqDesc) -> CqRing {
+        let size = desc.cqe_size() as usize;
+        // SAFETY: a 32-byte CQE fits in each entry (32 or 64 bytes, the descriptor's promise).
+        let first = unsafe { desc.buf().add(size - CQE_SIZE) };
+        let ring = CqRing {
+            first,
+            entry_shift: size.trailing_zeros(),
+            cqe_cnt: desc.cqe_cnt(),
+            desc,
             ci: 0,
-        })
+        };
+        ring.update_ci();
+        ring
     }
 
     pub fn cqe_cnt(&self) -> u32 {
         self.cqe_cnt
     }
 
-    pub fn buf_ptr(&self) -> *mut u8 {
-        self.mem.as_ptr()
+    pub fn desc(&self) -> &CqDesc {
+        &self.desc
     }
 
-    /// `set_ci_db`: big-endian consumer index, 24 bits.
-    pub fn set_ci_db_ptr(&self) -> *mut u32 {
-        // SAFETY: the record space was allocated after the CQEs.
-        unsafe { self.mem.as_ptr().add(self.cqe_cnt as usize * CQE_SIZE) }.cast()
+    /// Ends the view, for destroying the queue.
+    pub fn into_desc(self) -> CqDesc {
+        self.desc
+    }
+
+    fn cqe_ptr(&self, n: u32) -> *mut u8 {
+        let slot = (n & (self.cqe_cnt - 1)) as usize;
+        // SAFETY: slot < cqe_cnt, so the CQE lies inside the ring.
+        unsafe { self.first.as_ptr().add(slot << self.entry_shift) }
     }
 
     fn owner_byte(&self, n: u32) -> &AtomicU8 {
-        let slot = (n & (self.cqe_cnt - 1)) as usize;
-        // SAFETY: inside the CQE array; the device writes this byte last, atomically.
-        unsafe {
-            AtomicU8::from_ptr(
-                self.mem
-                    .as_ptr()
-                    .add(slot * CQE_SIZE + Cqe::<&[u8]>::OWNER_OFFSET),
-            )
-        }
+        // SAFETY: inside the CQE; the device writes this byte last, atomically.
+        unsafe { AtomicU8::from_ptr(self.cqe_ptr(n).add(Cqe::<&[u8]>::OWNER_OFFSET)) }
     }
 
     /// The next CQE if software owns it, copied out; advances the consumer counter.
@@ -182,35 +223,20 @@ impl CqRing {
         if (owner & mlx4_prm::cqe_owner::OWNER != 0) != sw_parity {
             return None;
         }
-        let slot = (self.ci & (self.cqe_cnt - 1)) as usize;
         let mut cqe = [0u8; CQE_SIZE];
         // SAFETY: the CQE is software-owned (owner byte seen with acquire), so the device has
         // finished writing it and will not touch it until the consumer index passes it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mem.as_ptr().add(slot * CQE_SIZE),
-                cqe.as_mut_ptr(),
-                CQE_SIZE,
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(self.cqe_ptr(self.ci), cqe.as_mut_ptr(), CQE_SIZE) };
         self.ci = self.ci.wrapping_add(1);
         Some(Cqe::new_unchecked(cqe))
-    }
-
-    /// Starts over at entry 0, for a CQ being created anew on the same memory (the device
-    /// initialises its entries at creation). The consumer record starts over too, as a
-    /// driver zeroes it before creating a CQ: left at the old queue's index, it tells the
-    /// device that the new CQ is full.
-    pub fn rewind(&mut self) {
-        self.ci = 0;
-        self.update_ci();
     }
 
     /// Tells the device how far we consumed, once per batch of CQEs.
     #[inline]
     pub fn update_ci(&self) {
-        // SAFETY: the record is inside our buffer, 4-byte aligned; the device reads it atomically.
-        let rec = unsafe { AtomicU32::from_ptr(self.set_ci_db_ptr()) };
+        // SAFETY: the record is the CQ's (descriptor), 4-byte aligned; the device reads it
+        // atomically.
+        let rec = unsafe { AtomicU32::from_ptr(self.desc.set_ci_db().as_ptr()) };
         rec.store((self.ci & 0x00ff_ffff).to_be(), Ordering::Release);
     }
 }
@@ -220,19 +246,54 @@ pub const fn txbbs_for(bytes: usize) -> u32 {
     bytes.div_ceil(TXBB_SIZE) as u32
 }
 
-/// An atomic view of the 32-bit word at `off` in shared memory (doorbell records).
-pub fn atomic_u32_at(buf: &DmaBuf, off: usize) -> &AtomicU32 {
-    assert!(off.is_multiple_of(4) && off + 4 <= buf.len());
-    // SAFETY: in bounds and aligned (asserted; the buffer is page-aligned); the device accesses
-    // such words atomically too.
-    unsafe { AtomicU32::from_ptr(buf.as_ptr().add(off).cast()) }
+// SAFETY: as for SqRing.
+unsafe impl Send for CqRing {}
+
+/// A view of a receive queue: scatter entries and the doorbell record.
+pub struct RqRing {
+    desc: RqDesc,
 }
 
-/// `len` bytes of shared memory at `off`, for entries the device does not own right now
-/// (RQ scatter entries of slots whose completion was consumed, before the doorbell record
-/// hands them back).
-pub fn dma_bytes_mut(buf: &mut DmaBuf, off: usize, len: usize) -> &mut [u8] {
-    assert!(off + len <= buf.len());
-    // SAFETY: in bounds (asserted); exclusive to the driver by the queue protocol above.
-    unsafe { std::slice::from_raw_parts_mut(buf.as_ptr().add(off), len) }
+impl RqRing {
+    pub fn new(desc: RqDesc) -> RqRing {
+        RqRing { desc }
+    }
+
+    pub fn wqe_cnt(&self) -> u32 {
+        self.desc.wqe_cnt()
+    }
+
+    pub fn sges(&self) -> u32 {
+        self.desc.sges()
+    }
+
+    pub fn desc(&self) -> &RqDesc {
+        &self.desc
+    }
+
+    /// Ends the view, for destroying the queue.
+    pub fn into_desc(self) -> RqDesc {
+        self.desc
+    }
+
+    /// Scatter entry `i` (WQE-major), for an entry the device does not own right now: one whose
+    /// completion was consumed, before the doorbell record hands it back.
+    pub fn entry_mut(&mut self, i: usize) -> DataSeg<&mut [u8]> {
+        const LEN: usize = DataSeg::<&[u8]>::LEN;
+        assert!(i < (self.desc.wqe_cnt() * self.desc.sges()) as usize);
+        // SAFETY: in bounds (asserted), inside the ring the descriptor names; exclusive to the
+        // driver by the queue protocol above.
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(self.desc.buf().as_ptr().add(i * LEN), LEN) };
+        DataSeg::new_unchecked(bytes)
+    }
+
+    /// The doorbell record: the producer count, written after the entries it covers.
+    pub fn db_rec(&self) -> &AtomicU32 {
+        // SAFETY: the RQ's record (descriptor), 4-byte aligned; the device reads it atomically.
+        unsafe { AtomicU32::from_ptr(self.desc.db_rec().as_ptr()) }
+    }
 }
+
+// SAFETY: as for SqRing.
+unsafe impl Send for RqRing {}

@@ -6,14 +6,14 @@
 //!
 //! Generic over the buffer ([`RxBuf`]): mbufs under DPDK, plain buffers in tests.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use mlx4_hca::Hca;
-use mlx4_prm::{cqe_opcode, rx_status, DataSeg};
+use mlx4_prm::{cqe_opcode, rx_status};
 
-use crate::mem::{DmaBuf, Lkeys, MemSource, Mr};
-use crate::ring::CqRing;
+use crate::hw::{Device, HwError};
+use crate::mem::{Lkeys, MemSource, Mr};
+use crate::ring::{CqRing, RqRing};
 pub use crate::stats::RxStats;
 
 /// Offload results of one received frame, in DPDK's terms.
@@ -119,7 +119,7 @@ pub struct RxQueue<B: RxBuf> {
     rq_ci: u32,
     stats: RxStats,
     cq: CqRing,
-    rq: DmaBuf,
+    rq: RqRing,
     wqe_cnt: u32,
     cfg: RxConfig,
     pool: B::Pool,
@@ -130,43 +130,50 @@ pub struct RxQueue<B: RxBuf> {
     lkeys: Lkeys,
     /// Bytes each buffer takes (they all come from one pool).
     room: u32,
-    hca: Hca,
     qpn: u32,
-    cqn: u32,
     pub qid: u16,
 }
 
-const DB_SPACE: usize = 64;
-
 impl<B: RxBuf> RxQueue<B> {
+    /// A queue of `nb_desc` buffers from `pool`, created on `dev`.
     pub fn new(
-        hca: &Hca,
+        dev: &dyn Device,
         qid: u16,
         nb_desc: u16,
         cfg: RxConfig,
         pool: B::Pool,
         mrs: Arc<[Mr]>,
-    ) -> Result<RxQueue<B>, String> {
+    ) -> Result<RxQueue<B>, HwError> {
         // As in mlx4, descriptors count buffers: a scattered queue has nb_desc / sges WQEs.
         let bufs = u32::from(nb_desc).clamp(64, 1 << 15).next_power_of_two();
         let wqe_cnt = (bufs / cfg.sges).max(16);
-        let stride = cfg.sges as usize * DataSeg::<&[u8]>::LEN;
-        let rq = DmaBuf::new(wqe_cnt as usize * stride + DB_SPACE, cfg.source)
-            .ok_or("out of memory for the receive ring")?;
-        let cq = CqRing::new(wqe_cnt, cfg.source).ok_or("out of memory for the RX CQ")?;
+        let (cq, rq) = create_hw(dev, wqe_cnt, &cfg)?;
         let n = (wqe_cnt * cfg.sges) as usize;
         let mut elts = vec![B::default(); n].into_boxed_slice();
+        let fail = |cq: CqRing, rq: RqRing, e: HwError| {
+            destroy_hw(dev, cq, rq);
+            Err(e)
+        };
         if !B::alloc_bulk(pool, &mut elts) {
-            return Err(format!("the mempool cannot fill {n} RX buffers"));
+            return fail(
+                cq,
+                rq,
+                HwError::NoMemory(format!("the mempool cannot fill {n} RX buffers")),
+            );
         }
         let room = elts[0].data_area().1;
         if room == 0 {
             B::free_bulk(&elts);
-            return Err("the mempool's buffers have no data room".into());
+            return fail(
+                cq,
+                rq,
+                HwError::Invalid("the mempool's buffers have no data room".into()),
+            );
         }
         let mut q = RxQueue {
             rq_ci: 0,
             stats: RxStats::default(),
+            qpn: rq.desc().qpn(),
             cq,
             rq,
             wqe_cnt,
@@ -176,18 +183,18 @@ impl<B: RxBuf> RxQueue<B> {
             fresh: vec![B::default(); FRESH].into_boxed_slice(),
             lkeys: Lkeys::new(mrs),
             room,
-            hca: hca.clone(),
-            qpn: 0,
-            cqn: 0,
             qid,
         };
-        for i in 0..n {
-            if !q.post(i) {
-                q.release_bufs();
-                return Err("an RX buffer lies outside registered memory".into());
-            }
+        if !q.post_all_entries() {
+            q.release_bufs();
+            let RxQueue { cq, rq, .. } = q;
+            return fail(
+                cq,
+                rq,
+                HwError::Invalid("an RX buffer lies outside registered memory".into()),
+            );
         }
-        q.attach()?;
+        q.post_all();
         Ok(q)
     }
 
@@ -216,46 +223,50 @@ impl<B: RxBuf> RxQueue<B> {
         self.pool
     }
 
-    fn db_rec(&self) -> &AtomicU32 {
-        crate::ring::atomic_u32_at(&self.rq, self.rq.len() - DB_SPACE)
-    }
-
-    /// Creates the CQ and RQ on the device (which initialises the CQ's memory) and hands it
-    /// the whole ring.
-    fn attach(&mut self) -> Result<(), String> {
-        self.cq.rewind();
-        self.rq_ci = 0;
-        let (cqn, qpn) = crate::hw::create_rq_cq(
-            &self.hca,
-            &self.rq,
-            self.wqe_cnt,
-            self.cfg.sges,
-            &self.cq,
-            self.rq.len() - DB_SPACE,
-        )?;
-        (self.cqn, self.qpn) = (cqn, qpn);
-        self.post_all();
-        Ok(())
+    /// Writes a scatter entry for every buffer of the ring: false if one lies outside
+    /// registered memory (its entry is then an empty one).
+    fn post_all_entries(&mut self) -> bool {
+        let mut ok = true;
+        for i in 0..self.elts.len() {
+            if !self.post(i) {
+                self.post_empty(i);
+                ok = false;
+            }
+        }
+        ok
     }
 
     /// Hands the device every WQE up to a full ring ahead of the consumer: the RQ doorbell
     /// record, written after the entries it covers.
     fn post_all(&self) {
-        self.db_rec().store(
+        self.rq.db_rec().store(
             (self.rq_ci.wrapping_add(self.wqe_cnt) & 0xffff).to_be(),
             Ordering::Release,
         );
     }
 
-    fn detach(&mut self) {
-        let _ = self.hca.destroy_rq(self.qpn);
-        let _ = self.hca.destroy_cq(self.cqn);
+    /// Device stopped: start over with the same buffers on fresh device queues. If the device
+    /// cannot make new ones, the old ones stay.
+    pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
+        let (cq, rq) = create_hw(dev, self.wqe_cnt, &self.cfg)?;
+        self.qpn = rq.desc().qpn();
+        let old_cq = std::mem::replace(&mut self.cq, cq);
+        let old_rq = std::mem::replace(&mut self.rq, rq);
+        destroy_hw(dev, old_cq, old_rq);
+        self.rq_ci = 0;
+        // Buffers outside registered memory never made it into the ring; they fail again here.
+        self.post_all_entries();
+        self.post_all();
+        Ok(())
     }
 
-    /// Device stopped: start over with the same buffers on fresh device queues.
-    pub fn reset(&mut self) -> Result<(), String> {
-        self.detach();
-        self.attach()
+    /// Destroys the device queues, then frees the posted buffers. A queue dropped without this
+    /// leaves its device queues (and their memory) to the backend, and leaks its buffers.
+    pub fn destroy(self, dev: &dyn Device) {
+        let RxQueue { cq, rq, elts, .. } = self;
+        // The device must stop writing into the buffers before they go back to the pool.
+        destroy_hw(dev, cq, rq);
+        B::free_bulk(&elts);
     }
 
     /// Writes scatter entry `i` for the buffer in `elts[i]`.
@@ -264,9 +275,7 @@ impl<B: RxBuf> RxQueue<B> {
         let Some(lkey) = self.lkeys.lookup(addr, room as usize) else {
             return false;
         };
-        let at = i * DataSeg::<&[u8]>::LEN;
-        let ring = crate::ring::dma_bytes_mut(&mut self.rq, at, DataSeg::<&[u8]>::LEN);
-        let mut d = DataSeg::new_unchecked(ring);
+        let mut d = self.rq.entry_mut(i);
         d.set_addr(addr as u64);
         d.set_lkey(lkey);
         d.set_byte_count(room);
@@ -275,9 +284,7 @@ impl<B: RxBuf> RxQueue<B> {
 
     /// Writes scatter entry `i` as one the device cannot use (no room, invalid key).
     fn post_empty(&mut self, i: usize) {
-        let at = i * DataSeg::<&[u8]>::LEN;
-        let ring = crate::ring::dma_bytes_mut(&mut self.rq, at, DataSeg::<&[u8]>::LEN);
-        let mut d = DataSeg::new_unchecked(ring);
+        let mut d = self.rq.entry_mut(i);
         d.set_addr(0);
         d.set_lkey(mlx4_prm::INVALID_LKEY);
         d.set_byte_count(0);
@@ -380,11 +387,23 @@ impl<B: RxBuf> RxQueue<B> {
     }
 }
 
-impl<B: RxBuf> Drop for RxQueue<B> {
-    fn drop(&mut self) {
-        self.detach();
-        self.release_bufs();
+/// Creates a CQ and an RQ of `wqe_cnt` WQEs completing into it.
+fn create_hw(dev: &dyn Device, wqe_cnt: u32, cfg: &RxConfig) -> Result<(CqRing, RqRing), HwError> {
+    let socket = cfg.source.socket();
+    let cq = dev.create_cq(wqe_cnt, socket)?;
+    match dev.create_rq(wqe_cnt, cfg.sges, &cq, socket) {
+        Ok(rq) => Ok((CqRing::new(cq), RqRing::new(rq))),
+        Err(e) => {
+            let _ = dev.destroy_cq(cq);
+            Err(e)
+        }
     }
+}
+
+/// Destroys the RQ, then its CQ.
+fn destroy_hw(dev: &dyn Device, cq: CqRing, rq: RqRing) {
+    let _ = dev.destroy_rq(rq.into_desc());
+    let _ = dev.destroy_cq(cq.into_desc());
 }
 
 #[cfg(test)]

@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
-use mlx4_hca::Hca;
 use mlx4_prm::{
     cqe_opcode, opcode, owner_opcode, CtrlSeg, SQ_HEADROOM_BYTES, TXBB_SHIFT, TXBB_SIZE,
 };
 
+use crate::hw::{Device, HwError};
 use crate::mem::{Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell, Txbb};
 use crate::pmd_log;
@@ -94,12 +94,12 @@ struct CompMark {
     wqe_index: u16,
 }
 
-/// The queue's objects on the device.
+/// The queue's objects on the device: ring views over the memory the device handed over, and
+/// its registers, which live exactly as long as the rings.
 struct HwQueue {
     sq: SqRing,
     cq: CqRing,
     qpn: u32,
-    cqn: u32,
     doorbell: SendDoorbell,
     bf: Option<BfReg>,
 }
@@ -122,7 +122,6 @@ pub struct TxQueue<B: TxBuf> {
     comp: Completion,
     hw: HwQueue,
     // Read-mostly below.
-    hca: Hca,
     cfg: TxConfig,
     pub qid: u16,
     name: Arc<str>,
@@ -144,35 +143,35 @@ pub struct TxQueue<B: TxBuf> {
 const MAX_WQE_TXBBS: u32 = 16;
 
 impl<B: TxBuf> TxQueue<B> {
-    /// A queue for `nb_desc` packets in flight.
+    /// A queue for `nb_desc` packets in flight, created on `dev`.
     pub fn new(
-        hca: &Hca,
+        dev: &dyn Device,
         name: Arc<str>,
         qid: u16,
         nb_desc: u16,
         cfg: TxConfig,
         mrs: Arc<[Mr]>,
-    ) -> Result<TxQueue<B>, String> {
+    ) -> Result<TxQueue<B>, HwError> {
         let elts_n = u32::from(nb_desc).max(64).next_power_of_two();
         let per_pkt = txbbs_for(wqe::inline_wqe_bytes(usize::from(cfg.inline_max))).max(1);
         let headroom = (SQ_HEADROOM_BYTES >> TXBB_SHIFT) as u32 + MAX_WQE_TXBBS;
         // As many TXBBs as nb_desc packets of the largest inline size need, within what the
         // device allows (a smaller ring only means the room check stops a burst sooner).
-        let max = hca.caps().max_sq_wqes.max(1);
+        let max = dev.caps().max_sq_txbbs.max(1);
         let max = 1 << max.ilog2();
         let txbb_cnt = (elts_n * per_pkt + headroom + MAX_WQE_TXBBS)
             .next_power_of_two()
             .min(max);
         if txbb_cnt < headroom + 2 * MAX_WQE_TXBBS {
-            return Err(format!(
+            return Err(HwError::Invalid(format!(
                 "the device's SQ limit ({max} TXBBs) is below the headroom"
-            ));
+            )));
         }
         let comp_every = 64.min(elts_n / 4).max(1);
         let comp_txbbs = (txbb_cnt / 4).max(MAX_WQE_TXBBS);
         // At most one mark per comp_every WQEs or comp_txbbs TXBBs in flight, plus slack.
         let marks_n = (txbb_cnt / comp_every.min(comp_txbbs) + 4).next_power_of_two();
-        let hw = create_hw(hca, txbb_cnt, marks_n, &cfg)?;
+        let hw = create_hw(dev, txbb_cnt, marks_n, &cfg)?;
         Ok(TxQueue {
             prod: Producer {
                 lkeys: Lkeys::new(mrs),
@@ -180,7 +179,6 @@ impl<B: TxBuf> TxQueue<B> {
             },
             comp: Completion::default(),
             hw,
-            hca: hca.clone(),
             cfg,
             qid,
             name,
@@ -237,8 +235,9 @@ impl<B: TxBuf> TxQueue<B> {
     /// the queue (sent, or dropped and counted in `errors` if they can never be sent).
     pub fn burst(&mut self, pkts: &[B]) -> usize {
         self.complete();
-        if self.comp.failed && !self.recover() {
-            return 0;
+        if self.comp.failed {
+            // The control path recreates the queue (`recover`), with the device in hand.
+            return stopped();
         }
         // Scratch kept in the queue: zeroing ~1.5 KB per burst cost more than a small burst.
         let mut done_buf = std::mem::take(&mut self.done);
@@ -464,7 +463,7 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     /// An error CQE: the device moved the SQ to the error state. Count and log once per queue;
-    /// the next burst recreates the queue.
+    /// the queue takes nothing more until [`TxQueue::recover`] recreates it.
     fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
         self.prod.stats.error_cqes += 1;
         self.prod.stats.errors += 1;
@@ -480,9 +479,16 @@ impl<B: TxBuf> TxQueue<B> {
         }
     }
 
-    /// Drops what was in flight on a failed queue and recreates it on the device.
-    fn recover(&mut self) -> bool {
-        match self.reset() {
+    /// Whether an error completion stopped the queue: it needs [`TxQueue::recover`].
+    #[inline]
+    pub fn failed(&self) -> bool {
+        self.comp.failed
+    }
+
+    /// Drops what was in flight on a failed queue and recreates it on the device. Returns
+    /// whether the queue works again.
+    pub fn recover(&mut self, dev: &dyn Device) -> bool {
+        match self.reset(dev) {
             Ok(()) => true,
             Err(e) => {
                 pmd_log!(
@@ -497,11 +503,12 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     /// Frees every outstanding buffer and gives the device a fresh queue. Used after an error
-    /// and when the port stops (the device no longer executes anything then).
-    pub fn reset(&mut self) -> Result<(), String> {
-        self.destroy_hw();
+    /// and when the port stops (the device no longer executes anything then). If the device
+    /// cannot make a new queue, the old one stays, and so does its state.
+    pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
+        let fresh = create_hw(dev, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
+        destroy_hw(dev, std::mem::replace(&mut self.hw, fresh));
         self.free_elts(self.prod.elts_head);
-        self.hw = create_hw(&self.hca, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
         debug_assert_eq!(self.prod.elts_head, self.comp.elts_tail);
         (self.prod.prod, self.prod.marks_head, self.prod.since_comp) = (0, 0, 0);
         self.prod.txbbs_since_comp = 0;
@@ -510,15 +517,10 @@ impl<B: TxBuf> TxQueue<B> {
         Ok(())
     }
 
-    fn destroy_hw(&mut self) {
-        let _ = self.hca.destroy_sq(self.hw.qpn);
-        let _ = self.hca.destroy_cq(self.hw.cqn);
-    }
-
     /// Waits (at most `limit`) until the device has executed everything posted, asking for a
     /// completion with a NOP if the last WQEs did not. Used before the port stops, so that what
     /// `tx_burst` took reaches the wire rather than being discarded with the queue.
-    pub fn drain(&mut self, limit: std::time::Duration) -> bool {
+    pub fn drain(&mut self, dev: &dyn Device, limit: std::time::Duration) -> bool {
         let start = std::time::Instant::now();
         loop {
             self.complete();
@@ -538,42 +540,81 @@ impl<B: TxBuf> TxQueue<B> {
             if start.elapsed() >= limit {
                 return false;
             }
+            dev.poll();
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
     }
 
     /// `tx_done_cleanup`: reclaims completed buffers; returns how many were freed.
     pub fn done_cleanup(&mut self, _free_cnt: u32) -> usize {
-        let n = self.complete();
-        if self.comp.failed {
-            self.recover();
-        }
-        n
+        self.complete()
     }
-}
 
-impl<B: TxBuf> Drop for TxQueue<B> {
-    fn drop(&mut self) {
+    /// Destroys the device queue, then frees what was still in flight. A queue dropped without
+    /// this leaves its device queue (and its memory) to the backend, and leaks its buffers.
+    pub fn destroy(self, dev: &dyn Device) {
+        let TxQueue {
+            hw,
+            elts,
+            prod,
+            comp,
+            cfg,
+            ..
+        } = self;
         // The device must stop reading the ring and the buffers before either goes away.
-        self.destroy_hw();
-        self.free_elts(self.prod.elts_head);
+        destroy_hw(dev, hw);
+        let mask = elts.len() - 1;
+        let (tail, n) = (
+            comp.elts_tail as usize,
+            prod.elts_head.wrapping_sub(comp.elts_tail),
+        );
+        for i in 0..n as usize {
+            free::<B>(
+                std::slice::from_ref(&elts[(tail + i) & mask]),
+                cfg.fast_free,
+            );
+        }
     }
 }
 
-fn create_hw(hca: &Hca, txbb_cnt: u32, cqe_cnt: u32, cfg: &TxConfig) -> Result<HwQueue, String> {
-    let sq = SqRing::new(txbb_cnt, cfg.source).ok_or("out of memory for the send ring")?;
-    let cq = CqRing::new(cqe_cnt, cfg.source).ok_or("out of memory for the CQ")?;
-    let (cqn, info) = crate::hw::create_sq_cq(hca, &sq, &cq)?;
-    let doorbell = crate::hw::doorbell(&info);
-    let bf = crate::hw::bf_reg(&info, cfg.copy);
+/// Creates a CQ of `cqe_cnt` entries and an SQ of `txbb_cnt` TXBBs completing into it.
+fn create_hw(
+    dev: &dyn Device,
+    txbb_cnt: u32,
+    cqe_cnt: u32,
+    cfg: &TxConfig,
+) -> Result<HwQueue, HwError> {
+    let socket = cfg.source.socket();
+    let cq = dev.create_cq(cqe_cnt, socket)?;
+    let sq = match dev.create_sq(txbb_cnt, &cq, socket) {
+        Ok(sq) => sq,
+        Err(e) => {
+            let _ = dev.destroy_cq(cq);
+            return Err(e);
+        }
+    };
+    let sq = SqRing::new(sq);
     Ok(HwQueue {
+        qpn: sq.desc().qpn(),
+        doorbell: sq.doorbell(),
+        bf: sq.bf_reg(cfg.copy),
         sq,
-        cq,
-        qpn: info.qpn,
-        cqn,
-        doorbell,
-        bf,
+        cq: CqRing::new(cq),
     })
+}
+
+/// Destroys the SQ, then its CQ; the registers go first, with the rings.
+fn destroy_hw(dev: &dyn Device, hw: HwQueue) {
+    let HwQueue { sq, cq, .. } = hw;
+    let _ = dev.destroy_sq(sq.into_desc());
+    let _ = dev.destroy_cq(cq.into_desc());
+}
+
+/// A failed queue's burst, kept out of line as the rare case it is.
+#[cold]
+#[inline(never)]
+fn stopped() -> usize {
+    0
 }
 
 #[inline]

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use mlx4rs::devargs::BfMode;
 use mlx4rs::hca::{Hca, HcaConfig, Wire};
+use mlx4rs::hw::soft::Soft;
+use mlx4rs::hw::{Device, QueueState};
 use mlx4rs::mem::{DmaRange, MemSource, Mr};
 use mlx4rs::mmio::Copy64;
 use mlx4rs::txq::{TxBuf, TxConfig, TxPath, TxQueue};
@@ -167,6 +169,8 @@ static NAME: AtomicU32 = AtomicU32::new(0);
 
 struct Rig {
     hca: Hca,
+    /// The driver's view of `hca`: it owns the queues' memory.
+    dev: Soft,
     wire: Arc<Mutex<Vec<Vec<u8>>>>,
     arena: Vec<u8>,
     mr: Mr,
@@ -193,11 +197,13 @@ fn rig(wc: bool) -> Rig {
         arena.as_ptr() as usize,
         arena.as_ptr() as usize + arena.len(),
     );
+    let dev = Soft::new(hca.clone(), MemSource::Heap);
     // SAFETY: the arena lives in the rig next to the device, and the rig keeps it (moving a
     // Vec does not move its heap buffer) until both are dropped.
-    let mr = mlx4rs::hw::reg_mr_range(&hca, unsafe { DmaRange::new(s, e) }).unwrap();
+    let mr = dev.reg_mr(unsafe { DmaRange::new(s, e) }).unwrap();
     Rig {
         hca,
+        dev,
         wire,
         arena,
         mr,
@@ -309,7 +315,7 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
     let mut r = rig(wc);
     let mut rng = Rng(seed);
     let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.hca,
+        &r.dev,
         "tx_step".into(),
         0,
         256,
@@ -367,7 +373,7 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
     }
     r.hca.step();
     let st = q.stats();
-    drop(q);
+    q.destroy(&r.dev);
     let wire = r.wire.lock().unwrap().clone();
     if let Some(i) = wire.iter().zip(&expected).position(|(w, e)| w != e) {
         eprintln!(
@@ -444,7 +450,7 @@ fn blueflame_without_wc_still_delivers() {
 
 // ---- the capability check -------------------------------------------------------------
 
-fn threaded_hca(wc: bool, bf_reg_size: u32) -> Hca {
+fn threaded_hca(wc: bool, bf_reg_size: u32) -> Soft {
     let hca = Hca::open(HcaConfig {
         wc,
         bf_reg_size,
@@ -454,37 +460,34 @@ fn threaded_hca(wc: bool, bf_reg_size: u32) -> Hca {
     })
     .unwrap();
     hca.start().unwrap();
-    hca
+    Soft::new(hca, MemSource::Heap)
 }
 
 #[test]
 fn capability_check_follows_write_combining() {
     let copy = Copy64::best();
     let on = threaded_hca(true, 512);
-    let c = wc::decide(&on, BfMode::Auto, MemSource::Heap, copy);
+    let c = wc::decide(&on, BfMode::Auto, -1, copy);
     assert_eq!(c.path, TxPath::BlueFlame, "{c:?}");
     assert!(!c.warning);
-    assert_eq!(
-        wc::self_test(&on, MemSource::Heap, copy),
-        Ok(wc::SelfTest::CopyExecuted)
-    );
-    let c = wc::decide(&on, BfMode::Off, MemSource::Heap, copy);
+    assert_eq!(wc::self_test(&on, -1, copy), Ok(wc::SelfTest::CopyExecuted));
+    let c = wc::decide(&on, BfMode::Off, -1, copy);
     assert_eq!((c.path, c.reason.as_str()), (TxPath::Doorbell, "bf=off"));
 
     let off = threaded_hca(false, 512);
-    let c = wc::decide(&off, BfMode::Auto, MemSource::Heap, copy);
+    let c = wc::decide(&off, BfMode::Auto, -1, copy);
     assert_eq!(c.path, TxPath::Doorbell, "{c:?}");
     assert!(c.reason.contains("ignored"), "{c:?}");
-    let c = wc::decide(&off, BfMode::On, MemSource::Heap, copy);
+    let c = wc::decide(&off, BfMode::On, -1, copy);
     assert_eq!(c.path, TxPath::BlueFlame);
     assert!(c.warning, "bf=on without WC is a warning");
 
     let none = threaded_hca(true, 0);
-    let c = wc::decide(&none, BfMode::Auto, MemSource::Heap, copy);
+    let c = wc::decide(&none, BfMode::Auto, -1, copy);
     assert_eq!(c.path, TxPath::Doorbell);
     assert!(c.reason.contains("bf_reg_size 0"), "{c:?}");
     for h in [on, off, none] {
-        h.stop();
+        h.hca().stop();
     }
 }
 
@@ -495,7 +498,7 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     FREED.with(|f| f.borrow_mut().clear());
     let mut r = rig(true);
     let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.hca,
+        &r.dev,
         "tx_err".into(),
         0,
         64,
@@ -522,16 +525,24 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     let qpn = q.qpn();
     assert_eq!(q.burst(&pkts[1..2]), 1);
     r.hca.step();
-    assert_eq!(r.hca.sq_state(qpn).unwrap(), mlx4rs::hca::QueueState::Error);
-    // The next burst sees the error CQE, recovers, and posts on a fresh queue (which fails
-    // the same way, since the memory is still gone, but proves the queue is alive again).
-    q.burst(&[]);
+    assert_eq!(r.dev.sq_state(qpn).unwrap(), QueueState::Error);
+    // The next burst sees the error CQE and takes nothing; recovery (the control path's job,
+    // with the device in hand) gives it a fresh queue.
+    assert_eq!(q.burst(&pkts[2..3]), 0, "a failed queue takes nothing");
+    assert!(q.failed());
     let st = q.stats();
     assert_eq!(st.error_cqes, 1, "{st:?}");
+    assert!(q.recover(&r.dev));
+    assert!(!q.failed());
     assert_eq!(
-        r.hca.sq_state(q.qpn()).unwrap(),
-        mlx4rs::hca::QueueState::Ready,
+        r.dev.sq_state(q.qpn()).unwrap(),
+        QueueState::Ready,
         "a fresh queue replaced the failed one"
+    );
+    assert_eq!(
+        r.dev.sq_state(qpn).map_err(|_| ()),
+        Err(()),
+        "the failed queue is gone"
     );
     assert_eq!(r.hca.counters().error_cqes, 1);
     // Memory back: traffic flows on the new queue.
@@ -542,10 +553,10 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
             arena.as_ptr() as usize + arena.len(),
         )
     };
-    let mr = mlx4rs::hw::reg_mr_range(&r.hca, range).unwrap();
-    drop(q);
+    let mr = r.dev.reg_mr(range).unwrap();
+    q.destroy(&r.dev);
     let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.hca,
+        &r.dev,
         "tx_err".into(),
         0,
         64,
@@ -559,7 +570,7 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     assert_eq!(wire.first(), Some(&cases[0].bytes));
     assert_eq!(wire.last(), Some(&cases[2].bytes));
     assert_eq!(wire.len(), 2, "the failed packet never reached the wire");
-    drop(q);
+    q.destroy(&r.dev);
     FREED.with(|f| {
         let f = f.borrow();
         assert_eq!(f.len(), 3);
@@ -573,7 +584,7 @@ fn unregistered_memory_is_dropped_not_posted() {
     FREED.with(|f| f.borrow_mut().clear());
     let r = rig(true);
     let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.hca,
+        &r.dev,
         "tx_unreg".into(),
         0,
         64,
