@@ -5,8 +5,15 @@
 //! path is live. The hardware is, on our machines, the software HCA ([`hca`]), which the
 //! driver cannot tell from a card.
 //!
-//! Layout: [`devargs`] and [`port`] are ordinary Rust; `ethdev` is the only bridge to DPDK's C
-//! interfaces; the queues own their rings.
+//! Layout:
+//! - the data path: [`txq`] and [`wqe`] (TX), [`rxq`] (RX), [`ring`] (views of the rings a device
+//!   hands over), [`mmio`] (doorbell and BlueFlame stores), [`mbuf`] (mbufs as buffers), [`mem`]
+//!   (memory for the device and shared arrays);
+//! - the hardware boundary: [`hw`], the control trait, and its backends ([`hw::soft`]);
+//! - the capability check: [`wc`];
+//! - plain Rust configuration: [`devargs`], [`port`], [`stats`] (counter definitions);
+//! - C callbacks: `ethdev`, the only layer DPDK calls into. `mbuf`, `mem` and `log` call DPDK
+//!   functions too (buffers, memory, logging), but take no callbacks.
 #![deny(unsafe_code)]
 
 pub mod devargs;

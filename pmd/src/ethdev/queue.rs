@@ -1,0 +1,300 @@
+//! Queue setup, release and info, and the burst functions.
+//!
+//! An ethdev queue slot holds the queue and its port id, so that the burst glue can reach the
+//! port's device on the rare paths that need it (recovering a TX queue an error completion
+//! stopped) without the queue holding a device.
+
+use std::ffi::{c_int, c_void};
+
+use dpdk_sys as sys;
+
+use super::eth::{self, Eth, RxQ, TxQ};
+use super::{invalid, Error};
+use crate::mbuf::{Mbuf, Pool};
+use crate::mem::MemSource;
+use crate::port::Port;
+use crate::rxq::RxConfig;
+
+/// What a `tx_queues` slot points to.
+pub(super) struct TxSlot {
+    pub q: TxQ,
+    pub port_id: u16,
+}
+
+/// What an `rx_queues` slot points to.
+pub(super) struct RxSlot {
+    pub q: RxQ,
+}
+
+pub(super) unsafe extern "C" fn tx_queue_setup(
+    dev: *mut sys::rte_eth_dev,
+    qid: u16,
+    nb_desc: u16,
+    socket: u32,
+    conf: *const sys::rte_eth_txconf,
+) -> c_int {
+    // SAFETY: ethdev passes a valid conf.
+    let conf_offloads = unsafe { (*conf).offloads };
+    // SAFETY: as for every op; ethdev released any previous queue at this index.
+    unsafe {
+        eth::run(dev, "TX queue setup", |e| {
+            tx_setup(e, qid, nb_desc, socket as i32, conf_offloads)
+        })
+    }
+}
+
+fn tx_setup(
+    e: &mut Eth<'_>,
+    qid: u16,
+    nb_desc: u16,
+    socket: i32,
+    conf_offloads: u64,
+) -> Result<(), Error> {
+    let offloads = conf_offloads | e.tx_offloads();
+    let fast_free = offloads & sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0;
+    let p = &*e.port;
+    let cfg = p.tx_config(fast_free, socket);
+    let q = TxQ::new(
+        p.dev.as_ref(),
+        p.name.clone(),
+        qid,
+        nb_desc,
+        cfg,
+        p.mrs.clone(),
+    )
+    .map_err(|err| with_queue("TX", qid, err.into()))?;
+    let port_id = e.port_id();
+    e.install_txq(qid, TxSlot { q, port_id });
+    Ok(())
+}
+
+pub(super) unsafe extern "C" fn tx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
+    // SAFETY: as for every op; qid < nb_tx_queues (ethdev checks).
+    unsafe {
+        eth::run(dev, "TX queue release", |e| {
+            if let Some(s) = e.take_txq(qid) {
+                s.q.destroy(e.port.dev.as_ref());
+            }
+            Ok(())
+        })
+    };
+}
+
+pub(super) unsafe extern "C" fn rx_queue_setup(
+    dev: *mut sys::rte_eth_dev,
+    qid: u16,
+    nb_desc: u16,
+    socket: u32,
+    conf: *const sys::rte_eth_rxconf,
+    mp: *mut sys::rte_mempool,
+) -> c_int {
+    // SAFETY: ethdev passes a valid conf and a valid pktmbuf pool (it checked the pool).
+    let (conf_offloads, room) = unsafe {
+        (
+            (*conf).offloads,
+            sys::mlx4rs_pktmbuf_data_room_size(mp)
+                .saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16)
+                .max(1),
+        )
+    };
+    // SAFETY: as for every op; ethdev released any previous queue at this index.
+    unsafe {
+        eth::run(dev, "RX queue setup", |e| {
+            rx_setup(
+                e,
+                qid,
+                nb_desc,
+                socket as i32,
+                conf_offloads,
+                Pool(mp),
+                room,
+            )
+        })
+    }
+}
+
+fn rx_setup(
+    e: &mut Eth<'_>,
+    qid: u16,
+    nb_desc: u16,
+    socket: i32,
+    conf_offloads: u64,
+    pool: Pool,
+    room: u16,
+) -> Result<(), Error> {
+    use sys::bits::*;
+    let offloads = conf_offloads | e.rx_offloads();
+    let max_frame = u32::from(e.mtu()) + 18;
+    let sges = if offloads & RTE_ETH_RX_OFFLOAD_SCATTER != 0 {
+        max_frame
+            .div_ceil(u32::from(room))
+            .next_power_of_two()
+            .min(32)
+    } else {
+        if max_frame > u32::from(room) {
+            return Err(invalid!(
+                "RX queue {qid}: mbufs hold {room} bytes, frames up to {max_frame}: enable scatter or use bigger mbufs"
+            ));
+        }
+        1
+    };
+    let cfg = RxConfig {
+        sges,
+        csum: offloads
+            & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM
+                | RTE_ETH_RX_OFFLOAD_UDP_CKSUM
+                | RTE_ETH_RX_OFFLOAD_TCP_CKSUM)
+            != 0,
+        rss: offloads & RTE_ETH_RX_OFFLOAD_RSS_HASH != 0,
+        port_id: e.port_id(),
+        source: MemSource::Dpdk { socket },
+    };
+    let p = &*e.port;
+    let q = RxQ::new(p.dev.as_ref(), qid, nb_desc, cfg, pool, p.mrs.clone())
+        .map_err(|err| with_queue("RX", qid, err.into()))?;
+    e.install_rxq(qid, RxSlot { q });
+    Ok(())
+}
+
+/// Names the queue in an error, keeping its kind.
+fn with_queue(dir: &str, qid: u16, e: Error) -> Error {
+    match e {
+        Error::Invalid(s) => Error::Invalid(format!("{dir} queue {qid}: {s}")),
+        Error::NoMemory(s) => Error::NoMemory(format!("{dir} queue {qid}: {s}")),
+        Error::Device(s) => Error::Device(format!("{dir} queue {qid}: {s}")),
+        u @ Error::Unsupported(_) => u,
+    }
+}
+
+pub(super) unsafe extern "C" fn rx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
+    // SAFETY: as for every op; qid < nb_rx_queues (ethdev checks).
+    unsafe {
+        eth::run(dev, "RX queue release", |e| {
+            if let Some(s) = e.take_rxq(qid) {
+                s.q.destroy(e.port.dev.as_ref());
+            }
+            Ok(())
+        })
+    };
+}
+
+pub(super) unsafe extern "C" fn rxq_info_get(
+    dev: *mut sys::rte_eth_dev,
+    qid: u16,
+    info: *mut sys::rte_eth_rxq_info,
+) {
+    // SAFETY: ethdev checked qid and passes a zeroed info of its own.
+    let info = unsafe { &mut *info };
+    // SAFETY: as for every op.
+    unsafe {
+        eth::query(dev, |e| {
+            let offloads = e.rx_offloads();
+            if let Some(s) = e.rxq(qid) {
+                info.mp = s.q.pool().0;
+                info.nb_desc = s.q.nb_desc() as u16;
+                info.scattered_rx = u8::from(s.q.sges() > 1);
+                info.conf.offloads = offloads;
+            }
+        })
+    };
+}
+
+pub(super) unsafe extern "C" fn txq_info_get(
+    dev: *mut sys::rte_eth_dev,
+    qid: u16,
+    info: *mut sys::rte_eth_txq_info,
+) {
+    // SAFETY: ethdev checked qid and passes a zeroed info of its own.
+    let info = unsafe { &mut *info };
+    // SAFETY: as for every op.
+    unsafe {
+        eth::query(dev, |e| {
+            let offloads = e.tx_offloads();
+            if let Some(s) = e.txq(qid) {
+                info.nb_desc = s.q.nb_desc() as u16;
+                info.conf.offloads = offloads;
+            }
+        })
+    };
+}
+
+/// `tx_pkt_burst`.
+pub(super) unsafe extern "C" fn tx_burst(
+    q: *mut c_void,
+    pkts: *mut *mut sys::rte_mbuf,
+    n: u16,
+) -> u16 {
+    if n == 0 {
+        return 0;
+    }
+    // SAFETY: `q` is a slot tx_queue_setup installed, used by one lcore at a time (ethdev's
+    // contract); `pkts` holds `n` valid mbuf pointers, and `Mbuf` is a transparent pointer.
+    let (s, pkts) = unsafe {
+        (
+            &mut *(q as *mut TxSlot),
+            std::slice::from_raw_parts(pkts as *const Mbuf, usize::from(n)),
+        )
+    };
+    let sent = s.q.burst(pkts) as u16;
+    if s.q.failed() {
+        recover_txq(s);
+    }
+    sent
+}
+
+/// `rx_pkt_burst`.
+pub(super) unsafe extern "C" fn rx_burst(
+    q: *mut c_void,
+    pkts: *mut *mut sys::rte_mbuf,
+    n: u16,
+) -> u16 {
+    // SAFETY: `q` is a slot rx_queue_setup installed, used by one lcore at a time; `pkts` has
+    // room for `n` mbuf pointers, and `Mbuf` is a transparent pointer.
+    let (s, out) = unsafe {
+        (
+            &mut *(q as *mut RxSlot),
+            std::slice::from_raw_parts_mut(pkts as *mut Mbuf, usize::from(n)),
+        )
+    };
+    s.q.burst(out) as u16
+}
+
+pub(super) unsafe extern "C" fn tx_done_cleanup(q: *mut c_void, free_cnt: u32) -> c_int {
+    // SAFETY: as for tx_burst.
+    let s = unsafe { &mut *(q as *mut TxSlot) };
+    let n = s.q.done_cleanup(free_cnt) as c_int;
+    if s.q.failed() {
+        recover_txq(s);
+    }
+    n
+}
+
+/// Recreates a TX queue an error completion stopped, with its port's device. The lcore that
+/// owns the queue runs this, between bursts.
+#[cold]
+fn recover_txq(s: &mut TxSlot) {
+    // SAFETY: a queue's port outlives it; only the port's device is used, through a shared
+    // reference, and devices serialise their own control operations.
+    let port = unsafe { port_of(s.port_id) };
+    if let Some(p) = port {
+        s.q.recover(p.dev.as_ref());
+    }
+}
+
+/// The port `port_id` of this process, for the data path's rare control needs.
+///
+/// # Safety
+/// `port_id` must be a port of this driver that outlives the returned reference, and no
+/// `&mut` to its `Port` may be live (control ops and bursts do not overlap on a queue).
+unsafe fn port_of<'a>(port_id: u16) -> Option<&'a Port> {
+    // SAFETY: rte_eth_devices is ethdev's array of RTE_MAX_ETHPORTS devices; a port of ours
+    // has its data attached and its private data NULL or our Port (caller's contract).
+    unsafe {
+        let dev = std::ptr::addr_of!(sys::rte_eth_devices[usize::from(port_id)]);
+        let data = (*dev).data;
+        if data.is_null() {
+            return None;
+        }
+        ((*data).dev_private as *const Port).as_ref()
+    }
+}
