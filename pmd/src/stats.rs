@@ -1,4 +1,4 @@
-//! Counter definitions. Each counter is written once, in a [`counters!`] list: its field, its
+//! Counter definitions. Each counter is written once, in a `counters!` list: its field, its
 //! kind (a basic ethdev statistic or an extended one) and its name follow from that line, and
 //! so do summing and resetting. The ethdev layer maps the basic ones onto `rte_eth_stats`.
 

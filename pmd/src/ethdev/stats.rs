@@ -27,6 +27,8 @@ pub(super) unsafe extern "C" fn stats_get(
 
 fn fill(e: &mut Eth<'_>, st: &mut sys::rte_eth_stats) {
     let n = sys::RTE_ETHDEV_QUEUE_STAT_CNTRS as usize;
+    // Frames the port received and lost before any queue took them, as a NIC counts them.
+    st.imissed = e.port.dev.missed();
     e.for_each_txq(|_, i, q| {
         let s = q.stats();
         let i = usize::from(i);
