@@ -1,7 +1,9 @@
-//! One `net_mlx4rs` port: its devargs, its device, link state and configuration.
-//! Ordinary Rust: the `ethdev` module turns DPDK's callbacks into calls on this type.
-
-use std::sync::Arc;
+//! One `net_mlx4rs` port: its configuration and state, in plain Rust. The `ethdev` module turns
+//! DPDK's callbacks into calls on this type.
+//!
+//! A [`Port`] lives in DPDK shared memory as the ethdev's private data, where every process of
+//! the application reads it, so it is plain data (see [`crate::mem`]). The device is a
+//! per-process handle ([`Device`]): methods that need it take it as a parameter.
 
 use dpdk_sys::bits::{
     RTE_ETH_RSS_FRAG_IPV4 as RSS_FRAG_IPV4, RTE_ETH_RSS_FRAG_IPV6 as RSS_FRAG_IPV6,
@@ -16,7 +18,7 @@ use dpdk_sys::bits::{
 
 use crate::devargs::Devargs;
 use crate::hw::{self, Caps, Device, HwError, RssHash, RSS_KEY_LEN};
-use crate::mem::{DmaRange, MemSource, Mr};
+use crate::mem::{DmaRange, FixedStr, MemSource, Mr};
 use crate::mmio::Copy64;
 use crate::pmd_log;
 use crate::txq::{TxConfig, TxPath, TxStats};
@@ -33,27 +35,44 @@ pub const MAX_MTU: u16 = 9600;
 /// Link speed the emulated ConnectX-3 port reports, in Mbps.
 pub const LINK_SPEED_MBPS: u32 = 40_000;
 
+/// Memory regions a port can register: one per DPDK memseg list.
+pub const MAX_MRS: usize = dpdk_sys::RTE_MAX_MEMSEG_LISTS as usize;
+
+/// A port's state, shared by every process that drives it.
 pub struct Port {
-    pub name: Arc<str>,
-    pub args: Devargs,
-    pub dev: Box<dyn Device>,
+    pub name: FixedStr<{ dpdk_sys::RTE_ETH_NAME_MAX_LEN as usize }>,
+    /// Inline threshold of the port's TX queues (devarg `txq_inline`).
+    pub txq_inline: u16,
     pub caps: Caps,
     pub mac: [u8; 6],
     pub started: bool,
-    /// Which TX path the capability check made live, and why.
-    pub tx_path: PathChoice,
+    /// Which TX path the capability check made live (the reason was logged at probe).
+    pub tx_path: TxPath,
     pub copy: Copy64,
     pub source: MemSource,
-    /// Memory the device may read packets from.
-    pub mrs: Arc<[Mr]>,
+    /// Memory the device may read packets from and write them to.
+    pub mrs: MrTable,
     pub rx: RxState,
+}
+
+/// The regions a port registered, inline.
+#[derive(Clone, Copy)]
+pub struct MrTable {
+    n: usize,
+    regions: [Mr; MAX_MRS],
+}
+
+impl MrTable {
+    pub fn as_slice(&self) -> &[Mr] {
+        &self.regions[..self.n]
+    }
 }
 
 /// RSS redirection table size (entries of queue indices).
 pub const RETA_SIZE: usize = 128;
 
 /// Receive-side settings the device applies: filter, MTU, RSS.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct RxState {
     pub promisc: bool,
     pub allmulti: bool,
@@ -116,14 +135,21 @@ pub fn rss_hash(hf: u64) -> RssHash {
 
 impl Port {
     /// Opens the device behind a port, reads its capabilities, registers `mem` (the ranges
-    /// packet buffers may live in) and runs the TX path capability check.
+    /// packet buffers may live in) and runs the TX path capability check. Returns the port and
+    /// this process's handle to its device.
     pub fn open(
         name: &str,
-        args: Devargs,
+        args: &Devargs,
         source: MemSource,
         mem: &[DmaRange],
-    ) -> Result<Port, HwError> {
-        let dev: Box<dyn Device> = Box::new(hw::soft::Soft::open(name, &args, source)?);
+    ) -> Result<(Port, Box<dyn Device>), HwError> {
+        if mem.len() > MAX_MRS {
+            return Err(HwError::Invalid(format!(
+                "{} memory regions, at most {MAX_MRS}",
+                mem.len()
+            )));
+        }
+        let dev: Box<dyn Device> = Box::new(hw::soft::Soft::open(name, args, source)?);
         let caps = dev.caps();
         let mac = args.mac.unwrap_or_else(|| default_mac(name));
         pmd_log!(
@@ -132,44 +158,38 @@ impl Port {
             caps.bf_reg_size,
             args.wire.as_str()
         );
-        let mut mrs = Vec::with_capacity(mem.len());
+        let mut mrs = MrTable {
+            n: 0,
+            regions: [Mr::default(); MAX_MRS],
+        };
         for &range in mem {
-            mrs.push(dev.reg_mr(range)?);
+            mrs.regions[mrs.n] = dev.reg_mr(range)?;
+            mrs.n += 1;
         }
         let copy = Copy64::best();
-        let tx_path = wc::decide(dev.as_ref(), args.bf, source.socket(), copy);
-        let path = match tx_path.path {
-            TxPath::BlueFlame => format!("BlueFlame ({})", copy.name()),
-            TxPath::Doorbell => "doorbell".to_owned(),
-        };
-        if tx_path.warning {
-            pmd_log!(WARNING, "{name}: TX path {path}: {}", tx_path.reason);
-        } else {
-            pmd_log!(NOTICE, "{name}: TX path {path}: {}", tx_path.reason);
-        }
-        Ok(Port {
-            name: name.into(),
-            args,
-            dev,
+        let choice = wc::decide(dev.as_ref(), args.bf, source.socket(), copy);
+        log_path(name, &choice, copy);
+        let port = Port {
+            name: FixedStr::new(name),
+            txq_inline: args.txq_inline,
             caps,
             mac,
             started: false,
-            tx_path,
+            tx_path: choice.path,
             copy,
             source,
-            mrs: mrs.into(),
+            mrs,
             rx: RxState::default(),
-        })
+        };
+        Ok((port, dev))
     }
 
     /// Pushes filter, MTU and RSS settings to the device. `rq_qpns` are the RX queues' QPNs by
     /// queue index; the redirection table maps hash buckets to them.
-    pub fn apply_rx(&self, rq_qpns: &[u32]) -> Result<(), HwError> {
-        self.dev
-            .set_rx_filter(self.mac, self.rx.promisc, self.rx.allmulti)?;
-        self.dev.set_mtu(self.rx.mtu)?;
-        self.dev
-            .set_rss(&self.rx.rss_key, rss_hash(self.rx.rss_hf))?;
+    pub fn apply_rx(&self, dev: &dyn Device, rq_qpns: &[u32]) -> Result<(), HwError> {
+        dev.set_rx_filter(self.mac, self.rx.promisc, self.rx.allmulti)?;
+        dev.set_mtu(self.rx.mtu)?;
+        dev.set_rss(&self.rx.rss_key, rss_hash(self.rx.rss_hf))?;
         if !rq_qpns.is_empty() {
             let table: Vec<u32> = self
                 .rx
@@ -177,7 +197,7 @@ impl Port {
                 .iter()
                 .map(|&q| rq_qpns[usize::from(q) % rq_qpns.len()])
                 .collect();
-            self.dev.set_rx_steering(&table)?;
+            dev.set_rx_steering(&table)?;
         }
         Ok(())
     }
@@ -192,8 +212,8 @@ impl Port {
     /// The configuration of this port's TX queues.
     pub fn tx_config(&self, fast_free: bool, socket: i32) -> TxConfig {
         TxConfig {
-            inline_max: self.args.txq_inline,
-            path: self.tx_path.path,
+            inline_max: self.txq_inline,
+            path: self.tx_path,
             copy: self.copy,
             fast_free,
             source: match self.source {
@@ -205,7 +225,7 @@ impl Port {
 
     /// Extended statistics: driver counters summed over queues, then per queue, then the
     /// device's own (bus analyser) counters.
-    pub fn xstats(&self, txqs: &[TxStats]) -> Vec<(String, u64)> {
+    pub fn xstats(&self, dev: &dyn Device, txqs: &[TxStats]) -> Vec<(String, u64)> {
         let mut out = Vec::new();
         let mut sum = TxStats::default();
         for s in txqs {
@@ -214,40 +234,48 @@ impl Port {
         out.extend(sum.extended().map(|(k, v)| (format!("tx_{k}"), v)));
         out.push((
             "tx_path_bf".to_owned(),
-            u64::from(self.tx_path.path == TxPath::BlueFlame),
+            u64::from(self.tx_path == TxPath::BlueFlame),
         ));
         for (i, s) in txqs.iter().enumerate() {
             out.extend(s.extended().map(|(k, v)| (format!("tx_q{i}_{k}"), v)));
         }
-        out.extend(self.dev.counters());
+        out.extend(dev.counters());
         out
     }
 
-    pub fn start(&mut self) -> Result<(), HwError> {
+    pub fn start(&mut self, dev: &dyn Device) -> Result<(), HwError> {
         if self.started {
             return Ok(());
         }
-        self.dev.start()?;
+        dev.start()?;
         self.started = true;
         Ok(())
     }
 
-    pub fn stop(&mut self) {
+    pub fn stop(&mut self, dev: &dyn Device) {
         if !self.started {
             return;
         }
-        self.dev.stop();
+        dev.stop();
         self.started = false;
     }
 
-    pub fn link_up(&self) -> bool {
-        self.started && self.dev.link_up()
+    pub fn link_up(&self, dev: &dyn Device) -> bool {
+        self.started && dev.link_up()
     }
 }
 
-impl Drop for Port {
-    fn drop(&mut self) {
-        self.stop();
+/// The capability check's decision, once, at NOTICE (WARNING when the operator forced a path
+/// the checks advise against).
+fn log_path(name: &str, choice: &PathChoice, copy: Copy64) {
+    let path = match choice.path {
+        TxPath::BlueFlame => format!("BlueFlame ({})", copy.name()),
+        TxPath::Doorbell => "doorbell".to_owned(),
+    };
+    if choice.warning {
+        pmd_log!(WARNING, "{name}: TX path {path}: {}", choice.reason);
+    } else {
+        pmd_log!(NOTICE, "{name}: TX path {path}: {}", choice.reason);
     }
 }
 
@@ -267,6 +295,13 @@ pub fn default_mac(name: &str) -> [u8; 6] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_is_plain_data() {
+        // What another process reads owns nothing on this process's heap: a String, Box, Vec,
+        // Arc or trait object in Port would need dropping.
+        assert!(!std::mem::needs_drop::<Port>());
+    }
 
     #[test]
     fn default_macs_are_unicast_local_and_distinct() {

@@ -7,12 +7,11 @@
 //! Generic over the buffer ([`RxBuf`]): mbufs under DPDK, plain buffers in tests.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use mlx4_prm::{cqe_opcode, rx_status};
 
 use crate::hw::{Device, HwError};
-use crate::mem::{Lkeys, MemSource, Mr};
+use crate::mem::{DmaArray, Lkeys, MemSource, Mr};
 use crate::ring::{CqRing, RqRing};
 pub use crate::stats::RxStats;
 
@@ -124,9 +123,9 @@ pub struct RxQueue<B: RxBuf> {
     cfg: RxConfig,
     pool: B::Pool,
     /// `wqe_cnt * sges` posted buffers, WQE-major.
-    elts: Box<[B]>,
+    elts: DmaArray<B>,
     /// Replacement buffers of one chunk (kept here rather than zeroed on every burst).
-    fresh: Box<[B]>,
+    fresh: DmaArray<B>,
     lkeys: Lkeys,
     /// Bytes each buffer takes (they all come from one pool).
     room: u32,
@@ -142,14 +141,18 @@ impl<B: RxBuf> RxQueue<B> {
         nb_desc: u16,
         cfg: RxConfig,
         pool: B::Pool,
-        mrs: Arc<[Mr]>,
+        mrs: &[Mr],
     ) -> Result<RxQueue<B>, HwError> {
         // As in mlx4, descriptors count buffers: a scattered queue has nb_desc / sges WQEs.
         let bufs = u32::from(nb_desc).clamp(64, 1 << 15).next_power_of_two();
         let wqe_cnt = (bufs / cfg.sges).max(16);
-        let (cq, rq) = create_hw(dev, wqe_cnt, &cfg)?;
         let n = (wqe_cnt * cfg.sges) as usize;
-        let mut elts = vec![B::default(); n].into_boxed_slice();
+        let nomem = || HwError::NoMemory("no memory for the RX queue's arrays".into());
+        let src = cfg.source;
+        let lkeys = Lkeys::new(mrs, src).ok_or_else(nomem)?;
+        let mut elts = DmaArray::new(n, B::default(), src).ok_or_else(nomem)?;
+        let fresh = DmaArray::new(FRESH, B::default(), src).ok_or_else(nomem)?;
+        let (cq, rq) = create_hw(dev, wqe_cnt, &cfg)?;
         let fail = |cq: CqRing, rq: RqRing, e: HwError| {
             destroy_hw(dev, cq, rq);
             Err(e)
@@ -180,8 +183,8 @@ impl<B: RxBuf> RxQueue<B> {
             cfg,
             pool,
             elts,
-            fresh: vec![B::default(); FRESH].into_boxed_slice(),
-            lkeys: Lkeys::new(mrs),
+            fresh,
+            lkeys,
             room,
             qid,
         };

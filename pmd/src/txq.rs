@@ -5,14 +5,12 @@
 //! plain buffers in tests, so the whole path runs against the software HCA without EAL.
 //! Nothing here allocates, locks or calls C per packet; buffers are released in bulk.
 
-use std::sync::Arc;
-
 use mlx4_prm::{
     cqe_opcode, opcode, owner_opcode, CtrlSeg, SQ_HEADROOM_BYTES, TXBB_SHIFT, TXBB_SIZE,
 };
 
 use crate::hw::{Device, HwError};
-use crate::mem::{Lkeys, MemSource, Mr};
+use crate::mem::{DmaArray, FixedStr, Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell, Txbb};
 use crate::pmd_log;
 use crate::ring::{txbbs_for, CqRing, SqRing};
@@ -124,33 +122,36 @@ pub struct TxQueue<B: TxBuf> {
     // Read-mostly below.
     cfg: TxConfig,
     pub qid: u16,
-    name: Arc<str>,
+    /// The port's, for log lines.
+    name: FixedStr<32>,
     txbb_cnt: u32,
     /// TXBBs kept free so the device can prefetch past the producer (2 KB + one WQE).
     headroom: u32,
     comp_every: u32,
     comp_txbbs: u32,
     /// Buffers of gather WQEs, held until their completion.
-    elts: Box<[B]>,
-    marks: Box<[CompMark]>,
+    elts: DmaArray<B>,
+    marks: DmaArray<CompMark>,
     /// Inline packets of the current burst, freed together at its end.
-    done: Box<[B]>,
+    done: DmaArray<B>,
     /// Data segments of the packet being posted.
-    segs: Box<[(u64, u32, u32)]>,
+    segs: DmaArray<(u64, u32, u32)>,
 }
 
 /// Largest WQE we build: 63 DS in 16 TXBBs.
 const MAX_WQE_TXBBS: u32 = 16;
 
 impl<B: TxBuf> TxQueue<B> {
-    /// A queue for `nb_desc` packets in flight, created on `dev`.
+    /// A queue for `nb_desc` packets in flight, created on `dev`, for buffers in the
+    /// registered regions `mrs`. Everything it keeps is plain data in `cfg.source` memory, so
+    /// that another process can run it.
     pub fn new(
         dev: &dyn Device,
-        name: Arc<str>,
+        name: &str,
         qid: u16,
         nb_desc: u16,
         cfg: TxConfig,
-        mrs: Arc<[Mr]>,
+        mrs: &[Mr],
     ) -> Result<TxQueue<B>, HwError> {
         let elts_n = u32::from(nb_desc).max(64).next_power_of_two();
         let per_pkt = txbbs_for(wqe::inline_wqe_bytes(usize::from(cfg.inline_max))).max(1);
@@ -171,25 +172,32 @@ impl<B: TxBuf> TxQueue<B> {
         let comp_txbbs = (txbb_cnt / 4).max(MAX_WQE_TXBBS);
         // At most one mark per comp_every WQEs or comp_txbbs TXBBs in flight, plus slack.
         let marks_n = (txbb_cnt / comp_every.min(comp_txbbs) + 4).next_power_of_two();
+        let nomem = || HwError::NoMemory("no memory for the TX queue's arrays".into());
+        let src = cfg.source;
+        let lkeys = Lkeys::new(mrs, src).ok_or_else(nomem)?;
+        let elts = DmaArray::new(elts_n as usize, B::default(), src).ok_or_else(nomem)?;
+        let marks = DmaArray::new(marks_n as usize, CompMark::default(), src).ok_or_else(nomem)?;
+        let done = DmaArray::new(FREE_BATCH, B::default(), src).ok_or_else(nomem)?;
+        let segs = DmaArray::new(MAX_GATHER_SEGS, (0, 0, 0), src).ok_or_else(nomem)?;
         let hw = create_hw(dev, txbb_cnt, marks_n, &cfg)?;
         Ok(TxQueue {
             prod: Producer {
-                lkeys: Lkeys::new(mrs),
+                lkeys,
                 ..Producer::default()
             },
             comp: Completion::default(),
             hw,
             cfg,
             qid,
-            name,
+            name: FixedStr::new(name),
             txbb_cnt,
             headroom,
             comp_every,
             comp_txbbs,
-            elts: vec![B::default(); elts_n as usize].into_boxed_slice(),
-            marks: vec![CompMark::default(); marks_n as usize].into_boxed_slice(),
-            done: vec![B::default(); FREE_BATCH].into_boxed_slice(),
-            segs: vec![(0, 0, 0); MAX_GATHER_SEGS].into_boxed_slice(),
+            elts,
+            marks,
+            done,
+            segs,
         })
     }
 

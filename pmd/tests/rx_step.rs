@@ -5,7 +5,6 @@
 use std::cell::RefCell;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 
 use mlx4rs::hca::{Hca, HcaConfig, Wire};
 use mlx4rs::hw::soft::Soft;
@@ -201,7 +200,7 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
     let mr: Mr = dev.reg_mr(unsafe { DmaRange::new(start, end) }).unwrap();
     let tx = TxQueue::new(
         &dev,
-        "rx_step".into(),
+        "rx_step",
         0,
         256,
         TxConfig {
@@ -211,7 +210,7 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
             fast_free: false,
             source: MemSource::Heap,
         },
-        Arc::from(Vec::<Mr>::new()),
+        &[],
     )
     .unwrap();
     let rx = RxQueue::new(
@@ -226,7 +225,7 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
             source: MemSource::Heap,
         },
         (),
-        Arc::from(vec![mr]),
+        &[mr],
     )
     .unwrap();
     Rig {

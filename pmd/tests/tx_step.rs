@@ -314,15 +314,8 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
     FREED.with(|f| f.borrow_mut().clear());
     let mut r = rig(wc);
     let mut rng = Rng(seed);
-    let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.dev,
-        "tx_step".into(),
-        0,
-        256,
-        config(path, inline_max),
-        Arc::from(vec![r.mr]),
-    )
-    .unwrap();
+    let mut q: TxQueue<Pkt> =
+        TxQueue::new(&r.dev, "tx_step", 0, 256, config(path, inline_max), &[r.mr]).unwrap();
     assert_eq!(q.path(), path);
     let mut expected = Vec::new();
     let mut segtab = Vec::new();
@@ -499,11 +492,11 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     let mut r = rig(true);
     let mut q: TxQueue<Pkt> = TxQueue::new(
         &r.dev,
-        "tx_err".into(),
+        "tx_err",
         0,
         64,
         config(TxPath::Doorbell, 0),
-        Arc::from(vec![r.mr]),
+        &[r.mr],
     )
     .unwrap();
     let mut rng = Rng(5);
@@ -555,15 +548,8 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     };
     let mr = r.dev.reg_mr(range).unwrap();
     q.destroy(&r.dev);
-    let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.dev,
-        "tx_err".into(),
-        0,
-        64,
-        config(TxPath::Doorbell, 0),
-        Arc::from(vec![mr]),
-    )
-    .unwrap();
+    let mut q: TxQueue<Pkt> =
+        TxQueue::new(&r.dev, "tx_err", 0, 64, config(TxPath::Doorbell, 0), &[mr]).unwrap();
     assert_eq!(q.burst(&pkts[2..3]), 1);
     r.hca.step();
     let wire = r.wire.lock().unwrap().clone();
@@ -583,15 +569,8 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
 fn unregistered_memory_is_dropped_not_posted() {
     FREED.with(|f| f.borrow_mut().clear());
     let r = rig(true);
-    let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.dev,
-        "tx_unreg".into(),
-        0,
-        64,
-        config(TxPath::Doorbell, 0),
-        Arc::from(Vec::<Mr>::new()),
-    )
-    .unwrap();
+    let mut q: TxQueue<Pkt> =
+        TxQueue::new(&r.dev, "tx_unreg", 0, 64, config(TxPath::Doorbell, 0), &[]).unwrap();
     let data = vec![7u8; 300];
     let seg = [Seg {
         ptr: data.as_ptr(),

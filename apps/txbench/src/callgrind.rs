@@ -3,8 +3,6 @@
 //! run. Only `measured_burst` is meant to be collected (`--toggle-collect='*measured_burst*'`);
 //! the device's work happens in `step`, outside it.
 
-use std::sync::Arc;
-
 use apps::Path;
 use mlx4rs::hca::{Hca, HcaConfig, Wire};
 use mlx4rs::hw::soft::Soft;
@@ -72,10 +70,9 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         source: MemSource::Heap,
     };
     // Large inline thresholds make WQEs of up to 16 TXBBs and the device caps the ring size.
-    let mrs: Arc<[_]> = Arc::from(vec![mr]);
     let mut q: TxQueue<Pkt> = [1024, 512, 256]
         .into_iter()
-        .find_map(|n| TxQueue::new(&dev, "txbench".into(), 0, n, cfg.clone(), mrs.clone()).ok())
+        .find_map(|n| TxQueue::new(&dev, "txbench", 0, n, cfg.clone(), &[mr]).ok())
         .ok_or("no TX queue size the device accepts")?;
     let mut sent = 0u64;
     while sent < c.packets {

@@ -1,10 +1,13 @@
 //! A small safe wrapper over `rte_eth_dev`: an op gets one [`Eth`], which holds the port's one
-//! `&mut Port` and reaches the rest of the device (its queue slots, link, queue states)
-//! through methods that never hand out a second reference to the same data.
+//! `&mut Port`, this process's device handle, and reaches the rest of the device (its queue
+//! slots, link, queue states) through methods that never hand out a second reference to the
+//! same data.
 //!
-//! The port, each queue and `rte_eth_dev_data` are separate allocations, so a `&mut Port`
-//! and a `&mut` queue never overlap; methods that visit queues pass the port along rather than
-//! letting the caller hold both through `Eth`.
+//! What lives where: the [`Port`] (`dev_private`) and the queues (the `rx_queues`/`tx_queues`
+//! slots) are plain data in DPDK shared memory, the same for every process; [`Proc`]
+//! (`process_private`) is this process's own: its handle to the device. The port, each queue
+//! and `rte_eth_dev_data` are separate allocations, so a `&mut Port` and a `&mut` queue never
+//! overlap.
 
 use std::ffi::{c_int, c_void};
 use std::ptr::{self, NonNull};
@@ -13,7 +16,9 @@ use dpdk_sys as sys;
 
 use super::queue::{RxSlot, TxSlot};
 use super::{errno, Error};
+use crate::hw::Device;
 use crate::mbuf::Mbuf;
+use crate::mem::{DmaBox, MemSource};
 use crate::pmd_log;
 use crate::port::Port;
 use crate::rxq::RxQueue;
@@ -22,20 +27,44 @@ use crate::txq::TxQueue;
 pub(super) type TxQ = TxQueue<Mbuf>;
 pub(super) type RxQ = RxQueue<Mbuf>;
 
+/// What one process keeps for a port (`process_private`).
+pub(super) struct Proc {
+    pub dev: Box<dyn Device>,
+}
+
 /// One op's view of a port.
 pub(super) struct Eth<'a> {
     raw: NonNull<sys::rte_eth_dev>,
     pub port: &'a mut Port,
+    /// This process's handle to the port's device.
+    pub dev: &'a dyn Device,
 }
+
+/// This process's handle to port `port_id`, for the data path's rare control needs.
+///
+/// # Safety
+/// `port_id` must be a port of this driver that outlives the returned reference.
+pub(super) unsafe fn proc_of<'a>(port_id: u16) -> Option<&'a Proc> {
+    // SAFETY: rte_eth_devices is ethdev's per-process array of RTE_MAX_ETHPORTS devices; a port
+    // of ours has process_private NULL or this process's Proc, which is only read.
+    unsafe {
+        let dev = ptr::addr_of!(sys::rte_eth_devices[usize::from(port_id)]);
+        ((*dev).process_private as *const Proc).as_ref()
+    }
+}
+
+/// Shared memory for what C keeps pointers to: any socket's, freed with `rte_free`.
+const SHARED: MemSource = MemSource::Dpdk { socket: -1 };
 
 /// Runs `op` on the port behind `dev` and turns its result into what DPDK expects: 0, or a
 /// negative errno after one log line naming the port, `what` failed and why. A port already
-/// closed (no private data) answers `-ENODEV`.
+/// closed (or not attached in this process) answers `-ENODEV`.
 ///
 /// # Safety
 /// `dev` must be a live ethdev of this driver (ethdev calls ops only on those), whose
-/// `dev_private` is NULL or the `Port` written at probe; ethdev serialises control ops on a
-/// port, so nothing else holds a reference to it during the call.
+/// `dev_private` is NULL or the `Port` written at probe, and `process_private` NULL or this
+/// process's `Proc`; ethdev serialises control ops on a port, so nothing else holds a
+/// reference to the port during the call.
 pub(super) unsafe fn run(
     dev: *mut sys::rte_eth_dev,
     what: &str,
@@ -82,9 +111,19 @@ impl<'a> Eth<'a> {
     unsafe fn new(dev: *mut sys::rte_eth_dev) -> Option<Eth<'a>> {
         let raw = NonNull::new(dev)?;
         // SAFETY: a live ethdev has its data attached; dev_private is NULL or our Port, which
-        // nothing else references during a control op (the caller's contract).
-        let port = unsafe { ((*(*dev).data).dev_private as *mut Port).as_mut() }?;
-        Some(Eth { raw, port })
+        // nothing else references during a control op (the caller's contract);
+        // process_private is NULL or this process's Proc, which control ops only read.
+        let (port, proc_) = unsafe {
+            (
+                ((*(*dev).data).dev_private as *mut Port).as_mut()?,
+                ((*dev).process_private as *const Proc).as_ref()?,
+            )
+        };
+        Some(Eth {
+            raw,
+            port,
+            dev: proc_.dev.as_ref(),
+        })
     }
 
     fn data(&self) -> *mut sys::rte_eth_dev_data {
@@ -186,42 +225,45 @@ impl<'a> Eth<'a> {
         unsafe { (*self.rx_slots().add(usize::from(i)) as *mut RxSlot).as_mut() }
     }
 
-    /// Calls `f` with the port and each TX queue that is set up, in order.
-    pub fn for_each_txq(&mut self, mut f: impl FnMut(&mut Port, u16, &mut TxQ)) {
+    /// Calls `f` with each TX queue that is set up, in order.
+    pub fn for_each_txq(&mut self, mut f: impl FnMut(u16, &mut TxQ)) {
         for i in 0..self.nb_tx_queues() {
-            let slot = self.tx_slots().wrapping_add(usize::from(i));
-            // SAFETY: as for txq; the port and the slot are different allocations.
-            if let Some(s) = unsafe { (*slot as *mut TxSlot).as_mut() } {
-                f(self.port, i, &mut s.q);
+            if let Some(s) = self.txq(i) {
+                f(i, &mut s.q);
             }
         }
     }
 
-    /// Calls `f` with the port and each RX queue that is set up, in order.
-    pub fn for_each_rxq(&mut self, mut f: impl FnMut(&mut Port, u16, &mut RxQ)) {
+    /// Calls `f` with each RX queue that is set up, in order.
+    pub fn for_each_rxq(&mut self, mut f: impl FnMut(u16, &mut RxQ)) {
         for i in 0..self.nb_rx_queues() {
-            let slot = self.rx_slots().wrapping_add(usize::from(i));
-            // SAFETY: as for rxq; the port and the slot are different allocations.
-            if let Some(s) = unsafe { (*slot as *mut RxSlot).as_mut() } {
-                f(self.port, i, &mut s.q);
+            if let Some(s) = self.rxq(i) {
+                f(i, &mut s.q);
             }
         }
     }
 
-    /// Puts a new TX queue in slot `i`, which ethdev emptied (by releasing) before setup.
-    pub fn install_txq(&mut self, i: u16, slot: TxSlot) {
+    /// Puts a new TX queue, in shared memory, in slot `i`, which ethdev emptied (by
+    /// releasing) before setup.
+    pub fn install_txq(&mut self, i: u16, slot: TxSlot) -> Result<(), Error> {
         assert!(i < self.nb_tx_queues());
-        let p = Box::into_raw(Box::new(slot));
+        let p = DmaBox::new(slot, SHARED)
+            .ok_or_else(|| Error::NoMemory(format!("TX queue {i}: no shared memory")))?
+            .into_raw();
         // SAFETY: in bounds; the slot holds NULL (ethdev released the old queue first).
-        unsafe { *self.tx_slots().add(usize::from(i)) = p.cast() };
+        unsafe { *self.tx_slots().add(usize::from(i)) = p.as_ptr().cast() };
+        Ok(())
     }
 
     /// Puts a new RX queue in slot `i` (as [`Eth::install_txq`]).
-    pub fn install_rxq(&mut self, i: u16, slot: RxSlot) {
+    pub fn install_rxq(&mut self, i: u16, slot: RxSlot) -> Result<(), Error> {
         assert!(i < self.nb_rx_queues());
-        let p = Box::into_raw(Box::new(slot));
+        let p = DmaBox::new(slot, SHARED)
+            .ok_or_else(|| Error::NoMemory(format!("RX queue {i}: no shared memory")))?
+            .into_raw();
         // SAFETY: as above.
-        unsafe { *self.rx_slots().add(usize::from(i)) = p.cast() };
+        unsafe { *self.rx_slots().add(usize::from(i)) = p.as_ptr().cast() };
+        Ok(())
     }
 
     /// Empties TX slot `i`, handing over its queue.
@@ -236,30 +278,34 @@ impl<'a> Eth<'a> {
         unsafe { take(self.rx_slots(), i, self.nb_rx_queues()) }
     }
 
-    /// Ends the port: every queue destroyed, then the port dropped and its memory freed. The
-    /// NULL left in `dev_private` tells a second close (and ethdev's release, which frees
-    /// `dev_private` itself) that nothing is left. Returns the port's name.
+    /// Ends the port: every queue destroyed, the device stopped, then the port and this
+    /// process's handle dropped and their memory freed. The NULLs left behind tell a second
+    /// close (and ethdev's release, which frees `dev_private` itself) that nothing is left.
+    /// Returns the port's name.
     pub fn close(mut self) -> String {
+        let dev = self.dev;
         for i in 0..self.nb_rx_queues() {
             if let Some(s) = self.take_rxq(i) {
-                s.q.destroy(self.port.dev.as_ref());
+                s.q.destroy(dev);
             }
         }
         for i in 0..self.nb_tx_queues() {
             if let Some(s) = self.take_txq(i) {
-                s.q.destroy(self.port.dev.as_ref());
+                s.q.destroy(dev);
             }
         }
+        self.port.stop(dev);
         let name = self.port.name.to_string();
-        let data = self.data();
-        let private: *mut Port = &mut *self.port;
-        // SAFETY: dev_private holds the Port written at probe into rte_zmalloc memory; `self`
-        // held its only reference and is gone after this, so it is dropped and freed exactly
-        // once, and the slot cleared.
+        let (raw, data) = (self.raw.as_ptr(), self.data());
+        let private = NonNull::from(&mut *self.port);
+        // SAFETY: dev_private holds the Port that probe put in a DmaBox of shared memory, and
+        // process_private the Box<Proc> of this process; `self` held their only references and
+        // is gone after this, so each is dropped and freed exactly once, and the slots cleared.
         unsafe {
-            ptr::drop_in_place(private);
-            sys::rte_free(private.cast());
+            drop(DmaBox::from_raw(private, SHARED));
             (*data).dev_private = ptr::null_mut();
+            drop(Box::from_raw((*raw).process_private as *mut Proc));
+            (*raw).process_private = ptr::null_mut();
         }
         name
     }
@@ -268,8 +314,8 @@ impl<'a> Eth<'a> {
 /// Empties slot `i` of a queue array of `n` entries.
 ///
 /// # Safety
-/// `slots` is a live port's queue array of `n` entries, each NULL or a `Box<S>` leaked by the
-/// matching install.
+/// `slots` is a live port's queue array of `n` entries, each NULL or a shared-memory `DmaBox<S>`
+/// given up by the matching install.
 unsafe fn take<S>(slots: *mut *mut c_void, i: u16, n: u16) -> Option<S> {
     assert!(i < n);
     // SAFETY: in bounds (the caller's array); the slot is emptied here, so the queue is taken
@@ -278,6 +324,6 @@ unsafe fn take<S>(slots: *mut *mut c_void, i: u16, n: u16) -> Option<S> {
         let slot = slots.add(usize::from(i));
         let q = NonNull::new(*slot as *mut S)?;
         *slot = ptr::null_mut();
-        Some(*Box::from_raw(q.as_ptr()))
+        Some(DmaBox::from_raw(q, SHARED).into_inner())
     }
 }

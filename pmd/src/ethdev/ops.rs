@@ -97,36 +97,36 @@ fn configure(e: &mut Eth<'_>) -> Result<(), Error> {
 }
 
 fn start(e: &mut Eth<'_>) -> Result<(), Error> {
-    e.port.start()?;
+    e.port.start(e.dev)?;
     apply_rx(e)?;
     e.set_queue_states(true);
-    let up = e.port.link_up();
+    let up = e.port.link_up(e.dev);
     e.set_link(up);
     Ok(())
 }
 
 fn stop(e: &mut Eth<'_>) {
+    let (dev, name) = (e.dev, e.port.name);
     // Let the device send what tx_burst already took, then stop it.
-    e.for_each_txq(|p, i, q| {
-        if !q.drain(p.dev.as_ref(), Duration::from_secs(1)) {
+    e.for_each_txq(|i, q| {
+        if !q.drain(dev, Duration::from_secs(1)) {
             pmd_log!(
                 WARNING,
-                "{}: TX queue {i}: the device did not drain within 1 s",
-                p.name
+                "{name}: TX queue {i}: the device did not drain within 1 s"
             );
         }
     });
-    e.port.stop();
+    e.port.stop(dev);
     // With the device stopped, every buffer still in flight is reclaimed and each queue
     // starts afresh at the next start.
-    e.for_each_txq(|p, i, q| {
-        if let Err(err) = q.reset(p.dev.as_ref()) {
-            pmd_log!(ERR, "{}: TX queue {i}: reset failed: {err}", p.name);
+    e.for_each_txq(|i, q| {
+        if let Err(err) = q.reset(dev) {
+            pmd_log!(ERR, "{name}: TX queue {i}: reset failed: {err}");
         }
     });
-    e.for_each_rxq(|p, i, q| {
-        if let Err(err) = q.reset(p.dev.as_ref()) {
-            pmd_log!(ERR, "{}: RX queue {i}: reset failed: {err}", p.name);
+    e.for_each_rxq(|i, q| {
+        if let Err(err) = q.reset(dev) {
+            pmd_log!(ERR, "{name}: RX queue {i}: reset failed: {err}");
         }
     });
     e.set_queue_states(false);
@@ -145,8 +145,8 @@ pub(super) unsafe extern "C" fn dev_close(dev: *mut sys::rte_eth_dev) -> c_int {
 /// table over the current RX queues.
 pub(super) fn apply_rx(e: &mut Eth<'_>) -> Result<(), Error> {
     let mut qpns = Vec::new();
-    e.for_each_rxq(|_, _, q| qpns.push(q.qpn()));
-    Ok(e.port.apply_rx(&qpns)?)
+    e.for_each_rxq(|_, q| qpns.push(q.qpn()));
+    Ok(e.port.apply_rx(e.dev, &qpns)?)
 }
 
 /// Changes one receive setting and applies it.
@@ -224,7 +224,7 @@ unsafe extern "C" fn link_update(dev: *mut sys::rte_eth_dev, _wait: c_int) -> c_
     // SAFETY: as for every op.
     unsafe {
         eth::run(dev, "link update", |e| {
-            let up = e.port.link_up();
+            let up = e.port.link_up(e.dev);
             e.set_link(up);
             Ok(())
         })

@@ -6,9 +6,10 @@ use std::ptr;
 
 use dpdk_sys as sys;
 
+use super::eth::Proc;
 use super::{errno, fmt_mac, ops, queue, Error};
 use crate::devargs::Devargs;
-use crate::mem::{DmaRange, MemSource};
+use crate::mem::{DmaBox, DmaRange, MemSource};
 use crate::pmd_log;
 use crate::port::Port;
 
@@ -132,63 +133,68 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
     };
     pmd_log!(INFO, "{name}: probing with devargs {args:?}");
     let mem = memseg_ranges();
-    let port = match Port::open(&name, devargs, MemSource::Dpdk { socket }, &mem) {
+    let (port, dev) = match Port::open(&name, &devargs, MemSource::Dpdk { socket }, &mem) {
         Ok(p) => p,
         Err(e) => {
             pmd_log!(ERR, "{name}: cannot open: {e}");
             return errno(&Error::from(e));
         }
     };
-    // SAFETY: the name outlives the call; on success ethdev returns a zeroed slot we own.
-    unsafe { attach_port(vdev, &name, socket, port) }
+    match attach_port(vdev, &name, socket, port, Proc { dev }) {
+        Ok(()) => 0,
+        Err(e) => {
+            pmd_log!(ERR, "{name}: {e}");
+            errno(&e)
+        }
+    }
 }
 
-/// Allocates the ethdev and moves `port` into DPDK memory as its private data.
-///
-/// # Safety
-/// `vdev` must be the live device being probed.
-unsafe fn attach_port(
+/// Allocates the ethdev: `port` goes into DPDK shared memory as its private data, `proc_` is
+/// this process's.
+fn attach_port(
     vdev: *mut sys::rte_vdev_device,
     name: &str,
     socket: c_int,
     port: Port,
-) -> c_int {
+    proc_: Proc,
+) -> Result<(), Error> {
     let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
-    // SAFETY: plain ethdev call with a valid C string.
-    let dev = unsafe { sys::rte_eth_dev_allocate(cname.as_ptr()) };
-    if dev.is_null() {
-        pmd_log!(
-            ERR,
-            "{name}: cannot allocate an ethdev (name taken or no free port id)"
-        );
-        return -libc::ENOMEM;
-    }
-    // SAFETY: `dev` is freshly allocated and ours; the memory we attach comes from rte_zmalloc,
-    // because rte_eth_dev_release_port frees `dev_private` and `mac_addrs` with rte_free.
-    unsafe {
-        let d = &mut *(*dev).data;
-        let private =
-            sys::rte_zmalloc_socket(c"mlx4rs_port".as_ptr(), size_of::<Port>(), 64, socket)
-                as *mut Port;
-        let macs = sys::rte_zmalloc_socket(
+    let mac = port.mac;
+    // rte_eth_dev_release_port frees `dev_private` and `mac_addrs` with rte_free: both come
+    // from rte_zmalloc.
+    let private = DmaBox::new(port, MemSource::Dpdk { socket })
+        .ok_or_else(|| Error::NoMemory("no DPDK memory for the port".into()))?;
+    // SAFETY: plain allocation call.
+    let macs = unsafe {
+        sys::rte_zmalloc_socket(
             c"mlx4rs_mac".as_ptr(),
             size_of::<sys::rte_ether_addr>(),
             0,
             socket,
-        ) as *mut sys::rte_ether_addr;
-        if private.is_null() || macs.is_null() {
-            sys::rte_free(private.cast());
-            sys::rte_free(macs.cast());
-            sys::rte_eth_dev_release_port(dev);
-            pmd_log!(ERR, "{name}: out of DPDK memory");
-            return -libc::ENOMEM;
-        }
-        (*macs).addr_bytes = port.mac;
-        ptr::write(private, port);
-        d.dev_private = private.cast();
+        )
+    } as *mut sys::rte_ether_addr;
+    if macs.is_null() {
+        return Err(Error::NoMemory("no DPDK memory for the MAC table".into()));
+    }
+    // SAFETY: plain ethdev call with a valid C string.
+    let dev = unsafe { sys::rte_eth_dev_allocate(cname.as_ptr()) };
+    if dev.is_null() {
+        // SAFETY: allocated above, not handed to anyone.
+        unsafe { sys::rte_free(macs.cast()) };
+        return Err(Error::Invalid(
+            "cannot allocate an ethdev (name taken or no free port id)".into(),
+        ));
+    }
+    // SAFETY: `dev` is freshly allocated and ours, with zeroed data; `vdev` is the live device
+    // being probed.
+    unsafe {
+        let d = &mut *(*dev).data;
+        (*macs).addr_bytes = mac;
+        d.dev_private = private.into_raw().as_ptr().cast();
         d.mac_addrs = macs;
         d.numa_node = socket;
         d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
+        (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
         (*dev).device = ptr::addr_of_mut!((*vdev).device);
         (*dev).dev_ops = &*ops::OPS;
         (*dev).rx_pkt_burst = Some(queue::rx_burst);
@@ -198,10 +204,10 @@ unsafe fn attach_port(
             INFO,
             "{name}: port {} ready, MAC {}",
             d.port_id,
-            fmt_mac(&(*macs).addr_bytes)
+            fmt_mac(&mac)
         );
     }
-    0
+    Ok(())
 }
 
 /// Every memseg list's virtual range: where mbufs can live. Registered once per port so the

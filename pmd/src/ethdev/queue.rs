@@ -12,7 +12,6 @@ use super::eth::{self, Eth, RxQ, TxQ};
 use super::{invalid, Error};
 use crate::mbuf::{Mbuf, Pool};
 use crate::mem::MemSource;
-use crate::port::Port;
 use crate::rxq::RxConfig;
 
 /// What a `tx_queues` slot points to.
@@ -54,18 +53,10 @@ fn tx_setup(
     let fast_free = offloads & sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0;
     let p = &*e.port;
     let cfg = p.tx_config(fast_free, socket);
-    let q = TxQ::new(
-        p.dev.as_ref(),
-        p.name.clone(),
-        qid,
-        nb_desc,
-        cfg,
-        p.mrs.clone(),
-    )
-    .map_err(|err| with_queue("TX", qid, err.into()))?;
+    let q = TxQ::new(e.dev, p.name.as_str(), qid, nb_desc, cfg, p.mrs.as_slice())
+        .map_err(|err| with_queue("TX", qid, err.into()))?;
     let port_id = e.port_id();
-    e.install_txq(qid, TxSlot { q, port_id });
-    Ok(())
+    e.install_txq(qid, TxSlot { q, port_id })
 }
 
 pub(super) unsafe extern "C" fn tx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
@@ -73,7 +64,7 @@ pub(super) unsafe extern "C" fn tx_queue_release(dev: *mut sys::rte_eth_dev, qid
     unsafe {
         eth::run(dev, "TX queue release", |e| {
             if let Some(s) = e.take_txq(qid) {
-                s.q.destroy(e.port.dev.as_ref());
+                s.q.destroy(e.dev);
             }
             Ok(())
         })
@@ -149,11 +140,9 @@ fn rx_setup(
         port_id: e.port_id(),
         source: MemSource::Dpdk { socket },
     };
-    let p = &*e.port;
-    let q = RxQ::new(p.dev.as_ref(), qid, nb_desc, cfg, pool, p.mrs.clone())
+    let q = RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice())
         .map_err(|err| with_queue("RX", qid, err.into()))?;
-    e.install_rxq(qid, RxSlot { q });
-    Ok(())
+    e.install_rxq(qid, RxSlot { q })
 }
 
 /// Names the queue in an error, keeping its kind.
@@ -171,7 +160,7 @@ pub(super) unsafe extern "C" fn rx_queue_release(dev: *mut sys::rte_eth_dev, qid
     unsafe {
         eth::run(dev, "RX queue release", |e| {
             if let Some(s) = e.take_rxq(qid) {
-                s.q.destroy(e.port.dev.as_ref());
+                s.q.destroy(e.dev);
             }
             Ok(())
         })
@@ -269,32 +258,12 @@ pub(super) unsafe extern "C" fn tx_done_cleanup(q: *mut c_void, free_cnt: u32) -
     n
 }
 
-/// Recreates a TX queue an error completion stopped, with its port's device. The lcore that
-/// owns the queue runs this, between bursts.
+/// Recreates a TX queue an error completion stopped, with this process's handle to its
+/// port's device. The lcore that owns the queue runs this, between bursts.
 #[cold]
 fn recover_txq(s: &mut TxSlot) {
-    // SAFETY: a queue's port outlives it; only the port's device is used, through a shared
-    // reference, and devices serialise their own control operations.
-    let port = unsafe { port_of(s.port_id) };
-    if let Some(p) = port {
+    // SAFETY: a queue's port outlives it and is a port of this driver.
+    if let Some(p) = unsafe { eth::proc_of(s.port_id) } {
         s.q.recover(p.dev.as_ref());
-    }
-}
-
-/// The port `port_id` of this process, for the data path's rare control needs.
-///
-/// # Safety
-/// `port_id` must be a port of this driver that outlives the returned reference, and no
-/// `&mut` to its `Port` may be live (control ops and bursts do not overlap on a queue).
-unsafe fn port_of<'a>(port_id: u16) -> Option<&'a Port> {
-    // SAFETY: rte_eth_devices is ethdev's array of RTE_MAX_ETHPORTS devices; a port of ours
-    // has its data attached and its private data NULL or our Port (caller's contract).
-    unsafe {
-        let dev = std::ptr::addr_of!(sys::rte_eth_devices[usize::from(port_id)]);
-        let data = (*dev).data;
-        if data.is_null() {
-            return None;
-        }
-        ((*data).dev_private as *const Port).as_ref()
     }
 }

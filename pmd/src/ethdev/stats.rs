@@ -28,8 +28,8 @@ pub(super) unsafe extern "C" fn stats_get(
 fn fill(e: &mut Eth<'_>, st: &mut sys::rte_eth_stats) {
     let n = sys::RTE_ETHDEV_QUEUE_STAT_CNTRS as usize;
     // Frames the port received and lost before any queue took them, as a NIC counts them.
-    st.imissed = e.port.dev.missed();
-    e.for_each_txq(|_, i, q| {
+    st.imissed = e.dev.missed();
+    e.for_each_txq(|i, q| {
         let s = q.stats();
         let i = usize::from(i);
         st.opackets += s.packets;
@@ -40,7 +40,7 @@ fn fill(e: &mut Eth<'_>, st: &mut sys::rte_eth_stats) {
             st.q_obytes[i] = s.bytes;
         }
     });
-    e.for_each_rxq(|_, i, q| {
+    e.for_each_rxq(|i, q| {
         let s = q.stats();
         let i = usize::from(i);
         st.ipackets += s.packets;
@@ -57,8 +57,8 @@ fn fill(e: &mut Eth<'_>, st: &mut sys::rte_eth_stats) {
 
 /// Zeroes the queues' counters.
 fn reset_queues(e: &mut Eth<'_>) {
-    e.for_each_txq(|_, _, q| q.reset_stats());
-    e.for_each_rxq(|_, _, q| q.reset_stats());
+    e.for_each_txq(|_, q| q.reset_stats());
+    e.for_each_rxq(|_, q| q.reset_stats());
 }
 
 super::ops::op!(stats_reset, "stats reset", |e| {
@@ -73,15 +73,15 @@ super::ops::op!(
     "xstats reset",
     |e| {
         reset_queues(e);
-        e.port.dev.reset_counters();
+        e.dev.reset_counters();
         Ok(())
     }
 );
 
 fn xstats(e: &mut Eth<'_>) -> Vec<(String, u64)> {
     let mut txqs = Vec::new();
-    e.for_each_txq(|_, _, q| txqs.push(q.stats()));
-    e.port.xstats(&txqs)
+    e.for_each_txq(|_, q| txqs.push(q.stats()));
+    e.port.xstats(e.dev, &txqs)
 }
 
 pub(super) unsafe extern "C" fn xstats_get_names(
