@@ -173,3 +173,56 @@ fn attach_and_detach_at_run_time() {
     assert!(!all.contains("Device name: net_mlx4rs8"), "{all}");
     assert!(all.contains("Bye..."), "{all}");
 }
+
+#[test]
+fn bad_wire_targets_fail_their_probe_and_the_healthy_port_forwards() {
+    let long = format!("net_mlx4rs4,wire=pcap:/tmp/{}", "x".repeat(4096));
+    let out = testpmd(
+        &[
+            "net_mlx4rs0,wire=pcap:/nonexistent-dir/x.pcap",
+            "net_mlx4rs1,wire=pcap:/dev/full",
+            "net_mlx4rs2,wire=tap:a/b",
+            "net_mlx4rs3,wire=tap:a\tb",
+            &long,
+            "net_mlx4rs5,wire=null",
+        ],
+        &["--total-num-mbufs=2048", "--forward-mode=txonly"],
+        &[
+            Cmd("start"),
+            Sleep(500),
+            Cmd("stop"),
+            Cmd("show port info all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    let all = out.all();
+    assert!(out.status.success(), "testpmd failed:\n{all}");
+    for line in [
+        "net_mlx4rs0: invalid devarg wire=\"pcap:/nonexistent-dir/x.pcap\": pcap:<path> must be in an existing directory",
+        "net_mlx4rs1: invalid devarg wire=\"pcap:/dev/full\": pcap:<path> must be a regular file",
+        "net_mlx4rs2: invalid devarg wire=\"tap:a/b\": tap:<ifname> takes",
+        "net_mlx4rs3: invalid devarg wire=\"tap:a\\tb\": null, loop, peer:<vdev name>, pcap:<path> or tap:<ifname>; whitespace and control characters are not allowed",
+        "(4106 bytes): pcap:<path> cannot be used: File name too long",
+    ] {
+        assert!(all.contains(line), "missing {line:?} in:\n{all}");
+    }
+    assert!(
+        !all.contains('\t'),
+        "a control character reached the log:\n{all}"
+    );
+    assert_eq!(
+        out.stdout.matches("Driver name: net_mlx4rs").count(),
+        1,
+        "{all}"
+    );
+    assert!(all.contains("Device name: net_mlx4rs5"), "{all}");
+    // The healthy port forwarded: testpmd did not refuse to start because of the others.
+    let tx: u64 = all
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("TX-packets: "))
+        .filter_map(|v| v.split_whitespace().next()?.parse().ok())
+        .max()
+        .unwrap_or(0);
+    assert!(tx > 0, "no packets sent on the healthy port:\n{all}");
+}

@@ -2,7 +2,15 @@
 //!
 //! `--vdev net_mlx4rs0,wire=loop,bf=off` hands us `wire=loop,bf=off`. Every key is known, every
 //! value checked; the first problem fails the probe of that port with one message naming the key,
-//! the value and what is allowed.
+//! the value (control characters escaped) and what is allowed.
+//!
+//! Strict as DPDK's own kvargs: keys and values are taken exactly as given. Nothing is trimmed,
+//! so `bf =on` names an unknown key `"bf "`, and whitespace or control characters inside a value
+//! are refused rather than silently dropped. Numbers are plain decimal digits (no sign), MAC
+//! bytes two hex digits each. Wire targets are checked at probe too ([`Devargs::check_targets`]):
+//! a pcap file is created there (the wire truncates it when the port starts) and a TAP name must
+//! be one the kernel takes and not an existing interface of another kind, so a bad target fails
+//! the probe of its port, not a later `port start` of every port.
 
 use std::fmt;
 use std::str::FromStr;
@@ -76,11 +84,16 @@ pub struct DevargsError {
 
 impl fmt::Display for DevargsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid devarg {}={:?}: {}",
-            self.key, self.value, self.allowed
-        )
+        // One log line: a value of kilobytes is cut, control characters are escaped.
+        const SHOWN: usize = 96;
+        write!(f, "invalid devarg {}=", self.key.escape_debug())?;
+        if self.value.chars().count() > SHOWN {
+            let head: String = self.value.chars().take(SHOWN).collect();
+            write!(f, "{head:?}... ({} bytes)", self.value.len())?;
+        } else {
+            write!(f, "{:?}", self.value)?;
+        }
+        write!(f, ": {}", self.allowed)
     }
 }
 
@@ -120,9 +133,10 @@ impl FromStr for Devargs {
     fn from_str(s: &str) -> Result<Self, DevargsError> {
         let mut d = Devargs::default();
         let mut seen: Vec<&str> = Vec::new();
-        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        // Empty items (`a=1,,b=2`, a trailing comma) are skipped, as kvargs skips them.
+        for item in s.split(',').filter(|i| !i.is_empty()) {
             let (key, value) = match item.split_once('=') {
-                Some((k, v)) => (k.trim(), v.trim()),
+                Some((k, v)) => (k, v),
                 None => return Err(err(item, "", "every devarg is key=value")),
             };
             if !KEYS.iter().any(|(k, _)| *k == key) {
@@ -138,6 +152,16 @@ impl FromStr for Devargs {
             }
             seen.push(key);
             let bad = || err(key, value, allowed(key));
+            if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(err(
+                    key,
+                    value,
+                    format!(
+                        "{}; whitespace and control characters are not allowed",
+                        allowed(key)
+                    ),
+                ));
+            }
             match key {
                 "wire" => {
                     crate::hw::soft::check_wire(value).map_err(|e| err(key, value, e))?;
@@ -159,7 +183,7 @@ impl FromStr for Devargs {
                     }
                 }
                 "txq_inline" => {
-                    let n: u16 = value.parse().map_err(|_| bad())?;
+                    let n: u16 = parse_decimal(value).ok_or_else(bad)?;
                     if n != 0 && !(MIN_TXQ_INLINE..=MAX_TXQ_INLINE).contains(&n) {
                         return Err(bad());
                     }
@@ -180,13 +204,101 @@ impl FromStr for Devargs {
     }
 }
 
+impl Devargs {
+    /// Checks the wire's target on this system, at probe: a pcap file must be creatable as a
+    /// regular file in an existing directory (it is created now, empty if new, and truncated
+    /// when the port starts); a TAP name must be one the kernel accepts and not name an existing
+    /// interface that is not a TAP.
+    pub fn check_targets(&self) -> Result<(), DevargsError> {
+        let spec = self.wire.as_str();
+        let checked = if let Some(path) = spec.strip_prefix("pcap:") {
+            check_pcap(path)
+        } else if let Some(name) = spec.strip_prefix("tap:") {
+            check_tap(name)
+        } else {
+            Ok(())
+        };
+        checked.map_err(|why| err("wire", spec, why))
+    }
+}
+
+fn check_pcap(path: &str) -> Result<(), String> {
+    let p = std::path::Path::new(path);
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => {}
+        Ok(m) => {
+            let kind = if m.is_dir() {
+                "directory"
+            } else {
+                "special file"
+            };
+            return Err(format!(
+                "pcap:<path> must be a regular file; this is a {kind}"
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let dir = p
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            if !dir.is_dir() {
+                return Err(format!(
+                    "pcap:<path> must be in an existing directory; {:?} is not one",
+                    dir.display().to_string()
+                ));
+            }
+        }
+        Err(e) => return Err(format!("pcap:<path> cannot be used: {e}")),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(p)
+        .map(drop)
+        .map_err(|e| format!("pcap:<path> cannot be created: {e}"))
+}
+
+/// Longest interface name the kernel takes (IFNAMSIZ less the NUL).
+const MAX_IFNAME: usize = 15;
+
+fn check_tap(name: &str) -> Result<(), String> {
+    // The kernel refuses empty names, ".", "..", '/', ':' and whitespace; '%' would make it
+    // pick a number. Narrower and simpler to state: letters, digits, '-', '_' and '.'.
+    let charset = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if name.is_empty() || name.len() > MAX_IFNAME || !charset || name == "." || name == ".." {
+        return Err(format!(
+            "tap:<ifname> takes 1..={MAX_IFNAME} letters, digits, '-', '_' or '.' (not \".\" or \"..\")"
+        ));
+    }
+    let sys = std::path::Path::new("/sys/class/net").join(name);
+    // TUN/TAP interfaces expose tun_flags; anything else of that name is not ours to take.
+    if sys.exists() && !sys.join("tun_flags").exists() {
+        return Err(format!(
+            "tap:<ifname>: interface {name} exists and is not a TAP interface"
+        ));
+    }
+    Ok(())
+}
+
+/// Digits only: `str::parse` would also take a leading `+`.
+fn parse_decimal(s: &str) -> Option<u16> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
 /// Parses `aa:bb:cc:dd:ee:ff`; refuses multicast (which includes broadcast) and all-zero.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
     let mut parts = s.split(':');
     for b in mac.iter_mut() {
         let p = parts.next()?;
-        if p.len() != 2 {
+        // Exactly two hex digits: from_str_radix alone would take `+1`.
+        if p.len() != 2 || !p.bytes().all(|c| c.is_ascii_hexdigit()) {
             return None;
         }
         *b = u8::from_str_radix(p, 16).ok()?;
@@ -218,7 +330,7 @@ mod tests {
     #[test]
     fn all_keys() {
         let d = parse(
-            "wire=pcap:/tmp/x.pcap, wc=off,bf=on,txq_inline=0,mac=02:00:00:aa:bb:0c,busy_poll=1",
+            "wire=pcap:/tmp/x.pcap,wc=off,bf=on,txq_inline=0,mac=02:00:00:aa:bb:0c,busy_poll=1,",
         )
         .unwrap();
         assert_eq!(d.wire.as_str(), "pcap:/tmp/x.pcap");
@@ -290,7 +402,9 @@ mod tests {
     fn inline_bounds() {
         assert_eq!(parse("txq_inline=17").unwrap().txq_inline, 17);
         assert_eq!(parse("txq_inline=928").unwrap().txq_inline, 928);
-        for v in ["1", "16", "929", "65536", "-1", "abc", "1e2"] {
+        for v in [
+            "1", "16", "929", "65536", "-1", "abc", "1e2", "+17", "0x20", "",
+        ] {
             let e = parse(&format!("txq_inline={v}")).unwrap_err();
             assert_eq!((e.key.as_str(), e.value.as_str()), ("txq_inline", v));
         }
@@ -311,11 +425,207 @@ mod tests {
             "ff:ff:ff:ff:ff:ff",
             "00:00:00:00:00:00",
             "2:0:0:0:0:1",
+            "02:00:00:00:00:+1",
+            "+2:00:00:00:00:01",
+            "02:00:00:00:00:-1",
+            " 2:00:00:00:00:01",
             "02-00-00-00-00-01",
             "zz:00:00:00:00:01",
         ] {
             assert_eq!(parse_mac(m), None, "{m}");
             assert_eq!(parse(&format!("mac={m}")).unwrap_err().key, "mac");
         }
+    }
+
+    #[test]
+    fn nothing_is_trimmed() {
+        // DPDK's kvargs keeps whitespace; so do we, and refuse it.
+        let e = parse("bf =on").unwrap_err();
+        assert_eq!(e.key, "bf ");
+        assert!(e.allowed.starts_with("unknown key"), "{e}");
+        assert_eq!(parse(" bf=on").unwrap_err().key, " bf");
+        for (item, key) in [
+            ("wire=null\u{a0}", "wire"),
+            ("bf=on ", "bf"),
+            ("wc=\toff", "wc"),
+            ("busy_poll=1\n", "busy_poll"),
+            ("mac=02:00:00:00:00:01\u{2003}", "mac"),
+        ] {
+            let e = parse(item).unwrap_err();
+            assert_eq!(e.key, key, "{item:?}");
+            assert!(e.allowed.contains("whitespace"), "{e}");
+        }
+    }
+
+    #[test]
+    fn messages_escape_control_characters() {
+        let e = parse("wire=tap:a\x1b[2Jb").unwrap_err();
+        let msg = e.to_string();
+        assert!(!msg.chars().any(char::is_control), "{msg:?}");
+        assert!(msg.contains("\\u{1b}"), "{msg}");
+        let e = parse("colour\x07=x").unwrap_err();
+        assert!(!e.to_string().chars().any(char::is_control));
+    }
+
+    fn scratch_dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("mlx4rs-devargs-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn targets(wire: &str) -> Result<(), DevargsError> {
+        parse(&format!("wire={wire}"))?.check_targets()
+    }
+
+    #[test]
+    fn pcap_targets_are_checked_and_created_at_probe() {
+        let dir = scratch_dir("pcap");
+        let file = dir.join("out.pcap");
+        targets(&format!("pcap:{}", file.display())).unwrap();
+        assert!(file.is_file(), "created at probe");
+        std::fs::write(&file, b"old").unwrap();
+        targets(&format!("pcap:{}", file.display())).unwrap();
+        assert_eq!(
+            std::fs::read(&file).unwrap(),
+            b"old",
+            "not truncated before start"
+        );
+        let long = format!("pcap:{}/{}", dir.display(), "x".repeat(4096));
+        let missing = format!("pcap:{}/no/such/dir/x.pcap", dir.display());
+        let a_dir = format!("pcap:{}", dir.display());
+        for (bad, why) in [
+            (missing.as_str(), "existing directory"),
+            (a_dir.as_str(), "directory"),
+            ("pcap:/proc", "directory"),
+            ("pcap:/dev/full", "special file"),
+            (long.as_str(), "cannot"),
+        ] {
+            let e = targets(bad).unwrap_err();
+            assert_eq!((e.key.as_str(), e.value.as_str()), ("wire", bad));
+            assert!(e.allowed.contains(why), "{bad}: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn tap_names_are_checked_at_probe() {
+        targets("tap:mlx4rs-t0").unwrap();
+        targets("tap:a.b_c-9").unwrap();
+        for bad in [
+            "tap:a/b",
+            "tap:.",
+            "tap:..",
+            "tap:a:b",
+            "tap:%s%s%n",
+            "tap:abcdefghijklmnop",
+            "tap:lo",
+        ] {
+            let e = targets(bad).unwrap_err();
+            assert_eq!((e.key.as_str(), e.value.as_str()), ("wire", bad));
+        }
+        assert!(targets("tap:lo").unwrap_err().allowed.contains("not a TAP"));
+    }
+
+    /// xorshift64*: a fixed seed gives the same strings on every machine.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+            from[(self.next() % from.len() as u64) as usize]
+        }
+    }
+
+    #[test]
+    fn fuzz_every_rejection_names_its_key() {
+        let dir = scratch_dir("fuzz");
+        let pcap = format!("pcap:{}/f.pcap", dir.display());
+        let keys = [
+            "wire",
+            "wc",
+            "bf",
+            "txq_inline",
+            "mac",
+            "busy_poll",
+            "colour",
+            "",
+            "bf ",
+            "WIRE",
+        ];
+        let values = [
+            "null",
+            "loop",
+            "peer:net_mlx4rs1",
+            pcap.as_str(),
+            "pcap:/proc",
+            "tap:mlx4rs-f",
+            "tap:lo",
+            "tap:a/b",
+            "on",
+            "off",
+            "auto",
+            "0",
+            "1",
+            "17",
+            "104",
+            "928",
+            "929",
+            "+17",
+            "-1",
+            "02:00:00:00:00:01",
+            "02:00:00:00:00:+1",
+            "ff:ff:ff:ff:ff:ff",
+            "",
+            " on",
+            "on\u{a0}",
+            "\x1b",
+            "=",
+            "a=b",
+            "\u{1F600}",
+        ];
+        let mut rng = Rng(0x6d6c_7834_7273);
+        let (mut ok, mut rejected) = (0, 0);
+        for _ in 0..2000 {
+            let n = rng.next() % 5;
+            let mut items = Vec::new();
+            for _ in 0..n {
+                let item = match rng.next() % 8 {
+                    0 => rng.pick(&keys).to_owned(),
+                    1 => String::new(),
+                    _ => format!("{}={}", rng.pick(&keys), rng.pick(&values)),
+                };
+                items.push(item);
+            }
+            let text = items.join(",");
+            match parse(&text).and_then(|d| d.check_targets().map(|()| d)) {
+                Ok(_) => ok += 1,
+                Err(e) => {
+                    rejected += 1;
+                    // The key it names is one of the items, exactly as written.
+                    assert!(
+                        items
+                            .iter()
+                            .any(|i| i == &e.key || i.starts_with(&format!("{}=", e.key))),
+                        "{text:?} rejected naming {:?}",
+                        e.key
+                    );
+                    let msg = e.to_string();
+                    assert!(!msg.chars().any(char::is_control), "{msg:?}");
+                    assert!(!e.allowed.is_empty());
+                }
+            }
+        }
+        assert!(
+            ok > 100 && rejected > 100,
+            "both outcomes exercised: {ok} ok, {rejected} rejected"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -153,6 +153,11 @@ pub fn on_worker<R: Send, F: FnOnce() -> R + Send>(f: F) -> R {
 }
 
 impl Pool {
+    /// The mempool, for DPDK calls the apps make themselves.
+    pub fn raw(self) -> *mut sys::rte_mempool {
+        self.0
+    }
+
     pub fn create(name: &str, n: u32) -> Result<Pool, String> {
         let c = CString::new(name).map_err(|_| "pool name with a NUL".to_owned())?;
         // 2 KiB of data after the default headroom: a 1500-byte frame fits one segment.

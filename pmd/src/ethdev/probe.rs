@@ -124,7 +124,10 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
             sys::mlx4rs_vdev_numa_node(vdev),
         )
     };
-    let devargs: Devargs = match args.parse() {
+    let devargs: Devargs = match args
+        .parse()
+        .and_then(|d: Devargs| d.check_targets().map(|()| d))
+    {
         Ok(d) => d,
         Err(e) => {
             pmd_log!(ERR, "{name}: {e}");

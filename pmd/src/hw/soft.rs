@@ -305,10 +305,12 @@ impl Device for Soft {
 
     fn start(&self) -> Result<(), HwError> {
         if let Some(spec) = &self.wire {
-            let wire: Wire = spec.parse().map_err(hw_err("wire"))?;
-            self.hca
-                .set_wire(wire)
-                .map_err(hw_err(&format!("wire {spec}")))?;
+            // The spec and the error may hold what the operator typed: escaped in the log.
+            let what = format!("wire {}", spec.escape_debug());
+            let wire: Wire = spec.parse().map_err(hw_err(&what))?;
+            self.hca.set_wire(wire).map_err(|e| {
+                HwError::Device(format!("{what}: {}", e.to_string().escape_debug()))
+            })?;
         }
         self.hca.start().map_err(hw_err("start the device loop"))?;
         self.hca.set_port_up(true);
