@@ -16,7 +16,7 @@ use dpdk_sys::bits::{
     RTE_ETH_RSS_NONFRAG_IPV6_UDP as RSS_NONFRAG_IPV6_UDP,
 };
 
-use crate::devargs::Devargs;
+use crate::devargs::{Devargs, DeviceLoop};
 use crate::hw::{self, Caps, Device, HwError, RssHash, RSS_KEY_LEN};
 use crate::mem::{DmaRange, FixedStr, MemSource, Mr};
 use crate::mmio::Copy64;
@@ -53,6 +53,8 @@ pub struct Port {
     /// Memory the device may read packets from and write them to.
     pub mrs: MrTable,
     pub rx: RxState,
+    /// Where the software HCA's device loop runs: the burst functions follow it.
+    pub device_loop: DeviceLoop,
 }
 
 /// The regions a port registered, inline.
@@ -134,29 +136,29 @@ pub fn rss_hash(hf: u64) -> RssHash {
 }
 
 impl Port {
-    /// Opens the device behind a port, reads its capabilities, registers `mem` (the ranges
-    /// packet buffers may live in) and runs the TX path capability check. Returns the port and
-    /// this process's handle to its device.
+    /// A port on `dev`: reads the device's capabilities, registers `mem` (the ranges packet
+    /// buffers may live in) and runs the TX path capability check.
     pub fn open(
         name: &str,
         args: &Devargs,
         source: MemSource,
         mem: &[DmaRange],
-    ) -> Result<(Port, Box<dyn Device>), HwError> {
+        dev: &dyn Device,
+    ) -> Result<Port, HwError> {
         if mem.len() > MAX_MRS {
             return Err(HwError::Invalid(format!(
                 "{} memory regions, at most {MAX_MRS}",
                 mem.len()
             )));
         }
-        let dev: Box<dyn Device> = Box::new(hw::soft::Soft::open(name, args, source)?);
         let caps = dev.caps();
         let mac = args.mac.unwrap_or_else(|| default_mac(name));
         pmd_log!(
-            INFO,
-            "{name}: software HCA opened: bf_reg_size {} wire {}",
+            NOTICE,
+            "{name}: device ready: bf_reg_size {}, wire {}, device loop {}",
             caps.bf_reg_size,
-            args.wire.as_str()
+            args.wire.as_str(),
+            args.device_loop.as_str()
         );
         let mut mrs = MrTable {
             n: 0,
@@ -167,7 +169,7 @@ impl Port {
             mrs.n += 1;
         }
         let copy = Copy64::best();
-        let choice = wc::decide(dev.as_ref(), args.bf, source.socket(), copy);
+        let choice = wc::decide(dev, args.bf, source.socket(), copy);
         log_path(name, &choice, copy);
         let port = Port {
             name: FixedStr::new(name),
@@ -180,8 +182,9 @@ impl Port {
             source,
             mrs,
             rx: RxState::default(),
+            device_loop: args.device_loop,
         };
-        Ok((port, dev))
+        Ok(port)
     }
 
     /// Pushes filter, MTU and RSS settings to the device. `rq_qpns` are the RX queues' QPNs by

@@ -27,10 +27,8 @@ use crate::txq::TxQueue;
 pub(super) type TxQ = TxQueue<Mbuf>;
 pub(super) type RxQ = RxQueue<Mbuf>;
 
-/// What one process keeps for a port (`process_private`).
-pub(super) struct Proc {
-    pub dev: Box<dyn Device>,
-}
+/// What one process keeps for a port (`process_private`): its handles to the device.
+pub(super) type Proc = crate::hw::Handles;
 
 /// One op's view of a port.
 pub(super) struct Eth<'a> {
@@ -48,7 +46,10 @@ pub(super) unsafe fn proc_of<'a>(port_id: u16) -> Option<&'a Proc> {
     // SAFETY: rte_eth_devices is ethdev's per-process array of RTE_MAX_ETHPORTS devices; a port
     // of ours has process_private NULL or this process's Proc, which is only read.
     unsafe {
-        let dev = ptr::addr_of!(sys::rte_eth_devices[usize::from(port_id)]);
+        // bindgen declares the array with no length: index by pointer.
+        let dev = ptr::addr_of!(sys::rte_eth_devices)
+            .cast::<sys::rte_eth_dev>()
+            .add(usize::from(port_id));
         ((*dev).process_private as *const Proc).as_ref()
     }
 }

@@ -116,6 +116,9 @@ fn stop(e: &mut Eth<'_>) {
             );
         }
     });
+    // A device that runs in the polling lcore finishes what reached the port, as its thread
+    // would have (frames waiting at the port go to the receive queues or are counted).
+    dev.poll();
     e.port.stop(dev);
     // With the device stopped, every buffer still in flight is reclaimed and each queue
     // starts afresh at the next start.

@@ -136,14 +136,21 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
     };
     pmd_log!(INFO, "{name}: probing with devargs {args:?}");
     let mem = memseg_ranges();
-    let (port, dev) = match Port::open(&name, &devargs, MemSource::Dpdk { socket }, &mem) {
+    let source = MemSource::Dpdk { socket };
+    let opened = crate::hw::open(&name, &devargs, source).and_then(|h| {
+        Ok((
+            Port::open(&name, &devargs, source, &mem, h.dev.as_ref())?,
+            h,
+        ))
+    });
+    let (port, handles) = match opened {
         Ok(p) => p,
         Err(e) => {
             pmd_log!(ERR, "{name}: cannot open: {e}");
             return errno(&Error::from(e));
         }
     };
-    match attach_port(vdev, &name, socket, port, Proc { dev }) {
+    match attach_port(vdev, &name, socket, port, handles) {
         Ok(()) => 0,
         Err(e) => {
             pmd_log!(ERR, "{name}: {e}");
@@ -197,11 +204,11 @@ fn attach_port(
         d.mac_addrs = macs;
         d.numa_node = socket;
         d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
-        (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
         (*dev).device = ptr::addr_of_mut!((*vdev).device);
+        let lcore = proc_.lcore.is_some();
+        (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
         (*dev).dev_ops = &*ops::OPS;
-        (*dev).rx_pkt_burst = Some(queue::rx_burst);
-        (*dev).tx_pkt_burst = Some(queue::tx_burst);
+        queue::set_bursts(&mut *dev, lcore);
         sys::rte_eth_dev_probing_finish(dev);
         pmd_log!(
             INFO,

@@ -23,6 +23,7 @@ pub(super) struct TxSlot {
 /// What an `rx_queues` slot points to.
 pub(super) struct RxSlot {
     pub q: RxQ,
+    pub port_id: u16,
 }
 
 pub(super) unsafe extern "C" fn tx_queue_setup(
@@ -142,7 +143,8 @@ fn rx_setup(
     };
     let q = RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice())
         .map_err(|err| with_queue("RX", qid, err.into()))?;
-    e.install_rxq(qid, RxSlot { q })
+    let port_id = e.port_id();
+    e.install_rxq(qid, RxSlot { q, port_id })
 }
 
 /// Names the queue in an error, keeping its kind.
@@ -207,12 +209,50 @@ pub(super) unsafe extern "C" fn txq_info_get(
     };
 }
 
+/// Installs this process's burst functions: the plain pair when the device runs by itself (a
+/// card, a device thread), or the pair that also runs the device in the polling lcore. Two
+/// pairs rather than a test per burst, so the threaded modes pay nothing.
+pub(super) fn set_bursts(dev: &mut sys::rte_eth_dev, lcore: bool) {
+    if lcore {
+        dev.rx_pkt_burst = Some(rx_burst_lcore);
+        dev.tx_pkt_burst = Some(tx_burst_lcore);
+    } else {
+        dev.rx_pkt_burst = Some(rx_burst);
+        dev.tx_pkt_burst = Some(tx_burst);
+    }
+}
+
+/// `tx_pkt_burst` with the device run in the polling lcore: after the queue posted, the
+/// device executes it.
+unsafe extern "C" fn tx_burst_lcore(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
+    // SAFETY: as for tx_burst, whose contract this shares.
+    let sent = unsafe { tx_burst(q, pkts, n) };
+    if sent > 0 {
+        // SAFETY: `q` is a slot of a port of this driver, which outlives its queues.
+        let s = unsafe { &*(q as *const TxSlot) };
+        // SAFETY: as above.
+        if let Some(l) = unsafe { eth::proc_of(s.port_id) }.and_then(|p| p.lcore.as_ref()) {
+            l.after_tx();
+        }
+    }
+    sent
+}
+
+/// `rx_pkt_burst` with the device run in the polling lcore: before the queue polls, the
+/// device delivers what waits at the port.
+unsafe extern "C" fn rx_burst_lcore(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
+    // SAFETY: `q` is a slot of a port of this driver, which outlives its queues.
+    let s = unsafe { &*(q as *const RxSlot) };
+    // SAFETY: as above.
+    if let Some(l) = unsafe { eth::proc_of(s.port_id) }.and_then(|p| p.lcore.as_ref()) {
+        l.before_rx();
+    }
+    // SAFETY: as for rx_burst, whose contract this shares.
+    unsafe { rx_burst(q, pkts, n) }
+}
+
 /// `tx_pkt_burst`.
-pub(super) unsafe extern "C" fn tx_burst(
-    q: *mut c_void,
-    pkts: *mut *mut sys::rte_mbuf,
-    n: u16,
-) -> u16 {
+unsafe extern "C" fn tx_burst(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
     if n == 0 {
         return 0;
     }
@@ -232,11 +272,7 @@ pub(super) unsafe extern "C" fn tx_burst(
 }
 
 /// `rx_pkt_burst`.
-pub(super) unsafe extern "C" fn rx_burst(
-    q: *mut c_void,
-    pkts: *mut *mut sys::rte_mbuf,
-    n: u16,
-) -> u16 {
+unsafe extern "C" fn rx_burst(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
     // SAFETY: `q` is a slot rx_queue_setup installed, used by one lcore at a time; `pkts` has
     // room for `n` mbuf pointers, and `Mbuf` is a transparent pointer.
     let (s, out) = unsafe {

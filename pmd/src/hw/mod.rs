@@ -351,4 +351,30 @@ pub trait Device: Send + Sync {
     /// polling thread): does its pending work now. The control path calls it while it waits
     /// for the device; a card needs nothing.
     fn poll(&self) {}
+
+    /// A secondary process attached to this port (`true`) or left it. A device that runs in
+    /// the primary's polling lcore must then run by itself, since a secondary's bursts cannot
+    /// run a device that lives in the primary; a card needs nothing.
+    fn secondary_attached(&self, _attached: bool) {}
+}
+
+/// This process's handles to a port's device.
+pub struct Handles {
+    pub dev: Box<dyn Device>,
+    /// Set when the device runs in the polling lcore: what the burst glue calls.
+    pub lcore: Option<soft::Lcore>,
+}
+
+/// Opens the device behind the port `name`: today always the software HCA, as the devargs
+/// describe it, its queue memory from `source`.
+pub fn open(
+    name: &str,
+    args: &crate::devargs::Devargs,
+    source: crate::mem::MemSource,
+) -> Result<Handles, HwError> {
+    let soft = soft::Soft::open(name, args, source)?;
+    Ok(Handles {
+        lcore: soft.lcore(),
+        dev: Box::new(soft),
+    })
 }

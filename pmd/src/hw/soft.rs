@@ -2,6 +2,10 @@
 //! names the model. It plays the part rdma-core plays for a card: it allocates queue memory
 //! (from the port's [`MemSource`]), hands it to the model, and keeps it until the queue is
 //! destroyed.
+//!
+//! It also decides where the model's device loop runs ([`DeviceLoop`]): in the lcore that polls
+//! the port (the ethdev burst glue calls a [`Lcore`] runner after `tx_burst` posts and before
+//! `rx_burst` polls), on a thread per port, or on one thread for the process's ports.
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
@@ -12,7 +16,7 @@ use parking_lot::Mutex;
 use super::{
     BfDesc, Caps, CqDesc, Device, HwError, QueueState, RqDesc, RssHash, SqDesc, RSS_KEY_LEN,
 };
-use crate::devargs::{Devargs, WcMode};
+use crate::devargs::{Devargs, DeviceLoop, WcMode};
 use crate::mem::{DmaBuf, DmaRange, MemSource, Mr};
 
 /// The model this backend drives, for tests and benchmarks that open and step it themselves.
@@ -32,6 +36,13 @@ pub fn check_wire(spec: &str) -> Result<(), String> {
 /// One software HCA port and the queue memory it was given.
 pub struct Soft {
     hca: Hca,
+    device_loop: DeviceLoop,
+    /// Secondary processes attached: their bursts cannot run a device that lives in this
+    /// process, so an lcore-run device gets a thread while any is attached.
+    secondaries: Mutex<u32>,
+    started: std::sync::atomic::AtomicBool,
+    /// Its id in the process's device thread while it is a member.
+    process_member: Mutex<Option<u64>>,
     /// Where queue memory comes from; a `Dpdk` source takes each queue's socket.
     source: MemSource,
     /// Opened at start, so that a `peer:` partner may be probed after this port.
@@ -69,13 +80,19 @@ impl Soft {
         let hca = Hca::open(cfg).map_err(hw_err("opening the software HCA"))?;
         let mut soft = Soft::new(hca, source);
         soft.wire = Some(args.wire.as_str().to_owned());
+        soft.device_loop = args.device_loop;
         Ok(soft)
     }
 
     /// A backend over a model the caller opened and wires itself (tests, benchmarks).
+    /// Its device loop runs on the model's own thread (`HcaConfig::threaded`) once started.
     pub fn new(hca: Hca, source: MemSource) -> Soft {
         Soft {
             hca,
+            device_loop: DeviceLoop::PortThread,
+            secondaries: Mutex::new(0),
+            started: std::sync::atomic::AtomicBool::new(false),
+            process_member: Mutex::new(None),
             source,
             wire: None,
             mem: Mutex::new(QueueMem::default()),
@@ -85,6 +102,43 @@ impl Soft {
     /// The model behind this port.
     pub fn hca(&self) -> &Hca {
         &self.hca
+    }
+
+    /// What the burst glue of this process calls, when the device runs in the polling lcore.
+    pub fn lcore(&self) -> Option<Lcore> {
+        (self.device_loop == DeviceLoop::Lcore).then(|| Lcore {
+            hca: self.hca.clone(),
+        })
+    }
+
+    /// Starts the device loop where it runs: a thread of its own or the process's thread;
+    /// in the polling lcore, a thread only while a secondary process is attached.
+    fn run_loop(&self) -> Result<(), HwError> {
+        match self.device_loop {
+            DeviceLoop::PortThread => self.hca.start().map_err(hw_err("start the device loop")),
+            DeviceLoop::ProcessThread => {
+                let mut m = self.process_member.lock();
+                if m.is_none() {
+                    *m = Some(process_thread::join(&self.hca)?);
+                }
+                Ok(())
+            }
+            DeviceLoop::Lcore if *self.secondaries.lock() > 0 => {
+                self.hca.start().map_err(hw_err("start the device loop"))
+            }
+            DeviceLoop::Lcore => Ok(()),
+        }
+    }
+
+    fn stop_loop(&self) {
+        match self.device_loop {
+            DeviceLoop::ProcessThread => {
+                if let Some(id) = self.process_member.lock().take() {
+                    process_thread::leave(id);
+                }
+            }
+            DeviceLoop::PortThread | DeviceLoop::Lcore => self.hca.stop(),
+        }
     }
 
     fn alloc(&self, len: usize, socket: i32, what: &str) -> Result<DmaBuf, HwError> {
@@ -312,14 +366,18 @@ impl Device for Soft {
                 HwError::Device(format!("{what}: {}", e.to_string().escape_debug()))
             })?;
         }
-        self.hca.start().map_err(hw_err("start the device loop"))?;
+        self.run_loop()?;
         self.hca.set_port_up(true);
+        self.started
+            .store(true, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
     fn stop(&self) {
+        self.started
+            .store(false, std::sync::atomic::Ordering::Release);
         self.hca.set_port_up(false);
-        self.hca.stop();
+        self.stop_loop();
     }
 
     fn link_up(&self) -> bool {
@@ -346,12 +404,165 @@ impl Device for Soft {
     fn poll(&self) {
         self.hca.step();
     }
+
+    fn secondary_attached(&self, attached: bool) {
+        let mut n = self.secondaries.lock();
+        *n = if attached {
+            *n + 1
+        } else {
+            n.saturating_sub(1)
+        };
+        if self.device_loop != DeviceLoop::Lcore {
+            return;
+        }
+        // The primary's lcore may go on running the device too: both take the model's lock.
+        if *n > 0 && self.started.load(std::sync::atomic::Ordering::Acquire) {
+            let _ = self.hca.start();
+        } else if *n == 0 {
+            self.hca.stop();
+        }
+    }
 }
 
 impl Drop for Soft {
     fn drop(&mut self) {
         // The device loop must stop touching queue memory before it is freed.
+        self.stop_loop();
         self.hca.stop();
+    }
+}
+
+/// The device loop's share of the polling lcore: the burst glue calls [`Lcore::after_tx`]
+/// after `tx_burst` posted and [`Lcore::before_rx`] before `rx_burst` polls. The queue code
+/// never does: it only stores to memory and device pages, as on a card.
+pub struct Lcore {
+    hca: Hca,
+}
+
+impl Lcore {
+    /// Executes what the send queues were told to do (doorbells, BlueFlame copies).
+    #[inline]
+    pub fn after_tx(&self) {
+        self.hca.step();
+    }
+
+    /// Delivers frames waiting at the port to its receive queues.
+    #[inline]
+    pub fn before_rx(&self) {
+        self.hca.step();
+    }
+}
+
+/// One device thread for every port of the process that runs its device there
+/// (`device_loop=process`): it steps each member's model in turn, backing off when all are
+/// idle as a device thread of its own does.
+mod process_thread {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use mlx4_hca::Hca;
+    use parking_lot::Mutex;
+
+    use crate::hw::HwError;
+
+    struct Shared {
+        /// Members by the id `join` gave them.
+        members: Mutex<Vec<(u64, Hca)>>,
+        /// Rounds over the members completed: `leave` waits for one that began without the
+        /// member it removed.
+        rounds: AtomicU64,
+        stop: AtomicBool,
+    }
+
+    struct Running {
+        sh: Arc<Shared>,
+        thread: std::thread::JoinHandle<()>,
+        next_id: u64,
+    }
+
+    static THREAD: Mutex<Option<Running>> = Mutex::new(None);
+
+    const SPIN_POLLS: u32 = 2000;
+    const YIELD_POLLS: u32 = 200;
+    const MIN_IDLE_SLEEP: Duration = Duration::from_micros(50);
+    const MAX_IDLE_SLEEP: Duration = Duration::from_micros(200);
+
+    fn run(sh: Arc<Shared>) {
+        let mut idle: u32 = 0;
+        while !sh.stop.load(Ordering::Acquire) {
+            let members: Vec<Hca> = sh.members.lock().iter().map(|(_, h)| h.clone()).collect();
+            let work: usize = members.iter().map(Hca::step).sum();
+            drop(members);
+            sh.rounds.fetch_add(1, Ordering::Release);
+            if work > 0 {
+                idle = 0;
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            if idle < SPIN_POLLS {
+                std::hint::spin_loop();
+            } else if idle < SPIN_POLLS + YIELD_POLLS {
+                std::thread::yield_now();
+            } else {
+                let doublings = ((idle - SPIN_POLLS - YIELD_POLLS) / 64).min(2);
+                std::thread::sleep((MIN_IDLE_SLEEP * (1 << doublings)).min(MAX_IDLE_SLEEP));
+            }
+        }
+    }
+
+    /// Adds `hca` to the process's device thread, starting the thread with its first member.
+    /// Returns the member's id for [`leave`].
+    pub fn join(hca: &Hca) -> Result<u64, HwError> {
+        let mut t = THREAD.lock();
+        if t.is_none() {
+            let sh = Arc::new(Shared {
+                members: Mutex::new(Vec::new()),
+                rounds: AtomicU64::new(0),
+                stop: AtomicBool::new(false),
+            });
+            let run_sh = sh.clone();
+            let thread = std::thread::Builder::new()
+                .name("mlx4rs-devices".into())
+                .spawn(move || run(run_sh))
+                .map_err(|e| HwError::Device(format!("spawning the device thread: {e}")))?;
+            *t = Some(Running {
+                sh,
+                thread,
+                next_id: 0,
+            });
+        }
+        let r = t.as_mut().expect("started above");
+        let id = r.next_id;
+        r.next_id += 1;
+        r.sh.members.lock().push((id, hca.clone()));
+        Ok(id)
+    }
+
+    /// Removes member `id`; once this returns the thread no longer runs it. The thread ends
+    /// with its last member.
+    pub fn leave(id: u64) {
+        let mut t = THREAD.lock();
+        let Some(r) = t.as_ref() else { return };
+        let empty = {
+            let mut m = r.sh.members.lock();
+            m.retain(|(i, _)| *i != id);
+            m.is_empty()
+        };
+        if empty {
+            let r = t.take().expect("checked above");
+            r.sh.stop.store(true, Ordering::Release);
+            let _ = r.thread.join();
+            return;
+        }
+        // The round in progress may still hold the member; the one after it does not.
+        let sh = r.sh.clone();
+        drop(t);
+        let seen = sh.rounds.load(Ordering::Acquire);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while sh.rounds.load(Ordering::Acquire) < seen + 2 && Instant::now() < deadline {
+            std::thread::sleep(MIN_IDLE_SLEEP);
+        }
     }
 }
 
