@@ -205,6 +205,11 @@ impl<B: TxBuf> TxQueue<B> {
         self.hw.qpn
     }
 
+    /// What the device handed over for this queue (ring, registers, QPN).
+    pub fn sq_desc(&self) -> &crate::hw::SqDesc {
+        self.hw.sq.desc()
+    }
+
     /// Packets in flight the queue was sized for.
     pub fn nb_desc(&self) -> u32 {
         self.elts.len() as u32

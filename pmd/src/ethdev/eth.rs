@@ -23,6 +23,7 @@ use crate::pmd_log;
 use crate::port::Port;
 use crate::rxq::RxQueue;
 use crate::txq::TxQueue;
+use parking_lot::RwLock;
 
 pub(super) type TxQ = TxQueue<Mbuf>;
 pub(super) type RxQ = RxQueue<Mbuf>;
@@ -51,6 +52,33 @@ pub(super) unsafe fn proc_of<'a>(port_id: u16) -> Option<&'a Proc> {
             .cast::<sys::rte_eth_dev>()
             .add(usize::from(port_id));
         ((*dev).process_private as *const Proc).as_ref()
+    }
+}
+
+/// Held (shared) while the IPC thread answers a secondary about a port, and (exclusive) while
+/// a port closes, so that a port's handles never go away under an answer.
+static CLOSING: RwLock<()> = RwLock::new(());
+
+/// Runs `f` with this process's handles to port `port_id`, if it is a port of this driver,
+/// from a thread that is not running an op on it (the IPC thread).
+///
+/// # Safety
+/// `port_id`'s ethdev, if it is ours, must be set up as probe leaves it.
+pub(super) unsafe fn with_proc<T>(port_id: u16, f: impl FnOnce(&Proc) -> T) -> Option<T> {
+    let _open = CLOSING.read();
+    if u32::from(port_id) >= sys::RTE_MAX_ETHPORTS {
+        return None;
+    }
+    // SAFETY: in bounds of ethdev's per-process array; only a port whose ops are ours has our
+    // Proc in process_private, which closing (excluded above) alone frees.
+    unsafe {
+        let dev = ptr::addr_of!(sys::rte_eth_devices)
+            .cast::<sys::rte_eth_dev>()
+            .add(usize::from(port_id));
+        if !ptr::eq((*dev).dev_ops, &*super::ops::OPS) {
+            return None;
+        }
+        ((*dev).process_private as *const Proc).as_ref().map(f)
     }
 }
 
@@ -163,6 +191,17 @@ impl<'a> Eth<'a> {
     pub fn tx_offloads(&self) -> u64 {
         // SAFETY: as above.
         unsafe { (*self.data()).dev_conf.txmode.offloads }
+    }
+
+    /// Fails an op that would change the port from a secondary process: the port, its queues
+    /// and its device are the primary's.
+    pub fn primary_only(&self) -> Result<(), Error> {
+        if super::mp::secondary() {
+            return Err(Error::Unsupported(
+                "changing a port from a secondary process",
+            ));
+        }
+        Ok(())
     }
 
     /// Publishes the link state (ethdev stores it atomically).
@@ -284,6 +323,21 @@ impl<'a> Eth<'a> {
     /// close (and ethdev's release, which frees `dev_private` itself) that nothing is left.
     /// Returns the port's name.
     pub fn close(mut self) -> String {
+        let _closing = CLOSING.write();
+        if super::mp::secondary() {
+            // The port and its queues are the primary's; this process only lets go of its
+            // handles (telling the primary it left).
+            self.dev.secondary_attached(false);
+            let name = self.port.name.to_string();
+            // SAFETY: process_private is this process's Box<Proc>, referenced only by `self`,
+            // which is gone after this; the slot is cleared.
+            unsafe {
+                let raw = self.raw.as_ptr();
+                drop(Box::from_raw((*raw).process_private as *mut Proc));
+                (*raw).process_private = ptr::null_mut();
+            }
+            return name;
+        }
         let dev = self.dev;
         for i in 0..self.nb_rx_queues() {
             if let Some(s) = self.take_rxq(i) {

@@ -7,7 +7,8 @@
 //! - [`ops`]: the device ops (configure, start, stop, close, info, link, filters, MTU);
 //! - [`queue`]: queue setup, release and info, and the burst functions;
 //! - [`rss`]: the redirection table and the hash configuration;
-//! - [`stats`]: basic and extended statistics.
+//! - [`stats`]: basic and extended statistics;
+//! - [`mp`]: secondary processes: attaching to the primary's ports, and what they ask it.
 //!
 //! `unsafe` lives at the edge only: converting the raw pointers DPDK passes in `probe`, `eth`
 //! and the `extern "C"` functions; everything they call is ordinary Rust.
@@ -18,6 +19,7 @@ use std::fmt;
 use crate::hw::HwError;
 
 mod eth;
+mod mp;
 mod ops;
 mod probe;
 mod queue;

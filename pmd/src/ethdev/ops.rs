@@ -58,9 +58,16 @@ macro_rules! op {
 }
 pub(super) use op;
 
-op!(dev_configure, "configure", |e| configure(e));
-op!(dev_start, "start", |e| start(e));
+op!(dev_configure, "configure", |e| {
+    e.primary_only()?;
+    configure(e)
+});
+op!(dev_start, "start", |e| {
+    e.primary_only()?;
+    start(e)
+});
 op!(dev_stop, "stop", |e| {
+    e.primary_only()?;
     stop(e);
     Ok(())
 });
@@ -154,6 +161,7 @@ pub(super) fn apply_rx(e: &mut Eth<'_>) -> Result<(), Error> {
 
 /// Changes one receive setting and applies it.
 pub(super) fn update_rx(e: &mut Eth<'_>, f: impl FnOnce(&mut RxState)) -> Result<(), Error> {
+    e.primary_only()?;
     f(&mut e.port.rx);
     apply_rx(e)
 }
@@ -227,8 +235,11 @@ unsafe extern "C" fn link_update(dev: *mut sys::rte_eth_dev, _wait: c_int) -> c_
     // SAFETY: as for every op.
     unsafe {
         eth::run(dev, "link update", |e| {
-            let up = e.port.link_up(e.dev);
-            e.set_link(up);
+            // A secondary reads the link the primary keeps in the shared device data.
+            if !super::mp::secondary() {
+                let up = e.port.link_up(e.dev);
+                e.set_link(up);
+            }
             Ok(())
         })
     }
@@ -246,6 +257,7 @@ unsafe extern "C" fn mac_addr_set(
             if mac[0] & 1 != 0 || mac == [0; 6] {
                 return Err(invalid!("{} is not a unicast address", fmt_mac(&mac)));
             }
+            e.primary_only()?;
             e.port.mac = mac;
             apply_rx(e)
         })

@@ -7,8 +7,9 @@ use std::ptr;
 use dpdk_sys as sys;
 
 use super::eth::Proc;
-use super::{errno, fmt_mac, ops, queue, Error};
+use super::{errno, fmt_mac, mp, ops, queue, Error};
 use crate::devargs::Devargs;
+use crate::hw::Device;
 use crate::mem::{DmaBox, DmaRange, MemSource};
 use crate::pmd_log;
 use crate::port::Port;
@@ -135,6 +136,16 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
         }
     };
     pmd_log!(INFO, "{name}: probing with devargs {args:?}");
+    if mp::secondary() {
+        return match attach_secondary(vdev, &name) {
+            Ok(()) => 0,
+            Err(e) => {
+                pmd_log!(ERR, "{name}: {e}");
+                errno(&e)
+            }
+        };
+    }
+    mp::serve();
     let mem = memseg_ranges();
     let source = MemSource::Dpdk { socket };
     let opened = crate::hw::open(&name, &devargs, source).and_then(|h| {
@@ -157,6 +168,48 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
             errno(&e)
         }
     }
+}
+
+/// In a secondary process: attaches to the primary's port of this name and creates nothing.
+/// The port and its queues are read from shared memory; this process gets its own handles
+/// (a [`mp::Remote`] device that asks the primary what only its device knows), ops and burst
+/// functions.
+fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), Error> {
+    let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
+    // SAFETY: plain ethdev call with a valid C string.
+    let dev = unsafe { sys::rte_eth_dev_attach_secondary(cname.as_ptr()) };
+    if dev.is_null() {
+        return Err(Error::Invalid(
+            "the primary process drives no port of this name".into(),
+        ));
+    }
+    // SAFETY: an attached ethdev shares the primary's data; its private data is the Port the
+    // primary's probe wrote, which this process only reads here.
+    let (port_id, caps) = unsafe {
+        let d = &*(*dev).data;
+        let port = (d.dev_private as *const Port)
+            .as_ref()
+            .ok_or_else(|| Error::Invalid("the primary's port is closed".into()))?;
+        (d.port_id, port.caps)
+    };
+    let remote = mp::Remote::new(port_id, caps);
+    // A device the primary runs in its polling lcore must now run by itself.
+    remote.secondary_attached(true);
+    let proc_ = Proc {
+        dev: Box::new(remote),
+        lcore: None,
+    };
+    // SAFETY: `dev` is attached for this process: its per-process fields are ours to set;
+    // `vdev` is the live device being probed.
+    unsafe {
+        (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
+        (*dev).device = ptr::addr_of_mut!((*vdev).device);
+        (*dev).dev_ops = &*ops::OPS;
+        queue::set_bursts(&mut *dev, queue::Bursts::Secondary);
+        sys::rte_eth_dev_probing_finish(dev);
+    }
+    pmd_log!(NOTICE, "{name}: attached to the primary's port {port_id}");
+    Ok(())
 }
 
 /// Allocates the ethdev: `port` goes into DPDK shared memory as its private data, `proc_` is
@@ -205,10 +258,13 @@ fn attach_port(
         d.numa_node = socket;
         d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
         (*dev).device = ptr::addr_of_mut!((*vdev).device);
-        let lcore = proc_.lcore.is_some();
+        let bursts = match proc_.lcore {
+            Some(_) => queue::Bursts::Lcore,
+            None => queue::Bursts::Plain,
+        };
         (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
         (*dev).dev_ops = &*ops::OPS;
-        queue::set_bursts(&mut *dev, lcore);
+        queue::set_bursts(&mut *dev, bursts);
         sys::rte_eth_dev_probing_finish(dev);
         pmd_log!(
             INFO,
@@ -245,9 +301,12 @@ fn memseg_ranges() -> Vec<DmaRange> {
 unsafe extern "C" fn vdev_remove(vdev: *mut sys::rte_vdev_device) -> c_int {
     // SAFETY: EAL passes a live vdev device.
     let name = unsafe { sys::mlx4rs_vdev_name(vdev) };
-    // SAFETY: lookup by name; NULL when the port was already closed and released.
+    // SAFETY: lookup by name; NULL when the primary released the port. A secondary's lookup
+    // still finds a port it closed (shared data outlives its per-process state): its state
+    // says so.
     let dev = unsafe { sys::rte_eth_dev_allocated(name) };
-    if dev.is_null() {
+    // SAFETY: a non-NULL answer is an entry of ethdev's array.
+    if dev.is_null() || unsafe { (*dev).state } == sys::rte_eth_dev_state_RTE_ETH_DEV_UNUSED {
         return 0;
     }
     // SAFETY: `dev` is live; closing runs our dev_close and releases the port.

@@ -18,6 +18,9 @@ use crate::rxq::RxConfig;
 pub(super) struct TxSlot {
     pub q: TxQ,
     pub port_id: u16,
+    /// The queue's doorbell and BlueFlame registers are mapped at the same address in every
+    /// process, so a secondary may transmit on it.
+    pub registers_shared: bool,
 }
 
 /// What an `rx_queues` slot points to.
@@ -50,6 +53,7 @@ fn tx_setup(
     socket: i32,
     conf_offloads: u64,
 ) -> Result<(), Error> {
+    e.primary_only()?;
     let offloads = conf_offloads | e.tx_offloads();
     let fast_free = offloads & sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0;
     let p = &*e.port;
@@ -57,13 +61,27 @@ fn tx_setup(
     let q = TxQ::new(e.dev, p.name.as_str(), qid, nb_desc, cfg, p.mrs.as_slice())
         .map_err(|err| with_queue("TX", qid, err.into()))?;
     let port_id = e.port_id();
-    e.install_txq(qid, TxSlot { q, port_id })
+    let sq = q.sq_desc();
+    // Device pages in DPDK memory are at the same address in every process.
+    let registers_shared = in_dpdk_memory(sq.doorbell().as_ptr().cast())
+        && sq
+            .bf()
+            .is_none_or(|b| in_dpdk_memory(b.reg.as_ptr().cast()));
+    e.install_txq(
+        qid,
+        TxSlot {
+            q,
+            port_id,
+            registers_shared,
+        },
+    )
 }
 
 pub(super) unsafe extern "C" fn tx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
     // SAFETY: as for every op; qid < nb_tx_queues (ethdev checks).
     unsafe {
         eth::run(dev, "TX queue release", |e| {
+            e.primary_only()?;
             if let Some(s) = e.take_txq(qid) {
                 s.q.destroy(e.dev);
             }
@@ -114,6 +132,7 @@ fn rx_setup(
     pool: Pool,
     room: u16,
 ) -> Result<(), Error> {
+    e.primary_only()?;
     use sys::bits::*;
     let offloads = conf_offloads | e.rx_offloads();
     let max_frame = u32::from(e.mtu()) + 18;
@@ -161,6 +180,7 @@ pub(super) unsafe extern "C" fn rx_queue_release(dev: *mut sys::rte_eth_dev, qid
     // SAFETY: as for every op; qid < nb_rx_queues (ethdev checks).
     unsafe {
         eth::run(dev, "RX queue release", |e| {
+            e.primary_only()?;
             if let Some(s) = e.take_rxq(qid) {
                 s.q.destroy(e.dev);
             }
@@ -209,17 +229,63 @@ pub(super) unsafe extern "C" fn txq_info_get(
     };
 }
 
-/// Installs this process's burst functions: the plain pair when the device runs by itself (a
-/// card, a device thread), or the pair that also runs the device in the polling lcore. Two
-/// pairs rather than a test per burst, so the threaded modes pay nothing.
-pub(super) fn set_bursts(dev: &mut sys::rte_eth_dev, lcore: bool) {
-    if lcore {
-        dev.rx_pkt_burst = Some(rx_burst_lcore);
-        dev.tx_pkt_burst = Some(tx_burst_lcore);
-    } else {
-        dev.rx_pkt_burst = Some(rx_burst);
-        dev.tx_pkt_burst = Some(tx_burst);
+/// Which burst functions a process installs.
+pub(super) enum Bursts {
+    /// The device runs by itself (a card, a device thread).
+    Plain,
+    /// The device runs in the polling lcore: the glue runs it around the queue's burst.
+    Lcore,
+    /// A secondary process: it never runs the device, and transmits only on queues whose
+    /// registers it can reach.
+    Secondary,
+}
+
+/// Installs this process's burst functions. Separate functions rather than a test per burst,
+/// so the threaded modes pay nothing.
+pub(super) fn set_bursts(dev: &mut sys::rte_eth_dev, which: Bursts) {
+    let (rx, tx): (sys::eth_rx_burst_t, sys::eth_tx_burst_t) = match which {
+        Bursts::Plain => (Some(rx_burst), Some(tx_burst)),
+        Bursts::Lcore => (Some(rx_burst_lcore), Some(tx_burst_lcore)),
+        Bursts::Secondary => (Some(rx_burst), Some(tx_burst_secondary)),
+    };
+    dev.rx_pkt_burst = rx;
+    dev.tx_pkt_burst = tx;
+}
+
+/// Whether `p` lies in DPDK memory (mapped at the same address in every process).
+fn in_dpdk_memory(p: *const c_void) -> bool {
+    // SAFETY: a lookup in EAL's memory map, which exists whenever a port does.
+    !unsafe { sys::rte_mem_virt2memseg_list(p) }.is_null()
+}
+
+/// `tx_pkt_burst` in a secondary process: the queue's registers must be reachable from here.
+/// The software HCA's device pages live in the primary's heap today, so a secondary takes
+/// nothing from the application (its rings, CQ and buffers are shared; its doorbell is not).
+unsafe extern "C" fn tx_burst_secondary(
+    q: *mut c_void,
+    pkts: *mut *mut sys::rte_mbuf,
+    n: u16,
+) -> u16 {
+    // SAFETY: `q` is a slot tx_queue_setup installed in the primary, in shared memory.
+    let s = unsafe { &*(q as *const TxSlot) };
+    if !s.registers_shared {
+        refuse_secondary_tx(s.port_id);
+        return 0;
     }
+    // SAFETY: as for tx_burst, whose contract this shares.
+    unsafe { tx_burst(q, pkts, n) }
+}
+
+#[cold]
+fn refuse_secondary_tx(port_id: u16) {
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| {
+        crate::pmd_log!(
+            ERR,
+            "port {port_id}: a secondary process cannot transmit: the device's doorbell pages are \
+             not in shared memory (the software HCA keeps them in the primary's heap)"
+        )
+    });
 }
 
 /// `tx_pkt_burst` with the device run in the polling lcore: after the queue posted, the
