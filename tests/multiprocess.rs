@@ -184,6 +184,15 @@ impl Program {
         stdin.flush().unwrap();
     }
 
+    /// Interrupts the program (DPDK's examples print their statistics on SIGINT).
+    fn signal_int(&self) {
+        let st = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(st.success());
+    }
+
     /// Waits for the exit (killing the program after `limit`), and returns its output.
     fn finish(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
         drop(self.child.stdin.take());
@@ -537,5 +546,158 @@ fn simple_mp_secondary_attaches_to_our_port() {
         !out2.contains("device ready") && !out2.contains("TX path"),
         "the secondary created nothing:\n{out2}"
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `Port <p>: RX - <rx>, TX - <tx>, Drop - <drop>` lines symmetric_mp prints when it exits.
+fn smp_stats(out: &str, port: u32) -> (u64, u64, u64) {
+    let head = format!("Port {port}: RX - ");
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.starts_with(&head))
+        .unwrap_or_else(|| panic!("no stats of port {port}:\n{out}"));
+    let n: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    assert_eq!(n.len(), 4, "{line}");
+    (n[1], n[2], n[3])
+}
+
+/// DPDK's symmetric_mp over our ports: the primary and a secondary each forward their own
+/// queue of port 0 (a TAP the kernel sends into) to the same queue of port 1 (a pcap wire).
+/// RSS spreads the kernel's flows over both queues, so each process receives a share: every
+/// frame is received exactly once, by one of them. The primary's share reaches the wire byte
+/// for byte. The secondary's transmissions are refused (and counted as drops by the
+/// application) as long as the software HCA keeps its doorbell pages in the primary's heap.
+#[test]
+fn symmetric_mp_secondary_receives_its_queue() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        Path::new("/dev/net/tun").exists(),
+        "the TAP wire needs /dev/net/tun"
+    );
+    let pages = hugepages(PAGES);
+    let dir = scratch_dir("mp-symmetric");
+    let bin = build_example("symmetric_mp", &dir);
+    let prefix = pages.prefix("mp-symmetric");
+    let id = std::process::id() % 100_000;
+    let ifname = format!("m4mp{id}");
+    let ns = format!("mlx4rs-mp-{id}");
+    let wire = dir.join("port1.pcap");
+    let run = |args: &str| {
+        let st = Command::new("sh").arg("-c").arg(args).status().unwrap();
+        assert!(st.success(), "{args}");
+    };
+    let quiet = |args: &str| {
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{args} 2>/dev/null"))
+            .status();
+    };
+    quiet(&format!("ip netns del {ns}"));
+    let smp = |kind: &str, lcore: &str, proc_id: &str| {
+        let mut c = Command::new("stdbuf");
+        c.arg("-oL")
+            .arg(&bin)
+            .args(["-l", lcore, "-m", "512", "--no-pci"])
+            .arg(format!("--file-prefix={prefix}"))
+            .arg(format!("--proc-type={kind}"))
+            .args(["-d", PLUGIN]);
+        if kind == "primary" {
+            c.arg("--vdev")
+                .arg(format!("net_mlx4rs0,wire=tap:{ifname}"))
+                .arg("--vdev")
+                .arg(format!("net_mlx4rs1,wire=pcap:{}", wire.display()));
+        }
+        c.args(["--", "-p", "3", "--num-procs=2"])
+            .arg(format!("--proc-id={proc_id}"));
+        c
+    };
+    let mut primary = Program::start(smp("primary", "0", "0"));
+    primary.wait_for("using queue 0 of each port", 1, Duration::from_secs(60));
+    let mut secondary = Program::start(smp("secondary", "1", "1"));
+    secondary.wait_for("using queue 1 of each port", 1, Duration::from_secs(60));
+    // The kernel side: its own namespace, no IPv6 chatter; 200 UDP frames of 200 flows.
+    let frames = 200;
+    run(&format!(
+        "ip netns add {ns} && ip link set {ifname} netns {ns} && \
+         ip netns exec {ns} sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 && \
+         ip -n {ns} link set {ifname} up"
+    ));
+    let script = format!(
+        "import socket, struct\n\
+         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n\
+         s.bind(('{ifname}', 0))\n\
+         for i in range({frames}):\n\
+         \x20   ip = bytes([0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 1, i // 256, i % 256, 10, 2, 0, 1])\n\
+         \x20   udp = struct.pack('!HHHH', 1000 + i, 2000, 8, 0)\n\
+         \x20   s.send(bytes.fromhex('020000000001020000000002') + b'\\x08\\x00' + ip + udp + bytes(18))\n"
+    );
+    std::fs::write(dir.join("send.py"), script).unwrap();
+    run(&format!(
+        "ip netns exec {ns} python3 {}",
+        dir.join("send.py").display()
+    ));
+    // Wait (from a third process) until the queues took every frame.
+    let start = Instant::now();
+    loop {
+        let x = proc_info(&prefix, &["--xstats"]);
+        let b = port_block(&x, "NIC extended statistics", 0);
+        let got = xstat(b, "rx_q0_packets").unwrap_or(0) + xstat(b, "rx_q1_packets").unwrap_or(0);
+        if got >= frames {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the queues took {got} of {frames} frames:\n{x}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    secondary.signal_int();
+    let (_, sec) = secondary.finish(Duration::from_secs(20));
+    primary.signal_int();
+    let (_, pri) = primary.finish(Duration::from_secs(20));
+    quiet(&format!("ip netns del {ns}"));
+    let (p_rx, _, _) = smp_stats(&pri, 0);
+    let (_, p_tx, p_drop) = smp_stats(&pri, 1);
+    let (s_rx, _, _) = smp_stats(&sec, 0);
+    let (_, s_tx, s_drop) = smp_stats(&sec, 1);
+    assert_eq!(
+        p_rx + s_rx,
+        frames,
+        "every frame received once, by one process:\nprimary:\n{pri}\nsecondary:\n{sec}"
+    );
+    assert!(
+        p_rx > 0 && s_rx > 0,
+        "RSS gave each process a share: {p_rx} / {s_rx}"
+    );
+    assert_eq!((p_tx, p_drop), (p_rx, 0), "the primary forwarded its share");
+    assert_eq!(
+        (s_tx, s_drop),
+        (0, s_rx),
+        "the secondary's transmissions are refused while the device pages are not shared"
+    );
+    assert!(
+        sec.contains("a secondary process cannot transmit"),
+        "and it says why:\n{sec}"
+    );
+    let on_wire = read_pcap(&wire);
+    assert_eq!(
+        on_wire.len() as u64,
+        p_rx,
+        "the primary's share on the wire"
+    );
+    for f in &on_wire {
+        assert_eq!(
+            (f.len(), &f[..12]),
+            (60, &b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02"[..])
+        );
+        assert_eq!(&f[26..28], &[10, 1], "one of the kernel's frames");
+    }
+    let ports: std::collections::HashSet<&[u8]> = on_wire.iter().map(|f| &f[34..36]).collect();
+    assert_eq!(ports.len(), on_wire.len(), "no frame twice");
     std::fs::remove_dir_all(&dir).ok();
 }
