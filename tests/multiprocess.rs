@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use common::{file_prefix, plugin_dir, read_pcap, scratch_dir, xstat, PLUGIN};
 
-/// 2 MiB pages the tests of this file use at most at once (a 512 MB primary).
-const PAGES: u64 = 320;
+/// 2 MiB pages the tests of this file use at most at once: a primary of 256 MB (`-m 256`)
+/// and what secondaries allocate besides (dumpcap's capture pool).
+const PAGES: u64 = 192;
 const DPDK_SRC: &str = "/var/cache/mlx4rs/dpdk-stable-22.11.11";
 
 /// One test at a time: they share the hugepage reservation.
@@ -72,12 +73,18 @@ fn hugepages(need: u64) -> Hugepages {
         .parse()
         .expect("nr_hugepages");
     let free = meminfo("HugePages_Free:");
-    let mut restore = None;
+    let mut pages = Hugepages {
+        restore: None,
+        prefixes: Default::default(),
+    };
     if free < need {
+        // Compacting first gives the kernel whole 2 MiB runs to hand out.
+        let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
         let want = total + (need - free);
         let wrote = std::fs::write(path, want.to_string());
-        restore = Some(total);
+        pages.restore = Some(total);
         let now = meminfo("HugePages_Free:");
+        // On failure the guard gives back what was raised.
         assert!(
             wrote.is_ok() && now >= need,
             "secondary processes need {need} free 2 MiB hugepages; writing {want} to {path} \
@@ -85,10 +92,7 @@ fn hugepages(need: u64) -> Hugepages {
             need * 2
         );
     }
-    Hugepages {
-        restore,
-        prefixes: Default::default(),
-    }
+    pages
 }
 
 impl Drop for Hugepages {
@@ -226,7 +230,7 @@ impl Drop for Program {
 /// The primary: interactive testpmd on hugepages with `vdevs`.
 fn primary_testpmd(prefix: &str, vdevs: &[String], app_args: &[&str]) -> Program {
     let mut cmd = Command::new("stdbuf");
-    cmd.args(["-oL", "dpdk-testpmd", "-l", "0-1", "-m", "512", "--no-pci"])
+    cmd.args(["-oL", "dpdk-testpmd", "-l", "0-1", "-m", "256", "--no-pci"])
         .arg(format!("--file-prefix={prefix}"))
         .args(["-d", PLUGIN]);
     for v in vdevs {
@@ -511,7 +515,7 @@ fn simple_mp_secondary_attaches_to_our_port() {
         let mut c = Command::new("stdbuf");
         c.arg("-oL")
             .arg(&bin)
-            .args(["-l", "0-1", "-m", "512", "--no-pci"])
+            .args(["-l", "0-1", "-m", "256", "--no-pci"])
             .arg(format!("--file-prefix={prefix}"))
             .arg(format!("--proc-type={kind}"))
             .args(["-d", PLUGIN]);
@@ -602,7 +606,7 @@ fn symmetric_mp_secondary_receives_its_queue() {
         let mut c = Command::new("stdbuf");
         c.arg("-oL")
             .arg(&bin)
-            .args(["-l", lcore, "-m", "512", "--no-pci"])
+            .args(["-l", lcore, "-m", "256", "--no-pci"])
             .arg(format!("--file-prefix={prefix}"))
             .arg(format!("--proc-type={kind}"))
             .args(["-d", PLUGIN]);
