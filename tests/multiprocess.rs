@@ -78,12 +78,21 @@ fn hugepages(need: u64) -> Hugepages {
         prefixes: Default::default(),
     };
     if free < need {
-        // Compacting first gives the kernel whole 2 MiB runs to hand out.
-        let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
         let want = total + (need - free);
-        let wrote = std::fs::write(path, want.to_string());
         pages.restore = Some(total);
-        let now = meminfo("HugePages_Free:");
+        // On a busy machine memory is fragmented: compacting gives the kernel whole 2 MiB runs
+        // to hand out, and each new attempt takes what the last compaction freed.
+        let start = Instant::now();
+        let (mut wrote, mut now);
+        loop {
+            let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
+            wrote = std::fs::write(path, want.to_string());
+            now = meminfo("HugePages_Free:");
+            if now >= need || wrote.is_err() || start.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
         // On failure the guard gives back what was raised.
         assert!(
             wrote.is_ok() && now >= need,
