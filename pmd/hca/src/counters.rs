@@ -17,6 +17,19 @@ macro_rules! counters {
             pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
                 [$((stringify!($name), self.$name)),*].into_iter()
             }
+
+            /// Every value, in [`Counters::NAMES`] order.
+            pub fn values(&self) -> [u64; Counters::NAMES.len()] {
+                [$(self.$name),*]
+            }
+
+            /// Counters from values in [`Counters::NAMES`] order (missing ones are 0).
+            pub fn from_values(v: &[u64]) -> Counters {
+                let mut it = v.iter().copied();
+                Counters {
+                    $($name: it.next().unwrap_or(0),)*
+                }
+            }
         }
     };
 }
@@ -28,12 +41,19 @@ counters! {
     doorbells_bad_qpn,
     /// BlueFlame writes seen, whole or torn.
     bf_bursts,
-    /// BlueFlame writes that did not arrive as one whole copy (all of them without WC).
+    /// BlueFlame writes that did not arrive as one whole copy (all of them without WC): the
+    /// copy still differed from the WQE in ring memory after the device re-read it, and no
+    /// newer write had replaced it.
     bf_torn,
     /// 8-byte pieces of torn BlueFlame writes.
     bf_pieces,
     /// BlueFlame writes for another QPN, or for a WQE already consumed (used as nothing).
     bf_ignored,
+    /// Whole BlueFlame copies a newer write to the same half replaced before the device used
+    /// them (it ran those WQEs from ring memory). Writes replaced before the device even saw
+    /// them are not in `bf_bursts` at all: the driver's own count of BF writes minus
+    /// `bf_bursts` says how many.
+    bf_superseded,
     /// WQEs fetched from ring memory.
     wqe_fetched,
     /// WQEs taken from a BlueFlame copy instead of ring memory.
@@ -50,7 +70,10 @@ counters! {
     tx_frames,
     /// Bytes of the frames put on the wire.
     tx_bytes,
-    /// Frames the wire refused (peer inbox full or absent, TAP busy, port down).
+    /// Frames the port could not put on its wire: its link down, no port at the other end of
+    /// a cable, the TAP interface refused it, the pcap file could not be written. A frame that
+    /// left the port counts as sent even if the receiving side then drops it: that side counts
+    /// it.
     tx_drops_wire,
     /// Bytes read from host memory for frames (gather entries and nothing else).
     dma_read_bytes,
@@ -68,8 +91,12 @@ counters! {
     rx_bytes,
     /// Received frames dropped because no RX WQE was posted (or no RX queue exists).
     rx_drops_no_wqe,
-    /// Received frames dropped before the RX queues: port buffer full or port down.
+    /// Frames that reached the port but found its receive buffer full or the port down (also
+    /// what the buffer held when the port went down).
     rx_drops_wire,
+    /// Received frames dropped because their RQ's completion queue stayed full for longer
+    /// than the device waits (`RX_CQ_PATIENCE`).
+    rx_drops_cq_full,
     /// Received frames larger than the posted buffers (error CQE, queue stays usable).
     rx_drops_too_long,
     /// Received frames dropped on an RX queue in error (bad scatter entry).
@@ -79,6 +106,32 @@ counters! {
     rx_drops_filter,
     /// Received frames whose L3 length (after the MAC header and VLAN tags) exceeds the MTU.
     rx_drops_mtu,
+    /// Send WQEs completed in error on purpose (`Faults::tx_error_every`).
+    inj_tx_errors,
+    /// Received frames given a buffer error on purpose (`Faults::rx_error_every`).
+    inj_rx_errors,
+    /// UAR doorbells lost on purpose (`Faults::doorbell_drop_every`).
+    inj_doorbells_dropped,
+    /// Times the link went down on purpose (`Faults::link_flap_every`).
+    inj_link_downs,
+}
+
+impl Counters {
+    /// Frames the port received but could not place in host memory: no RX WQE, its receive
+    /// buffer full or the port down, the CQ full for too long, the RQ in error. This is what a
+    /// NIC reports as missed (DPDK's `imissed`, `rx_missed_errors`); the `rx_drops_*` fields
+    /// say why.
+    pub fn rx_missed(&self) -> u64 {
+        self.rx_drops_no_wqe + self.rx_drops_wire + self.rx_drops_cq_full + self.rx_drops_error
+    }
+
+    /// Every frame that reached the port and was not delivered to an RQ as a good frame:
+    /// [`Counters::rx_missed`] plus frames filtered by MAC, longer than the MTU, or larger than
+    /// the posted buffers (those get an error CQE). On a cable, what one port sent equals what
+    /// the other received plus this.
+    pub fn rx_dropped(&self) -> u64 {
+        self.rx_missed() + self.rx_drops_filter + self.rx_drops_mtu + self.rx_drops_too_long
+    }
 }
 
 #[cfg(test)]
@@ -95,6 +148,8 @@ mod tests {
         let v: Vec<_> = c.iter().collect();
         assert_eq!(v.len(), Counters::NAMES.len());
         assert_eq!(v[0], ("doorbells", 3));
-        assert_eq!(*v.last().unwrap(), ("rx_drops_mtu", 7));
+        assert_eq!(v[Counters::NAMES.len() - 5], ("rx_drops_mtu", 7));
+        let values: Vec<u64> = v.iter().map(|&(_, x)| x).collect();
+        assert_eq!(Counters::from_values(&values), c);
     }
 }

@@ -13,7 +13,10 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
 /// Invariant: `[base, base + len)` was declared valid for reads and writes, for as long as this
 /// value exists, by the caller of [`HostMem::new`] (ultimately the driver, through the `unsafe`
 /// control-path functions of [`crate::Hca`]).
-#[derive(Debug)]
+///
+/// Cloning copies the view, not the memory: crate code clones only views of device pages, which
+/// live as long as the adapter.
+#[derive(Debug, Clone)]
 pub(crate) struct HostMem {
     base: usize,
     len: usize,
@@ -39,6 +42,7 @@ impl HostMem {
         self.len
     }
 
+    #[inline(always)]
     fn check(&self, off: usize, n: usize) -> Option<*mut u8> {
         if off.checked_add(n)? <= self.len {
             Some((self.base + off) as *mut u8)
@@ -55,6 +59,18 @@ impl HostMem {
         // SAFETY: the range is inside the region (checked above), which the invariant makes
         // valid for reads; `dst` is a distinct Rust buffer, so the two cannot overlap.
         unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+        true
+    }
+
+    /// Copy `N` bytes from offset `off`, a copy of constant size the compiler turns into a few
+    /// vector moves (a TXBB, a scatter entry); false if out of range.
+    #[inline(always)]
+    pub(crate) fn read_array<const N: usize>(&self, off: usize, dst: &mut [u8; N]) -> bool {
+        let Some(p) = self.check(off, N) else {
+            return false;
+        };
+        // SAFETY: as in `read`.
+        unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), N) };
         true
     }
 
@@ -176,8 +192,103 @@ impl HostMem {
     }
 }
 
-/// A zeroed, 4 KiB-aligned page of "device memory" (a UAR or BlueFlame page) that the driver maps
-/// by pointer and the device polls.
+/// A span of memory shared with other threads or processes (rings, device pages, counters):
+/// zeroed heap memory this value owns, or memory someone else provides and keeps alive.
+///
+/// Invariant: `[ptr, ptr + len)` is valid for reads and writes for the life of the value.
+pub(crate) struct Region {
+    ptr: *mut u8,
+    len: usize,
+    /// Heap memory to free with this layout on drop; `None` for memory owned elsewhere.
+    heap: Option<Layout>,
+    /// Whatever keeps foreign memory alive (a mapping), dropped with the region.
+    _keep: Option<Box<dyn Send + Sync>>,
+}
+
+// SAFETY: the region is plain memory; everything that reads or writes it goes through atomics
+// or a protocol that gives one party a span at a time.
+unsafe impl Send for Region {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Region {}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Region {
+    /// `len` zeroed bytes on the heap, 4 KiB aligned.
+    pub(crate) fn heap(len: usize) -> Region {
+        let layout = Layout::from_size_align(len.max(1), PAGE).expect("valid region layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        Region {
+            ptr,
+            len,
+            heap: Some(layout),
+            _keep: None,
+        }
+    }
+
+    /// Memory someone else owns.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must stay valid for reads and writes, and be touched by others only
+    /// through the protocols of this crate, until the value is dropped.
+    pub(crate) unsafe fn foreign(ptr: *mut u8, len: usize) -> Region {
+        Region {
+            ptr,
+            len,
+            heap: None,
+            _keep: None,
+        }
+    }
+
+    /// Memory that `keep` keeps valid (a mapping that unmaps when dropped).
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must stay valid for reads and writes until `keep` is dropped, and be
+    /// touched by others only through the protocols of this crate.
+    pub(crate) unsafe fn foreign_with(
+        ptr: *mut u8,
+        len: usize,
+        keep: Box<dyn Send + Sync>,
+    ) -> Region {
+        Region {
+            ptr,
+            len,
+            heap: None,
+            _keep: Some(keep),
+        }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let Some(layout) = self.heap {
+            // SAFETY: allocated in `heap` with this layout and not freed before.
+            unsafe { alloc::dealloc(self.ptr, layout) };
+        }
+    }
+}
+
+/// A zeroed, 4 KiB-aligned page of memory, for tests of code that reads device pages.
+#[cfg(test)]
 #[derive(Debug)]
 pub(crate) struct DevPage {
     ptr: *mut u8,
@@ -185,12 +296,15 @@ pub(crate) struct DevPage {
 
 // SAFETY: the page is plain memory owned by this value; all device-side access goes through
 // `HostMem`-style atomic loads, and the pointer is only handed to the driver as an address.
+#[cfg(test)]
 unsafe impl Send for DevPage {}
 // SAFETY: see `Send`; `&DevPage` only gives out the address and bounds-checked views.
+#[cfg(test)]
 unsafe impl Sync for DevPage {}
 
 const PAGE: usize = mlx4_prm::UAR_PAGE_SIZE;
 
+#[cfg(test)]
 impl DevPage {
     pub(crate) fn new() -> Self {
         let layout = Layout::from_size_align(PAGE, PAGE).expect("valid page layout");
@@ -200,10 +314,6 @@ impl DevPage {
             alloc::handle_alloc_error(layout);
         }
         DevPage { ptr }
-    }
-
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
-        self.ptr
     }
 
     /// A bounds-checked view of part of the page.
@@ -220,6 +330,7 @@ impl DevPage {
     }
 }
 
+#[cfg(test)]
 impl Drop for DevPage {
     fn drop(&mut self) {
         let layout = Layout::from_size_align(PAGE, PAGE).expect("valid page layout");

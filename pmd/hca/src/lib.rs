@@ -10,8 +10,47 @@
 //! and BlueFlame halves and follows the rules of `mlx4-prm.md` section 10, including producing
 //! error CQEs for malformed WQEs rather than trusting them.
 //!
-//! Two ways to run the device loop: a thread of its own between [`Hca::start`] and [`Hca::stop`]
-//! (`HcaConfig::threaded`), or synchronously, one [`Hca::step`] at a time, for deterministic tests.
+//! # Who runs the device
+//! - **A thread per adapter** (`HcaConfig::threaded`, the default): between [`Hca::start`] and
+//!   [`Hca::stop`] a thread polls the adapter's doorbells, BlueFlame halves and receive buffer,
+//!   spinning, then yielding, then sleeping briefly while idle (`busy_poll` keeps it spinning).
+//! - **One thread for every adapter of the process** (`threaded` and `shared_thread`): the same
+//!   loop over all adapters that asked for it, for machines with few cores.
+//! - **The polling lcore** (`threaded: false`): nothing runs by itself. The ethdev burst glue
+//!   calls [`SqRunner::run`] (from [`Hca::sq_runner`], one per send queue) after `tx_burst`
+//!   posted on that queue, and [`RxRunner::run`] (from [`Hca::rx_runner`]) before `rx_burst`
+//!   polls; the queue code itself still only stores to memory and device pages. Both runners
+//!   cost a few loads and no lock when there is nothing to do, and may be called from any
+//!   thread at any time (they serialise on the adapter's lock only when there is work).
+//!   Device work then happens in the lcore that polls, so a 2-core machine measures the
+//!   driver rather than the scheduler.
+//! - Tests step the device synchronously, one [`Hca::step`] at a time (any mode).
+//!
+//! # Counting drops
+//! A frame that leaves a port counts as sent there; if the other end then cannot take it,
+//! that end counts it. [`Counters::rx_missed`] is what the driver reports as `imissed`;
+//! [`Counters::rx_dropped`] is every receive-side drop, so on a cable one port's `tx_frames`
+//! equals the other's `rx_frames + rx_dropped()` once nothing is in flight.
+//!
+//! # Device memory and other processes
+//! UAR pages, BlueFlame registers, the counters and the port's receive buffer are carved from
+//! one region, the adapter's [`Bar`]: the heap by default ([`Hca::open`]), or memory the opener
+//! provides ([`Bar::from_raw`] with [`Bar::required_len`] bytes, then [`Hca::open_on`]), e.g.
+//! DPDK shared memory. Another process maps the same memory and, with no `Hca`, reads the
+//! counters ([`Bar::attach`], [`Bar::counters`]) and rings doorbells at the same offsets
+//! ([`Bar::offset_of`], [`Bar::at`]); the device runs in the process that opened the adapter.
+//!
+//! # Wires
+//! [`Wire`]: null (count and drop), loop, a peer port of this process by name, a cable through a
+//! file (two processes, or two copies of this library, plug into one path), pcap, TAP, and a
+//! closure (tests). [`Hca::set_wire`] plugs one in; `"cable:/path".parse::<Wire>()` and the
+//! other devarg forms parse.
+//!
+//! # Faults
+//! [`Faults`] (in [`HcaConfig::faults`] or [`Hca::set_faults`] at run time) injects error CQEs
+//! every N send WQEs, RX buffer errors every N frames, lost doorbells, and link flaps; error
+//! CQEs it injected carry vendor_err [`INJECTED_VENDOR_ERR`], and the `inj_*` counters say what
+//! was injected.
 //!
 //! # What the device does (the contract the driver codes against)
 //! - **Doorbell**: a 32-bit store of BE32(`qpn << 8`) at UAR + 0x14. The device takes the word
@@ -22,11 +61,13 @@
 //!   ALIGN(ds*16, 64) bytes into the next half with the 16-bit counter in owner_opcode bits 23:8
 //!   and the QPN in bytes 4-6 (DS in byte 7). That write is the doorbell: the device runs the SQ
 //!   up to and including the WQE at that counter. With `wc` the WQE at the counter comes from
-//!   the copy once it matches ring memory (except counter, bytes 4-7 and srcrb flags) and is
-//!   otherwise counted torn; without `wc` the copy is never used. The device consumes an arrival
-//!   by zeroing the half's first qword.
+//!   the copy, which the device takes when it lands and checks against ring memory (except
+//!   counter, bytes 4-7 and srcrb flags); a copy still incomplete after a short wait is counted
+//!   torn, one a newer write replaced before use `bf_superseded`; without `wc` the copy is
+//!   never used. The device consumes an arrival by zeroing the half's first qword.
 //! - **Completions**: a 32-byte CQE per WQE with srcrb C = 0b11 and per error, owner bit =
-//!   pass parity, never more than `cqe_cnt` ahead of `set_ci_db` (the queue waits instead).
+//!   pass parity, never more than `cqe_cnt` ahead of `set_ci_db` (a send queue waits instead; a
+//!   received frame waits up to 10 ms, then is dropped as `rx_drops_cq_full`).
 //! - **Errors**: opcode other than NOP/SEND/LSO (or an LSO header that is not TCP), WQE over `max_wqe_size` or the ring, an unknown
 //!   `ins_vlan` value, or an inline segment crossing 64 bytes: `LOCAL_QP_OP`; segments running past DS,
 //!   zero-length or oversized frames: `LOCAL_LENGTH`; unknown lkey or a buffer outside its region:
@@ -50,11 +91,23 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bar;
+mod cable;
 mod counters;
+mod cq;
 mod device;
 mod dma;
+mod fault;
+mod inbox;
 mod net;
+mod rq;
 mod rss;
+mod runner;
+mod rx;
+mod send;
+mod shape;
+mod sq;
+mod tables;
 mod tap;
 mod wire;
 
@@ -62,15 +115,18 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 
+pub use bar::Bar;
 pub use counters::Counters;
+pub use fault::{Faults, INJECTED_VENDOR_ERR};
 pub use rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
+pub use runner::{RxRunner, SqRunner};
 pub use wire::{FrameSink, Wire};
 
 use device::DevState;
+use runner::Inner;
 use wire::RxPort;
 
 /// How the emulated adapter is built and how its device loop runs.
@@ -86,8 +142,13 @@ pub struct HcaConfig {
     /// BlueFlame registers per 4 KiB page (default 8); `bf_reg_size * bf_regs_per_page` must fit
     /// in a page.
     pub bf_regs_per_page: u32,
-    /// Run the device loop on its own thread between `start` and `stop`; false = step mode.
+    /// Run the device loop on a thread between `start` and `stop`. False = the polled mode:
+    /// the device runs only when called, by the lcore that polls the port ([`Hca::sq_runner`],
+    /// [`Hca::rx_runner`]) or by tests ([`Hca::step`]).
     pub threaded: bool,
+    /// With `threaded`: one device thread for every adapter of the process that asks for it
+    /// (for machines with few cores) instead of a thread per adapter.
+    pub shared_thread: bool,
     /// Spin without backing off when idle (lowest latency, burns a core).
     pub busy_poll: bool,
     /// Name other adapters use to cable to this one (`Wire::Peer`), e.g. `net_mlx4rs0`; must be
@@ -98,6 +159,11 @@ pub struct HcaConfig {
     pub max_wqe_size: u32,
     /// Frames the port buffers on receive before dropping (default 1024).
     pub rx_inbox_frames: u32,
+    /// UAR pages of the device memory, one per send queue: the most send queues the adapter
+    /// can have at once (default 64).
+    pub uars: u32,
+    /// Faults to inject from the start (none by default); see [`Hca::set_faults`].
+    pub faults: Faults,
 }
 
 impl Default for HcaConfig {
@@ -107,10 +173,13 @@ impl Default for HcaConfig {
             bf_reg_size: 512,
             bf_regs_per_page: 8,
             threaded: true,
+            shared_thread: false,
             busy_poll: false,
             name: String::new(),
             max_wqe_size: 1008,
             rx_inbox_frames: 1024,
+            uars: 64,
+            faults: Faults::default(),
         }
     }
 }
@@ -261,16 +330,10 @@ pub struct RqAttr {
     pub db_rec: *mut u32,
 }
 
-struct Inner {
-    state: Mutex<DevState>,
-    port: Arc<RxPort>,
-    stop: AtomicBool,
-    busy_poll: bool,
-}
-
 struct Shared {
     inner: Arc<Inner>,
     threaded: bool,
+    shared_thread: bool,
     named: bool,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -283,6 +346,8 @@ impl Shared {
             let _ = h.join();
             self.inner.stop.store(false, Ordering::Release);
         }
+        drop(t);
+        runner::leave_shared(&self.inner);
     }
 }
 
@@ -307,43 +372,37 @@ impl fmt::Debug for Hca {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hca")
             .field("threaded", &self.shared.threaded)
+            .field("shared_thread", &self.shared.shared_thread)
             .finish_non_exhaustive()
     }
 }
 
-/// Polls without work before the device loop starts yielding the CPU.
-const SPIN_POLLS: u32 = 2000;
-/// Polls spent yielding before it starts sleeping.
-const YIELD_POLLS: u32 = 200;
-/// The shortest idle sleep; it doubles up to [`MAX_IDLE_SLEEP`] while nothing happens.
-const MIN_IDLE_SLEEP: Duration = Duration::from_micros(50);
-const MAX_IDLE_SLEEP: Duration = Duration::from_micros(200);
 /// A bound on [`Hca::step`] so a driver that keeps posting cannot hang a test.
 const MAX_STEP_POLLS: usize = 1 << 20;
 
-fn device_loop(inner: Arc<Inner>) {
-    let mut idle: u32 = 0;
-    while !inner.stop.load(Ordering::Acquire) {
-        let work = inner.state.lock().poll();
-        if work > 0 {
-            idle = 0;
-            continue;
-        }
-        idle = idle.saturating_add(1);
-        if inner.busy_poll || idle < SPIN_POLLS {
-            std::hint::spin_loop();
-        } else if idle < SPIN_POLLS + YIELD_POLLS {
-            std::thread::yield_now();
-        } else {
-            let doublings = ((idle - SPIN_POLLS - YIELD_POLLS) / 64).min(2);
-            std::thread::sleep((MIN_IDLE_SLEEP * (1 << doublings)).min(MAX_IDLE_SLEEP));
-        }
-    }
-}
-
 impl Hca {
-    /// Open an adapter.
+    /// Open an adapter, its device memory on the heap.
     pub fn open(cfg: HcaConfig) -> Result<Hca, HcaError> {
+        Hca::check(&cfg)?;
+        let bar = Bar::on_heap(&cfg);
+        Hca::open_with(cfg, bar)
+    }
+
+    /// Open an adapter whose device memory (UAR pages, BlueFlame registers, counters, receive
+    /// buffer) is `bar`, which needs [`Bar::required_len`] bytes for `cfg`: memory from
+    /// [`Bar::from_raw`], for example DPDK shared memory that secondary processes map too.
+    pub fn open_on(cfg: HcaConfig, bar: Bar) -> Result<Hca, HcaError> {
+        Hca::check(&cfg)?;
+        let bar = bar.prepare(&cfg)?;
+        Hca::open_with(cfg, bar)
+    }
+
+    /// The adapter's device memory.
+    pub fn bar(&self) -> Bar {
+        self.state().bar().clone()
+    }
+
+    fn check(cfg: &HcaConfig) -> Result<(), HcaError> {
         if cfg.bf_reg_size != 0 {
             if !cfg.bf_reg_size.is_power_of_two() || !(128..=4096).contains(&cfg.bf_reg_size) {
                 return Err(invalid(format!(
@@ -370,6 +429,13 @@ impl Hca {
         if cfg.rx_inbox_frames == 0 {
             return Err(invalid("rx_inbox_frames is 0"));
         }
+        if cfg.uars == 0 || cfg.uars > 4096 {
+            return Err(invalid(format!("uars {} is not 1 to 4096", cfg.uars)));
+        }
+        Ok(())
+    }
+
+    fn open_with(cfg: HcaConfig, bar: Bar) -> Result<Hca, HcaError> {
         let w = cfg.max_wqe_size;
         let caps = Caps {
             num_ports: 1,
@@ -388,21 +454,25 @@ impl Hca {
             },
             max_rq_sges: 32,
         };
-        let port = Arc::new(RxPort::new(cfg.rx_inbox_frames as usize));
+        let port = Arc::new(RxPort::on(bar.new_inbox(cfg.rx_inbox_frames)));
+        let faults = cfg.faults;
         let named = !cfg.name.is_empty();
         if named {
             wire::register(&cfg.name, &port)?;
         }
         let inner = Arc::new(Inner {
-            state: Mutex::new(DevState::new(caps, cfg.wc, port.clone())),
+            state: Mutex::new(DevState::new(caps, cfg.wc, port.clone(), bar)),
             port,
             stop: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
+            wire_rx: AtomicBool::new(false),
         });
+        inner.state.lock().set_faults(faults);
         Ok(Hca {
             shared: Arc::new(Shared {
                 inner,
                 threaded: cfg.threaded,
+                shared_thread: cfg.shared_thread,
                 named,
                 thread: Mutex::new(None),
             }),
@@ -599,51 +669,74 @@ impl Hca {
 
     /// Plug the port into a wire (replacing the previous one).
     pub fn set_wire(&self, wire: Wire) -> Result<(), HcaError> {
+        // Frames from outside: the device must look at the wire itself to receive.
+        let rx = matches!(wire, Wire::Tap(_) | Wire::Cable(_));
         let port = wire::WirePort::open(wire)?;
-        self.state().wire = port;
+        self.state().set_wire(port);
+        self.shared.inner.wire_rx.store(rx, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Describe the current wire (`null`, `loop`, `peer:<name>`, `pcap`, `tap:<if>`, `sink`).
+    /// Describe the current wire (`null`, `loop`, `peer:<name>`, `pcap`, `tap:<if>`,
+    /// `cable:<path>`, `sink`).
     pub fn wire(&self) -> String {
-        self.state().wire.describe()
+        self.state().wire_name()
     }
 
     /// Set the link state. While down, transmitted frames are dropped (their WQEs still
     /// complete) and nothing is received.
     pub fn set_port_up(&self, up: bool) {
-        let port = &self.shared.inner.port;
-        port.up.store(up, Ordering::Release);
-        if !up {
-            port.clear();
-        }
+        self.state().set_port_up(up);
     }
 
     /// Link state.
     pub fn port_up(&self) -> bool {
-        self.shared.inner.port.up.load(Ordering::Acquire)
+        self.shared.inner.port.up()
     }
 
-    /// Start the device loop thread (threaded mode; a no-op in step mode or when running).
+    /// Start the device loop: its own thread, or a place in the process-wide device thread
+    /// (`shared_thread`). A no-op in the polled mode or when running.
     pub fn start(&self) -> Result<(), HcaError> {
-        if !self.shared.threaded {
+        let sh = &self.shared;
+        if !sh.threaded {
             return Ok(());
         }
-        let mut t = self.shared.thread.lock();
+        if sh.shared_thread {
+            return runner::join_shared(&sh.inner);
+        }
+        let mut t = sh.thread.lock();
         if t.is_none() {
-            let inner = self.shared.inner.clone();
-            let h = std::thread::Builder::new()
-                .name("mlx4-hca".into())
-                .spawn(move || device_loop(inner))
-                .map_err(|e| HcaError::Io(format!("spawning the device loop: {e}")))?;
-            *t = Some(h);
+            *t = Some(runner::own_thread(sh.inner.clone())?);
         }
         Ok(())
     }
 
-    /// Stop the device loop thread and wait for it; idempotent.
+    /// Stop the device loop and wait until it no longer runs this adapter; idempotent. The
+    /// runners of the polled mode are not affected (they run when called).
     pub fn stop(&self) {
         self.shared.stop();
+    }
+
+    /// The runner of send queue `qpn`, for the polled mode: the ethdev burst glue calls
+    /// [`SqRunner::run`] after `tx_burst` posted on the queue. Keep it with the queue; it does
+    /// nothing once the queue is destroyed.
+    pub fn sq_runner(&self, qpn: u32) -> Result<SqRunner, HcaError> {
+        let w = self.state().sq_watch(qpn)?;
+        Ok(SqRunner {
+            inner: self.shared.inner.clone(),
+            qpn,
+            db: w.db,
+            bf: w.bf,
+            busy: w.busy,
+        })
+    }
+
+    /// The runner of the port's receive side, for the polled mode: the ethdev burst glue calls
+    /// [`RxRunner::run`] before `rx_burst` polls.
+    pub fn rx_runner(&self) -> RxRunner {
+        RxRunner {
+            inner: self.shared.inner.clone(),
+        }
     }
 
     /// Run the device loop until it finds nothing to do; returns the work items done
@@ -662,16 +755,32 @@ impl Hca {
 
     /// A snapshot of the counters.
     pub fn counters(&self) -> Counters {
-        let mut c = self.state().counters.clone();
-        c.rx_drops_wire += self.shared.inner.port.drops.load(Ordering::Relaxed);
+        let mut st = self.state();
+        st.fold_wire_drops();
+        st.publish();
+        let mut c = st.counters.clone();
+        c.rx_drops_wire += self.shared.inner.port.inbox.dropped();
         c
+    }
+
+    /// Inject `faults` from now on (each schedule starts over; `Faults::default()` stops
+    /// injecting); a link an injected flap took down comes back up. What was injected is
+    /// counted in the `inj_*` counters.
+    pub fn set_faults(&self, faults: Faults) {
+        self.state().set_faults(faults);
+    }
+
+    /// The faults being injected.
+    pub fn faults(&self) -> Faults {
+        self.state().faults()
     }
 
     /// Zero all counters.
     pub fn reset_counters(&self) {
         let mut st = self.state();
         st.counters = Counters::default();
-        self.shared.inner.port.drops.store(0, Ordering::Relaxed);
+        st.publish();
+        self.shared.inner.port.inbox.reset_dropped();
     }
 }
 

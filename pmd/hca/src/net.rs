@@ -3,7 +3,7 @@
 
 use mlx4_prm::rx_status;
 
-use crate::rss::{self, RssFields, RSS_KEY_LEN};
+use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
 
 const ETH_HDR: usize = 14;
 const ETHERTYPE_IPV4: u16 = 0x0800;
@@ -323,7 +323,7 @@ pub(crate) fn rx_status(frame: &[u8]) -> (u32, u16) {
 /// The RSS hash of a received frame: Toeplitz over source and destination address, then source
 /// and destination port when the L4 field set of that IP version is enabled; 0 for frames no
 /// enabled field set covers (non-IP, malformed, or a disabled IP version).
-pub(crate) fn rss_hash(frame: &[u8], key: &[u8; RSS_KEY_LEN], fields: RssFields) -> u32 {
+pub(crate) fn rss_hash(frame: &[u8], key: &Toeplitz, fields: RssFields) -> u32 {
     let Some(lay) = parse(frame) else {
         return 0;
     };
@@ -356,9 +356,9 @@ pub(crate) fn rss_hash(frame: &[u8], key: &[u8; RSS_KEY_LEN], fields: RssFields)
     match ports {
         Some(off) => {
             input[n..n + 4].copy_from_slice(&frame[off..off + 4]);
-            rss::toeplitz(key, &input[..n + 4])
+            key.hash(&input[..n + 4])
         }
-        None if fields.contains(ip) => rss::toeplitz(key, &input[..n]),
+        None if fields.contains(ip) => key.hash(&input[..n]),
         None => 0,
     }
 }
@@ -532,7 +532,7 @@ mod rss_tests {
 
     #[test]
     fn toeplitz_matches_the_published_ipv4_vectors() {
-        let k = &DEFAULT_RSS_KEY;
+        let k = &Toeplitz::new(&DEFAULT_RSS_KEY);
         for (dst, dport, src, sport, ip_only, with_tcp) in V4 {
             let (d, s) = (ip4(dst), ip4(src));
             let tcp = frame(PROTO_TCP, &s, sport, &d, dport);
@@ -558,7 +558,7 @@ mod rss_tests {
 
     #[test]
     fn toeplitz_matches_the_published_ipv6_vectors() {
-        let k = &DEFAULT_RSS_KEY;
+        let k = &Toeplitz::new(&DEFAULT_RSS_KEY);
         for (dst, dport, src, sport, ip_only, with_tcp) in V6 {
             let (d, s) = (ip6(dst), ip6(src));
             let tcp = frame(PROTO_TCP, &s, sport, &d, dport);
@@ -577,7 +577,7 @@ mod rss_tests {
 
     #[test]
     fn disabled_or_non_ip_frames_hash_to_zero() {
-        let k = &DEFAULT_RSS_KEY;
+        let k = &Toeplitz::new(&DEFAULT_RSS_KEY);
         let (d, s) = (ip4(V4[0].0), ip4(V4[0].2));
         let tcp = frame(PROTO_TCP, &s, 2794, &d, 1766);
         assert_eq!(rss_hash(&tcp, k, RssFields::IPV6 | RssFields::IPV6_TCP), 0);
@@ -592,9 +592,12 @@ mod rss_tests {
         frag[ETH_HDR + 6] = 0x20; // MF
         assert_eq!(rss_hash(&frag, k, RssFields::ALL), 0x323e_8fc2);
         // The key matters.
-        let mut other = *k;
+        let mut other = DEFAULT_RSS_KEY;
         other[0] ^= 0xff;
-        assert_ne!(rss_hash(&tcp, &other, RssFields::ALL), 0x51cc_c178);
+        assert_ne!(
+            rss_hash(&tcp, &Toeplitz::new(&other), RssFields::ALL),
+            0x51cc_c178
+        );
     }
 
     #[test]

@@ -111,7 +111,9 @@ impl fmt::Debug for RssFields {
 }
 
 /// The Toeplitz hash of `input` under `key`: for every input bit set, XOR in the 32 key bits
-/// starting at that bit's position. `input` is at most `RSS_KEY_LEN - 4` bytes.
+/// starting at that bit's position. `input` is at most `RSS_KEY_LEN - 4` bytes. The definition,
+/// against which [`Toeplitz`] is tested.
+#[cfg(test)]
 pub(crate) fn toeplitz(key: &[u8; RSS_KEY_LEN], input: &[u8]) -> u32 {
     debug_assert!(input.len() <= RSS_KEY_LEN - 4);
     let mut hash = 0u32;
@@ -126,6 +128,55 @@ pub(crate) fn toeplitz(key: &[u8; RSS_KEY_LEN], input: &[u8]) -> u32 {
         }
     }
     hash
+}
+
+/// Input bytes the hash covers at most (two IPv6 addresses and two ports).
+const MAX_INPUT: usize = RSS_KEY_LEN - 4;
+
+/// The Toeplitz hash under one key, as a table: for each input nibble position and value, the
+/// XOR of the key windows its set bits select. Hashing is then one lookup per nibble instead of
+/// one step per bit; the table is rebuilt when the key changes.
+#[derive(Clone)]
+pub(crate) struct Toeplitz {
+    table: Box<[[u32; 16]; 2 * MAX_INPUT]>,
+}
+
+impl Toeplitz {
+    pub(crate) fn new(key: &[u8; RSS_KEY_LEN]) -> Toeplitz {
+        let mut table = Box::new([[0u32; 16]; 2 * MAX_INPUT]);
+        for (pos, row) in table.iter_mut().enumerate() {
+            // The window of input bit `b` is the 32 key bits starting at bit `b`.
+            let window = |b: usize| {
+                let k = |i: usize| u64::from(key.get(i).copied().unwrap_or(0));
+                let at = b / 8;
+                let bits =
+                    k(at) << 32 | k(at + 1) << 24 | k(at + 2) << 16 | k(at + 3) << 8 | k(at + 4);
+                (bits >> (8 - b % 8)) as u32
+            };
+            for (v, slot) in row.iter_mut().enumerate() {
+                *slot = (0..4)
+                    .filter(|bit| v >> (3 - bit) & 1 != 0)
+                    .fold(0, |h, bit| h ^ window(pos * 4 + bit));
+            }
+        }
+        Toeplitz { table }
+    }
+
+    /// The hash of `input` (at most `RSS_KEY_LEN - 4` bytes).
+    pub(crate) fn hash(&self, input: &[u8]) -> u32 {
+        let mut h = 0;
+        for (i, &b) in input.iter().take(MAX_INPUT).enumerate() {
+            h ^=
+                self.table[2 * i][usize::from(b >> 4)] ^ self.table[2 * i + 1][usize::from(b & 15)];
+        }
+        h
+    }
+}
+
+impl fmt::Debug for Toeplitz {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Toeplitz(..)")
+    }
 }
 
 #[cfg(test)]
@@ -148,6 +199,23 @@ mod tests {
 
     #[test]
     fn empty_input_hashes_to_zero() {
+        let table = Toeplitz::new(&DEFAULT_RSS_KEY);
+        let mut x = 0x2545_f491u32;
+        for len in 0..=MAX_INPUT {
+            let input: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect();
+            assert_eq!(
+                table.hash(&input),
+                toeplitz(&DEFAULT_RSS_KEY, &input),
+                "{input:x?}"
+            );
+        }
         assert_eq!(toeplitz(&DEFAULT_RSS_KEY, &[]), 0);
         // A single set MSB picks exactly the key's first 32 bits.
         assert_eq!(toeplitz(&DEFAULT_RSS_KEY, &[0x80]), 0x6d5a_56da);

@@ -1,18 +1,18 @@
-//! What is plugged into the port: the wire kinds, the port's receive inbox, the process-wide
+//! What is plugged into the port: the wire kinds, the port's receive buffer, the process-wide
 //! registry that lets two ports be cabled by name, and the pcap writer.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
+use crate::cable::Cable;
+use crate::inbox::{FrameRing, Producer};
 use crate::tap::Tap;
 use crate::HcaError;
 
@@ -32,6 +32,10 @@ pub enum Wire {
     Pcap(PathBuf),
     /// A Linux TAP interface of this name (created if absent; bringing it up is the caller's job).
     Tap(String),
+    /// A cable through this file (created if absent): the other end is whichever port, in
+    /// this process or another, with this library or another copy of it, plugs into the same
+    /// path. Each file takes two ends.
+    Cable(PathBuf),
     /// Every transmitted frame is handed to the closure (tests). It runs on the device loop with
     /// the adapter locked, so it must not call back into the same `Hca`.
     Sink(FrameSink),
@@ -45,6 +49,7 @@ impl fmt::Debug for Wire {
             Wire::Peer(n) => f.debug_tuple("Peer").field(n).finish(),
             Wire::Pcap(p) => f.debug_tuple("Pcap").field(p).finish(),
             Wire::Tap(n) => f.debug_tuple("Tap").field(n).finish(),
+            Wire::Cable(p) => f.debug_tuple("Cable").field(p).finish(),
             Wire::Sink(_) => f.write_str("Sink(..)"),
         }
     }
@@ -53,11 +58,12 @@ impl fmt::Debug for Wire {
 impl FromStr for Wire {
     type Err = HcaError;
 
-    /// Parse the devarg form: `null`, `loop`, `peer:<name>`, `pcap:<path>`, `tap:<ifname>`.
+    /// Parse the devarg form: `null`, `loop`, `peer:<name>`, `pcap:<path>`, `tap:<ifname>`,
+    /// `cable:<path>`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = |why: &str| {
             HcaError::InvalidArgument(format!(
-                "wire {s:?}: {why}; expected null, loop, peer:<name>, pcap:<path> or tap:<ifname>"
+                "wire {s:?}: {why}; expected null, loop, peer:<name>, pcap:<path>, tap:<ifname> or cable:<path>"
             ))
         };
         let (kind, arg) = match s.split_once(':') {
@@ -68,7 +74,10 @@ impl FromStr for Wire {
             ("null", None) => Ok(Wire::Null),
             ("loop", None) => Ok(Wire::Loop),
             ("null" | "loop", Some(_)) => Err(bad("takes no argument")),
-            ("peer" | "pcap" | "tap", None | Some("")) => Err(bad("missing argument after ':'")),
+            ("peer" | "pcap" | "tap" | "cable", None | Some("")) => {
+                Err(bad("missing argument after ':'"))
+            }
+            ("cable", Some(a)) => Ok(Wire::Cable(PathBuf::from(a))),
             ("peer", Some(a)) => Ok(Wire::Peer(a.to_owned())),
             ("pcap", Some(a)) => Ok(Wire::Pcap(PathBuf::from(a))),
             ("tap", Some(a)) if a.len() >= libc::IFNAMSIZ => {
@@ -80,82 +89,39 @@ impl FromStr for Wire {
     }
 }
 
-/// Frames waiting in the port's receive buffer; buffers are recycled so steady traffic does not
-/// allocate.
-#[derive(Debug, Default)]
-struct Inbox {
-    frames: VecDeque<Vec<u8>>,
-    pool: Vec<Vec<u8>>,
-}
-
 /// The receive side of a port, shared with whoever may deliver frames to it (its own loop wire,
-/// a peer port on another thread).
+/// a cabled port on another thread, a TAP reader): its receive buffer.
 #[derive(Debug)]
 pub(crate) struct RxPort {
-    inbox: Mutex<Inbox>,
-    /// Frames in the inbox, readable without the lock so an idle poll stays cheap.
-    pending: AtomicUsize,
-    capacity: usize,
-    /// Frames lost before reaching an RX queue: inbox full or port down.
-    pub(crate) drops: AtomicU64,
-    pub(crate) up: AtomicBool,
+    pub(crate) inbox: FrameRing,
 }
 
 impl RxPort {
-    pub(crate) fn new(capacity: usize) -> Self {
-        RxPort {
-            inbox: Mutex::new(Inbox::default()),
-            pending: AtomicUsize::new(0),
-            capacity,
-            drops: AtomicU64::new(0),
-            up: AtomicBool::new(true),
-        }
+    /// A port receiving into `inbox`.
+    pub(crate) fn on(inbox: FrameRing) -> Self {
+        RxPort { inbox }
     }
 
-    /// Deliver a frame; drops (and counts) when the port is down or its buffer is full, so a
-    /// sender is never blocked by a slow receiver.
+    /// A port whose receive buffer (on the heap) takes `frames` frames.
+    #[cfg(test)]
+    pub(crate) fn new(frames: u32) -> Self {
+        let bytes = (frames as usize * 2048).max(4 * (crate::send::MAX_FRAME + 64));
+        RxPort::on(FrameRing::on_heap(bytes, frames))
+    }
+
+    /// Deliver one frame; false when the port is down or its buffer is full (then counted in
+    /// the buffer as dropped), so a sender is never blocked by a slow receiver.
+    #[cfg(test)]
     pub(crate) fn deliver(&self, frame: &[u8]) -> bool {
-        if !self.up.load(Ordering::Relaxed) {
-            self.drops.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        let mut ib = self.inbox.lock();
-        if ib.frames.len() >= self.capacity {
-            drop(ib);
-            self.drops.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        let mut buf = ib.pool.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(frame);
-        ib.frames.push_back(buf);
-        self.pending.store(ib.frames.len(), Ordering::Release);
-        true
+        self.inbox.producer().push(frame)
     }
 
     pub(crate) fn has_pending(&self) -> bool {
-        self.pending.load(Ordering::Acquire) != 0
+        self.inbox.pending() != 0
     }
 
-    /// Offer the oldest frame to `f`; it is removed unless `f` returns false (try again later).
-    pub(crate) fn with_front(&self, f: impl FnOnce(&[u8]) -> bool) -> Option<bool> {
-        let mut ib = self.inbox.lock();
-        let consumed = f(ib.frames.front()?);
-        if consumed {
-            let buf = ib.frames.pop_front().expect("front exists");
-            ib.pool.push(buf);
-            self.pending.store(ib.frames.len(), Ordering::Release);
-        }
-        Some(consumed)
-    }
-
-    /// Drop everything queued (port reset).
-    pub(crate) fn clear(&self) {
-        let mut ib = self.inbox.lock();
-        while let Some(b) = ib.frames.pop_front() {
-            ib.pool.push(b);
-        }
-        self.pending.store(0, Ordering::Release);
+    pub(crate) fn up(&self) -> bool {
+        self.inbox.up()
     }
 }
 
@@ -238,8 +204,8 @@ impl PcapWriter {
     }
 }
 
-/// The port's wire as the device loop drives it.
-pub(crate) enum WirePort {
+/// What is plugged into the port, as the device loop drives it.
+enum Link {
     Null,
     Loop,
     Peer {
@@ -249,55 +215,92 @@ pub(crate) enum WirePort {
     Pcap(PcapWriter),
     Tap(Tap),
     Sink(FrameSink),
+    Cable(Cable),
 }
 
-/// What happened to a transmitted frame.
+/// The port's wire as the device loop drives it. Frames a walk sends to a port's receive buffer
+/// (its own, or a cabled one) go in under one lock taken at the first frame and released by
+/// [`WirePort::flush`] at the end of the walk.
+pub(crate) struct WirePort {
+    link: Link,
+    /// The receive buffer frames are going into during the current batch.
+    batch: Option<(Producer, Option<Arc<RxPort>>)>,
+}
+
+/// What happened to a transmitted frame at the sending port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TxOutcome {
+    /// It left the port (if the receiving side then refused it, that side counts the drop).
     Sent,
+    /// The port could not put it on the wire (no peer, TAP refused, pcap write failed).
     Dropped,
 }
 
 impl WirePort {
+    pub(crate) fn null() -> Self {
+        WirePort {
+            link: Link::Null,
+            batch: None,
+        }
+    }
+
     pub(crate) fn open(wire: Wire) -> Result<Self, HcaError> {
-        Ok(match wire {
-            Wire::Null => WirePort::Null,
-            Wire::Loop => WirePort::Loop,
-            Wire::Peer(name) => WirePort::Peer { name, target: None },
-            Wire::Pcap(path) => WirePort::Pcap(
+        let link = match wire {
+            Wire::Null => Link::Null,
+            Wire::Loop => Link::Loop,
+            Wire::Peer(name) => Link::Peer { name, target: None },
+            Wire::Pcap(path) => Link::Pcap(
                 PcapWriter::create(&path)
                     .map_err(|e| HcaError::Io(format!("pcap wire {}: {e}", path.display())))?,
             ),
-            Wire::Tap(name) => WirePort::Tap(
+            Wire::Tap(name) => Link::Tap(
                 Tap::open(&name).map_err(|e| HcaError::Io(format!("tap wire {name}: {e}")))?,
             ),
-            Wire::Sink(f) => WirePort::Sink(f),
-        })
+            Wire::Sink(f) => Link::Sink(f),
+            Wire::Cable(path) => Link::Cable(Cable::open(&path)?),
+        };
+        Ok(WirePort { link, batch: None })
     }
 
     /// Whether transmitted frames need their bytes at all (the null wire only counts them, so
     /// the device skips the copy and stays cheap on a TX benchmark).
     pub(crate) fn wants_bytes(&self) -> bool {
-        !matches!(self, WirePort::Null)
+        !matches!(self.link, Link::Null)
+    }
+
+    /// The receive buffer this batch delivers into, locked at the first frame.
+    fn batch_into(&mut self, own: &RxPort) -> Option<&mut Producer> {
+        if self.batch.is_none() {
+            self.batch = match &mut self.link {
+                Link::Loop => Some((own.inbox.producer(), None)),
+                Link::Peer { name, target } => {
+                    let port = target.as_ref().and_then(Weak::upgrade).or_else(|| {
+                        *target = lookup(name);
+                        target.as_ref().and_then(Weak::upgrade)
+                    })?;
+                    Some((port.inbox.producer(), Some(port)))
+                }
+                Link::Cable(c) => Some((c.tx.producer(), None)),
+                _ => None,
+            };
+        }
+        self.batch.as_mut().map(|(p, _)| p)
     }
 
     pub(crate) fn transmit(&mut self, own: &RxPort, frame: &[u8]) -> TxOutcome {
-        let ok = match self {
-            WirePort::Null => true,
-            WirePort::Loop => own.deliver(frame),
-            WirePort::Peer { name, target } => {
-                let port = target.as_ref().and_then(Weak::upgrade).or_else(|| {
-                    *target = lookup(name);
-                    target.as_ref().and_then(Weak::upgrade)
-                });
-                match port {
-                    Some(p) => p.deliver(frame),
-                    None => false,
+        let ok = match &mut self.link {
+            Link::Null => true,
+            Link::Loop | Link::Peer { .. } | Link::Cable(_) => match self.batch_into(own) {
+                Some(p) => {
+                    // Refused frames are the receiving side's drops, counted there.
+                    p.push(frame);
+                    true
                 }
-            }
-            WirePort::Pcap(w) => w.write(frame).is_ok(),
-            WirePort::Tap(t) => t.send(frame),
-            WirePort::Sink(f) => {
+                None => false,
+            },
+            Link::Pcap(w) => w.write(frame).is_ok(),
+            Link::Tap(t) => t.send(frame),
+            Link::Sink(f) => {
                 f(frame);
                 true
             }
@@ -309,37 +312,51 @@ impl WirePort {
         }
     }
 
-    /// Bring frames from the outside world into the port's inbox (TAP only); returns how many.
+    /// Bring frames from the outside world into the port's receive buffer (TAP only); returns
+    /// how many arrived.
     pub(crate) fn poll_rx(&mut self, own: &RxPort, budget: usize) -> usize {
-        let WirePort::Tap(t) = self else {
+        let Link::Tap(t) = &mut self.link else {
             return 0;
         };
         let mut n = 0;
+        let mut into: Option<Producer> = None;
         while n < budget {
             let Some((scratch, len)) = t.recv() else {
                 break;
             };
-            own.deliver(&scratch[..len]);
+            into.get_or_insert_with(|| own.inbox.producer())
+                .push(&scratch[..len]);
             n += 1;
         }
         n
     }
 
-    /// End of a batch: make buffered output visible.
+    /// The cable end frames from outside arrive on, if this wire is a cable.
+    pub(crate) fn cable(&mut self) -> Option<&mut Cable> {
+        match &mut self.link {
+            Link::Cable(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// End of a batch: publish frames delivered to receive buffers, make buffered output
+    /// visible.
     pub(crate) fn flush(&mut self) {
-        if let WirePort::Pcap(w) = self {
+        self.batch = None;
+        if let Link::Pcap(w) = &mut self.link {
             let _ = w.flush();
         }
     }
 
     pub(crate) fn describe(&self) -> String {
-        match self {
-            WirePort::Null => "null".into(),
-            WirePort::Loop => "loop".into(),
-            WirePort::Peer { name, .. } => format!("peer:{name}"),
-            WirePort::Pcap(_) => "pcap".into(),
-            WirePort::Tap(t) => format!("tap:{}", t.name()),
-            WirePort::Sink(_) => "sink".into(),
+        match &self.link {
+            Link::Null => "null".into(),
+            Link::Loop => "loop".into(),
+            Link::Peer { name, .. } => format!("peer:{name}"),
+            Link::Pcap(_) => "pcap".into(),
+            Link::Tap(t) => format!("tap:{}", t.name()),
+            Link::Sink(_) => "sink".into(),
+            Link::Cable(c) => format!("cable:{}", c.path().display()),
         }
     }
 }
@@ -379,11 +396,13 @@ mod tests {
         assert!(p.deliver(&[1]));
         assert!(p.deliver(&[2]));
         assert!(!p.deliver(&[3]));
-        assert_eq!(p.drops.load(Ordering::Relaxed), 1);
-        assert_eq!(p.with_front(|f| f == [1]), Some(true));
-        assert_eq!(p.with_front(|_| false), Some(false));
-        assert_eq!(p.with_front(|f| f == [2]), Some(true));
-        assert_eq!(p.with_front(|_| true), None);
+        assert_eq!(p.inbox.dropped(), 1);
+        let mut got = Vec::new();
+        p.inbox.consume(10, |f| {
+            got.push(f.to_vec());
+            true
+        });
+        assert_eq!(got, [vec![1], vec![2]]);
         assert!(!p.has_pending());
     }
 }

@@ -931,3 +931,36 @@ fn blueflame_write_keeps_vlan_semantics_of_the_earlier_wqes_it_runs() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0][12..16], [0x81, 0x00, 0x00, 0x07]);
 }
+
+/// A BlueFlame write names the WQEs up to its own as posted. On x86 the copy (a `movdir64b`
+/// or write-combining store) can become visible before the ring stores that came first, so a
+/// device that finds the WQE not yet in ring memory must come back to it, not forget it: no
+/// other doorbell will come.
+#[test]
+fn a_blueflame_copy_that_overtakes_its_ring_write_is_not_lost() {
+    for wc in [false, true] {
+        let (hca, mut cq, mut sq) = rig(HcaConfig { wc, ..step_cfg() }, 64, 64);
+        let frames = sink(&hca);
+        let frame = vec![0x42; 60];
+        let tail = inline_wqe(&frame, SIGNALED);
+        // The copy the driver will write, made from what the ring will hold.
+        let c = sq.write(SEND, &tail);
+        let wqe = sq.wqe_bytes(c);
+        // Undo the ring write's visibility: the owner word still says "not yours".
+        let owner = be32(&wqe, 0);
+        sq.ring.put32(0, owner ^ 0x8000_0000);
+        sq.bf_copy(c, wqe);
+        hca.step();
+        assert!(cq.poll().is_none(), "wc={wc}: not in ring memory yet");
+        // The ring store lands; no further doorbell or BlueFlame write.
+        sq.ring.put32(0, owner);
+        hca.step();
+        let cqe = cq
+            .poll()
+            .unwrap_or_else(|| panic!("wc={wc}: the WQE was forgotten"));
+        assert_eq!((be16(&cqe, 24), cqe[31] & 0x1f), (c as u16, SEND));
+        assert_eq!(frames.lock().as_slice(), std::slice::from_ref(&frame));
+        let k = hca.counters();
+        assert_eq!((k.bf_bursts, k.tx_frames), (1, 1), "wc={wc}");
+    }
+}

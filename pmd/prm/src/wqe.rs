@@ -199,6 +199,12 @@ impl<T: AsRef<[u8]>> DataSeg<T> {
         be32(self.buffer.as_ref(), data_field::BYTE_COUNT.start)
     }
 
+    /// Bytes the entry describes: `byte_count` without bit 31. For a scatter entry this is the
+    /// buffer's size.
+    pub fn length(&self) -> u32 {
+        self.byte_count() & !INLINE_SEG_FLAG
+    }
+
     /// Memory key of the region `addr` lies in.
     pub fn lkey(&self) -> u32 {
         be32(self.buffer.as_ref(), data_field::LKEY.start)
@@ -351,6 +357,9 @@ mod tests {
         assert_eq!(d.byte_count(), 1500);
         assert_eq!(d.lkey(), 0x1234);
         assert_eq!(d.addr(), 0x7f01_0203_0400);
+        assert_eq!(d.length(), 1500);
+        let zero = 0x8000_0000u32.to_be_bytes();
+        assert_eq!(DataSeg::new_unchecked(&zero[..]).length(), 0);
 
         let mut b = [0u8; 16];
         let mut d = DataSeg::new_unchecked(&mut b[..]);

@@ -70,6 +70,14 @@ impl Mem {
     pub fn fill(&self, v: u8) {
         self.put(0, &vec![v; self.len]);
     }
+    /// Copy `bytes` in at `off` in one go, then a release fence (benchmarks restoring a ring
+    /// image; not for words the device may be reading).
+    pub fn put_bulk(&self, off: usize, bytes: &[u8]) {
+        assert!(off + bytes.len() <= self.len);
+        // SAFETY: in range (asserted); the caller knows the device is not reading these bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(off), bytes.len()) };
+        fence(Ordering::Release);
+    }
 }
 
 impl Drop for Mem {
@@ -207,8 +215,14 @@ pub struct TestSq {
 }
 
 impl TestSq {
+    /// A queue whose every TXBB starts invalid for pass 0 (owner bit set, as rdma-core and our
+    /// driver initialise SQ ownership): on a zeroed ring, a WQE being written in pass 0 would
+    /// look owned (OWNER 0) as soon as its DS byte lands, before its opcode does.
     pub fn new(hca: &Hca, cnt: u32, cqn: u32) -> TestSq {
         let ring = Mem::new(cnt as usize * 64);
+        for i in 0..cnt as usize {
+            ring.put32(i * 64, u32::MAX);
+        }
         TestSq::on(hca, ring, cnt, cqn)
     }
 
@@ -293,6 +307,111 @@ impl TestSq {
             // SAFETY: the half is `half_size` bytes of device memory and the WQE fits in it;
             // 8-aligned stores like __iowrite64_copy.
             unsafe { (dst.add(i * 8) as *mut u64).write_volatile(u64::from_ne_bytes(q)) };
+        }
+        fence(Ordering::SeqCst);
+        self.bf_half ^= 1;
+    }
+}
+
+/// How a BlueFlame copy reaches the register, as the driver chooses at init.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BfStore {
+    /// 8-byte stores, ascending (rdma-core's `mmio_memcpy_x64`).
+    Qwords,
+    /// One 64-byte AVX-512 store per block.
+    Avx512,
+    /// One `movdir64b` direct store per block.
+    Movdir64b,
+}
+
+impl BfStore {
+    /// The ways this CPU can store.
+    pub fn available() -> Vec<BfStore> {
+        let mut v = vec![BfStore::Qwords];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                v.push(BfStore::Avx512);
+            }
+            // movdir64b: cpuid leaf 7, ECX bit 28.
+            if core::arch::x86_64::__cpuid_count(7, 0).ecx & (1 << 28) != 0 {
+                v.push(BfStore::Movdir64b);
+            }
+        }
+        v
+    }
+
+    /// Store the 64-byte block `src` at `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for a 64-byte write and 64-byte aligned; the CPU must support the
+    /// store (see `available`).
+    unsafe fn store(self, dst: *mut u8, src: &[u8; 64]) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            BfStore::Avx512 => {
+                // SAFETY: the caller checked the CPU; both pointers valid for 64 bytes.
+                unsafe { store_avx512(dst, src.as_ptr()) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            BfStore::Movdir64b => {
+                let tmp = Aligned(*src);
+                // SAFETY: the caller checked the CPU; `dst` 64-byte aligned as required.
+                unsafe {
+                    core::arch::asm!(
+                        "movdir64b {dst}, [{src}]",
+                        dst = in(reg) dst,
+                        src = in(reg) tmp.0.as_ptr(),
+                        options(nostack, preserves_flags)
+                    )
+                };
+            }
+            _ => {
+                for (i, chunk) in src.chunks_exact(8).enumerate() {
+                    let q = u64::from_ne_bytes(chunk.try_into().unwrap());
+                    // SAFETY: inside the 64-byte block, 8-aligned.
+                    unsafe { (dst.add(i * 8) as *mut u64).write_volatile(q) };
+                }
+            }
+        }
+    }
+}
+
+#[repr(C, align(64))]
+struct Aligned([u8; 64]);
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_avx512(dst: *mut u8, src: *const u8) {
+    // SAFETY: the caller guarantees AVX-512F and 64 valid bytes on both sides.
+    unsafe {
+        core::arch::asm!(
+            "vmovdqu64 {z}, [{src}]",
+            "vmovdqu64 [{dst}], {z}",
+            src = in(reg) src,
+            dst = in(reg) dst,
+            z = out(zmm_reg) _,
+            options(nostack, preserves_flags)
+        )
+    };
+}
+
+impl TestSq {
+    /// Copy `wqe` to the next BlueFlame half as the driver does, with `how`: counter and QPN
+    /// in the copy, whole 64-byte blocks in order, then a store fence.
+    pub fn bf_copy_with(&mut self, how: BfStore, counter: u32, mut wqe: Vec<u8>) {
+        let bf = self.info.bf.expect("BlueFlame register");
+        let dw0 = be32(&wqe, 0) | ((counter & 0xffff) << 8);
+        wqe[0..4].copy_from_slice(&dw0.to_be_bytes());
+        let ds = wqe[7] & 0x3f;
+        let q = self.info.qpn;
+        wqe[4..8].copy_from_slice(&[(q >> 16) as u8, (q >> 8) as u8, q as u8, ds]);
+        let dst = bf.reg.wrapping_add(self.bf_half * bf.half_size);
+        fence(Ordering::SeqCst);
+        for (i, block) in wqe.chunks_exact(64).enumerate() {
+            // SAFETY: the half is `half_size` bytes of 4 KiB-aligned device memory and the WQE
+            // fits in it; the caller picked a store this CPU has.
+            unsafe { how.store(dst.add(i * 64), block.try_into().unwrap()) };
         }
         fence(Ordering::SeqCst);
         self.bf_half ^= 1;

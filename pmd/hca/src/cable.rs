@@ -1,0 +1,249 @@
+//! A cable between two ports in any two places: two adapters of one process, two copies of this
+//! library in one process (our PMD and DPDK's C mlx4 on the verbs stand-in), or two processes.
+//! It is a file both ends map: a header page and two frame rings, one per direction, as plain
+//! data. Each end claims a side with an open-file-description lock on one byte of the file,
+//! which the kernel drops when the end closes the file or its process dies, so a side is free
+//! again for whoever comes next.
+//!
+//! A frame one end sends counts as sent there; if the other end's ring is full or that end is
+//! down, the ring refuses and counts it, and that end reports it as missed: the same counting
+//! as on an in-process cable.
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::dma::Region;
+use crate::inbox::{self, FrameRing};
+use crate::HcaError;
+
+const PAGE: usize = 4096;
+const MAGIC: u64 = u64::from_le_bytes(*b"MLX4CABL");
+/// Frames each direction holds.
+const RING_FRAMES: u32 = 4096;
+/// Bytes of records each direction holds.
+const RING_DATA: usize = 8 << 20;
+/// Byte of the file whose lock serialises laying the file out.
+const INIT_LOCK: i64 = 2;
+
+fn ring_len() -> usize {
+    inbox::region_len(RING_DATA).next_multiple_of(PAGE)
+}
+
+fn file_len() -> usize {
+    PAGE + 2 * ring_len()
+}
+
+/// A mapping of the cable file.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory, unmapped once, when the last ring lets go.
+unsafe impl Send for Mapping {}
+// SAFETY: see `Send`; `&Mapping` gives nothing out.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `Cable::open` with this length; nothing refers to it any more
+        // (the rings hold the Region that holds this).
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// One end of a cable.
+pub(crate) struct Cable {
+    path: PathBuf,
+    side: usize,
+    /// Frames this end sends.
+    pub(crate) tx: FrameRing,
+    /// Frames this end receives.
+    pub(crate) rx: FrameRing,
+    /// Drops of `rx` already added to the port's counters.
+    pub(crate) rx_dropped_seen: u64,
+    /// Holds the side lock for as long as this end lives.
+    _file: File,
+    /// Keeps the mapping alive (after the rings, which point into it).
+    _map: Arc<Region>,
+}
+
+impl std::fmt::Debug for Cable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cable")
+            .field("path", &self.path)
+            .field("side", &self.side)
+            .finish()
+    }
+}
+
+/// Lock `len` bytes at `start` of `file` for writing; false if another open file holds it
+/// (`wait`: block until it is free).
+fn ofd_lock(file: &File, start: i64, wait: bool) -> std::io::Result<bool> {
+    // SAFETY: a zeroed flock is a valid value to fill in.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    fl.l_start = start;
+    fl.l_len = 1;
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    // SAFETY: fcntl with an OFD lock command reads the flock we pass; the fd is open.
+    if unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut fl) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) if !wait => Ok(false),
+        _ => Err(e),
+    }
+}
+
+fn ofd_unlock(file: &File, start: i64) {
+    // SAFETY: as in `ofd_lock`.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_UNLCK as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    fl.l_start = start;
+    fl.l_len = 1;
+    // SAFETY: as in `ofd_lock`.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut fl) };
+}
+
+impl Cable {
+    /// Plug into the cable at `path`, creating and laying it out if it does not exist yet;
+    /// fails if both sides are taken.
+    pub(crate) fn open(path: &Path) -> Result<Cable, HcaError> {
+        let io = |what: &str, e: std::io::Error| {
+            HcaError::Io(format!("cable {}: {what}: {e}", path.display()))
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| io("open", e))?;
+        ofd_lock(&file, INIT_LOCK, true).map_err(|e| io("lock", e))?;
+        Cable::plug(path, file)
+    }
+
+    /// With the layout lock held (released before returning): lay the file out if needed,
+    /// claim a side, map it.
+    fn plug(path: &Path, file: File) -> Result<Cable, HcaError> {
+        let io = |what: &str, e: std::io::Error| {
+            HcaError::Io(format!("cable {}: {what}: {e}", path.display()))
+        };
+        let done = |file: &File| ofd_unlock(file, INIT_LOCK);
+        let len = file_len();
+        let size = file.metadata().map_err(|e| io("stat", e))?.len() as usize;
+        if size != 0 && size != len {
+            done(&file);
+            return Err(HcaError::Io(format!(
+                "cable {}: a file of {size} bytes, not a cable of {len}",
+                path.display()
+            )));
+        }
+        if size == 0 {
+            if let Err(e) = file.set_len(len as u64) {
+                done(&file);
+                return Err(io("size", e));
+            }
+        }
+        let side = if matches!(ofd_lock(&file, 0, false), Ok(true)) {
+            0
+        } else if matches!(ofd_lock(&file, 1, false), Ok(true)) {
+            1
+        } else {
+            done(&file);
+            return Err(HcaError::Io(format!(
+                "cable {}: both ends are plugged in",
+                path.display()
+            )));
+        };
+        // SAFETY: maps the whole file shared; checked for failure below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            done(&file);
+            return Err(io("mmap", std::io::Error::last_os_error()));
+        }
+        let map = Mapping {
+            ptr: ptr.cast(),
+            len,
+        };
+        // SAFETY: the mapping is valid for `len` bytes until `map` drops, which the Region
+        // owns through its drop guard below; the file is shared only through this protocol.
+        let region = Arc::new(unsafe { Region::foreign_with(map.ptr, len, Box::new(map)) });
+        // SAFETY: the header's first word, 8-aligned at the page start; accessed atomically.
+        let magic = unsafe { AtomicU64::from_ptr(region.as_ptr().cast()) };
+        let at = |s: usize| PAGE + s * ring_len();
+        let data = ring_len() - inbox::region_len(0);
+        let rings = if magic.load(Ordering::Acquire) == MAGIC {
+            FrameRing::attach(region.clone(), at(0)).zip(FrameRing::attach(region.clone(), at(1)))
+        } else {
+            let r0 = FrameRing::init(region.clone(), at(0), data, RING_FRAMES);
+            let r1 = FrameRing::init(region.clone(), at(1), data, RING_FRAMES);
+            magic.store(MAGIC, Ordering::Release);
+            Some((r0, r1))
+        };
+        done(&file);
+        let Some((r0, r1)) = rings else {
+            return Err(HcaError::Io(format!(
+                "cable {}: not a cable of this version",
+                path.display()
+            )));
+        };
+        // Side s sends on ring s and receives on the other.
+        let (tx, rx) = if side == 0 { (r0, r1) } else { (r1, r0) };
+        // Only this end sends on `tx`: a lock a dead process left is ours to break.
+        tx.break_lock();
+        rx.set_up(true);
+        let rx_dropped_seen = rx.dropped();
+        Ok(Cable {
+            path: path.to_owned(),
+            side,
+            tx,
+            rx,
+            rx_dropped_seen,
+            _file: file,
+            _map: region,
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Frames the other end sent that this end's ring refused since the last call.
+    pub(crate) fn new_rx_drops(&mut self) -> u64 {
+        let d = self.rx.dropped();
+        let new = d.wrapping_sub(self.rx_dropped_seen);
+        self.rx_dropped_seen = d;
+        new
+    }
+}
+
+impl Drop for Cable {
+    fn drop(&mut self) {
+        // Unplugged: what the other end sends now goes nowhere, and is counted in the ring.
+        self.rx.set_up(false);
+    }
+}

@@ -1,0 +1,82 @@
+//! The device side of a completion queue: the producer of CQEs on a ring of driver memory
+//! (spec 5, section 10 rule 4).
+
+use mlx4_prm::{cqe_owner, Cqe, CQE_SIZE};
+
+use crate::dma::HostMem;
+
+/// Bits of the consumer index the `set_ci_db` record carries.
+const CI_MASK: u32 = 0x00ff_ffff;
+
+/// A CQ as the device keeps it.
+#[derive(Debug)]
+pub(crate) struct Cq {
+    ring: HostMem,
+    cnt: u32,
+    ci_db: HostMem,
+    /// Free-running producer count.
+    pi: u32,
+    /// Queues reporting to this CQ; it cannot be destroyed while any do.
+    pub(crate) users: u32,
+}
+
+impl Cq {
+    /// Take over `ring` (`cnt` CQEs) and mark every entry hardware-owned for pass 0, so the
+    /// driver never mistakes memory it did not initialise for a completion.
+    pub(crate) fn new(ring: HostMem, cnt: u32, ci_db: HostMem) -> Cq {
+        let mut init = [0u8; CQE_SIZE];
+        Cqe::new_unchecked(&mut init[..]).set_owner_sr_opcode(cqe_owner::OWNER);
+        for i in 0..cnt as usize {
+            ring.write_publish_last(i * CQE_SIZE, &init);
+        }
+        Cq {
+            ring,
+            cnt,
+            ci_db,
+            pi: 0,
+            users: 0,
+        }
+    }
+
+    /// CQEs the device may write before it would overrun the driver's consumer index.
+    pub(crate) fn room(&self) -> u32 {
+        let ci = self.ci_db.load_be32(0).unwrap_or(0) & CI_MASK;
+        let used = self.pi.wrapping_sub(ci) & CI_MASK;
+        self.cnt.saturating_sub(used)
+    }
+
+    /// Write one CQE (its owner bit is set here from the pass parity), publishing the
+    /// `owner_sr_opcode` byte last. The caller has checked [`Cq::room`].
+    pub(crate) fn push(&mut self, mut cqe: [u8; CQE_SIZE]) {
+        let owner = if self.pi & self.cnt != 0 {
+            cqe_owner::OWNER
+        } else {
+            0
+        };
+        let mut v = Cqe::new_unchecked(&mut cqe[..]);
+        let byte = (v.owner_sr_opcode() & !cqe_owner::OWNER) | owner;
+        v.set_owner_sr_opcode(byte);
+        let off = (self.pi & (self.cnt - 1)) as usize * CQE_SIZE;
+        self.ring.write_publish_last(off, &cqe);
+        self.pi = self.pi.wrapping_add(1);
+    }
+}
+
+/// CQEs a walk may still write before it must look at the consumer index again: the index is
+/// read once per batch, not once per CQE.
+#[derive(Debug, Default)]
+pub(crate) struct CqCredit(u32);
+
+impl CqCredit {
+    /// Whether one more CQE fits, re-reading the consumer index only when the credit is spent.
+    pub(crate) fn take(&mut self, cq: &Cq) -> bool {
+        if self.0 == 0 {
+            self.0 = cq.room();
+            if self.0 == 0 {
+                return false;
+            }
+        }
+        self.0 -= 1;
+        true
+    }
+}

@@ -1,0 +1,398 @@
+//! A port's receive buffer: a ring of variable-length frame records in memory of any origin
+//! (the heap, the adapter's device memory, a file two processes map), as plain data.
+//!
+//! Producers (whatever puts frames on this port's wire: its own loop, a cabled port, a TAP
+//! reader) take a spin lock once per batch of frames; the one consumer (the port's receive
+//! engine) needs no lock. A frame that does not fit, or arrives while the port is down, is
+//! refused and counted in the ring's own header, so the receiving side can report it as missed
+//! even when nobody is polling it.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::dma::Region;
+
+const MAGIC: u32 = 0x4d58_4942; // "MXIB"
+const VERSION: u32 = 1;
+
+/// Byte offsets of the header fields; producer and consumer fields on separate cache lines.
+mod hdr {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 4;
+    pub const CAP: usize = 8;
+    pub const MAX_FRAMES: usize = 16;
+    /// Producer lock: 0 free, 1 held.
+    pub const LOCK: usize = 64;
+    /// Bytes published by producers (free-running).
+    pub const HEAD: usize = 72;
+    /// Frames published.
+    pub const PUSHED: usize = 80;
+    /// Frames refused: no room, or the port down.
+    pub const DROPPED: usize = 88;
+    /// Bytes the consumer is done with (free-running).
+    pub const TAIL: usize = 128;
+    /// Frames the consumer is done with.
+    pub const POPPED: usize = 136;
+    /// Whether the port takes frames (1) or refuses them (0).
+    pub const UP: usize = 144;
+    pub const LEN: usize = 192;
+}
+
+/// Record header: frame length (u32), then padding to 8.
+const REC_HDR: usize = 8;
+/// A record length that means "continue at the start of the ring".
+const WRAP: u32 = u32::MAX;
+
+/// Bytes of a ring region holding `data` bytes of records.
+pub(crate) const fn region_len(data: usize) -> usize {
+    hdr::LEN + data
+}
+
+/// A frame ring in a region of memory.
+///
+/// Invariant: `[region + off, region + off + region_len(cap))` lies inside `region`, is 8-byte
+/// aligned and holds an initialised header; only this protocol touches it.
+#[derive(Clone)]
+pub(crate) struct FrameRing {
+    /// Keeps the memory alive.
+    region: Arc<Region>,
+    base: *mut u8,
+    cap: usize,
+}
+
+// SAFETY: the ring is shared memory accessed through atomics (header) and a single-producer
+// (under the lock) / single-consumer protocol (records); the region is kept alive by the Arc.
+unsafe impl Send for FrameRing {}
+// SAFETY: see `Send`.
+unsafe impl Sync for FrameRing {}
+
+impl std::fmt::Debug for FrameRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameRing")
+            .field("cap", &self.cap)
+            .field("pending", &self.pending())
+            .finish()
+    }
+}
+
+impl FrameRing {
+    /// A new ring of `data` bytes (a multiple of 8) taking at most `max_frames` frames, on the
+    /// heap.
+    #[cfg(test)]
+    pub(crate) fn on_heap(data: usize, max_frames: u32) -> FrameRing {
+        let region = Arc::new(Region::heap(region_len(data)));
+        FrameRing::init(region, 0, data, max_frames)
+    }
+
+    /// Lay out a fresh ring at `off` in `region`.
+    ///
+    /// # Panics
+    /// If the ring does not fit the region or `off`/`data` are not multiples of 8.
+    pub(crate) fn init(region: Arc<Region>, off: usize, data: usize, max_frames: u32) -> FrameRing {
+        assert!(off % 8 == 0 && data % 8 == 0 && data >= 64);
+        assert!(off + region_len(data) <= region.len());
+        let base = region.as_ptr().wrapping_add(off);
+        let ring = FrameRing {
+            region,
+            base,
+            cap: data,
+        };
+        for at in (0..hdr::LEN).step_by(8) {
+            ring.word(at).store(0, Ordering::Relaxed);
+        }
+        ring.half(hdr::MAGIC).store(MAGIC, Ordering::Relaxed);
+        ring.half(hdr::VERSION).store(VERSION, Ordering::Relaxed);
+        ring.word(hdr::CAP).store(data as u64, Ordering::Relaxed);
+        ring.word(hdr::MAX_FRAMES)
+            .store(u64::from(max_frames), Ordering::Relaxed);
+        ring.word(hdr::UP).store(1, Ordering::Release);
+        ring
+    }
+
+    /// Use a ring another process (or another copy of this library) laid out at `off` in
+    /// `region`; `None` if the header is not a ring of this version that fits.
+    pub(crate) fn attach(region: Arc<Region>, off: usize) -> Option<FrameRing> {
+        if off % 8 != 0 || off + hdr::LEN > region.len() {
+            return None;
+        }
+        let base = region.as_ptr().wrapping_add(off);
+        let mut ring = FrameRing {
+            region,
+            base,
+            cap: 0,
+        };
+        if ring.half(hdr::MAGIC).load(Ordering::Acquire) != MAGIC
+            || ring.half(hdr::VERSION).load(Ordering::Acquire) != VERSION
+        {
+            return None;
+        }
+        let cap = usize::try_from(ring.word(hdr::CAP).load(Ordering::Acquire)).ok()?;
+        if cap % 8 != 0 || cap < 64 || off + region_len(cap) > ring.region.len() {
+            return None;
+        }
+        ring.cap = cap;
+        Some(ring)
+    }
+
+    fn word(&self, at: usize) -> &AtomicU64 {
+        debug_assert!(at % 8 == 0 && at < hdr::LEN);
+        // SAFETY: `at` is a header offset, 8-aligned, inside the ring (type invariant); the
+        // header is only ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.base.add(at).cast()) }
+    }
+
+    fn half(&self, at: usize) -> &AtomicU32 {
+        debug_assert!(at % 4 == 0 && at < hdr::LEN);
+        // SAFETY: as in `word`, 4-aligned.
+        unsafe { AtomicU32::from_ptr(self.base.add(at).cast()) }
+    }
+
+    fn data(&self) -> *mut u8 {
+        self.base.wrapping_add(hdr::LEN)
+    }
+
+    /// Frames waiting for the consumer.
+    pub(crate) fn pending(&self) -> u64 {
+        let pushed = self.word(hdr::PUSHED).load(Ordering::Acquire);
+        pushed.wrapping_sub(self.word(hdr::POPPED).load(Ordering::Relaxed))
+    }
+
+    /// Frames refused so far.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.word(hdr::DROPPED).load(Ordering::Relaxed)
+    }
+
+    /// Whether the ring takes frames.
+    pub(crate) fn up(&self) -> bool {
+        self.word(hdr::UP).load(Ordering::Acquire) != 0
+    }
+
+    /// Take (or refuse) frames from now on.
+    pub(crate) fn set_up(&self, up: bool) {
+        self.word(hdr::UP).store(u64::from(up), Ordering::Release);
+    }
+
+    /// Zero the refused-frames count.
+    pub(crate) fn reset_dropped(&self) {
+        // Under the lock, or a producer's count would overwrite the reset.
+        self.producer().dropped = 0;
+    }
+
+    /// Take the producer lock (spinning, then yielding, while another producer holds it).
+    pub(crate) fn producer(&self) -> Producer {
+        let lock = self.half(hdr::LOCK);
+        let mut spins = 0u32;
+        while lock
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 128 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        Producer {
+            ring: self.clone(),
+            head: self.word(hdr::HEAD).load(Ordering::Relaxed),
+            pushed: self.word(hdr::PUSHED).load(Ordering::Relaxed),
+            dropped: self.word(hdr::DROPPED).load(Ordering::Relaxed),
+            tail: self.word(hdr::TAIL).load(Ordering::Acquire),
+            popped: self.word(hdr::POPPED).load(Ordering::Acquire),
+            up: self.up(),
+            max_frames: self.word(hdr::MAX_FRAMES).load(Ordering::Relaxed),
+        }
+    }
+
+    /// Break a lock a dead process left held. Only for whoever alone may produce into this
+    /// ring (the side of a cable it just claimed).
+    pub(crate) fn break_lock(&self) {
+        self.half(hdr::LOCK).store(0, Ordering::Release);
+    }
+
+    /// Offer up to `budget` frames, oldest first, to `f`; a frame is consumed when `f` returns
+    /// true, and the first it refuses (to be offered again later) ends the call. Returns the
+    /// frames consumed. The caller must be the ring's only consumer.
+    pub(crate) fn consume(&self, budget: usize, mut f: impl FnMut(&[u8]) -> bool) -> usize {
+        let head = self.word(hdr::HEAD).load(Ordering::Acquire);
+        let mut tail = self.word(hdr::TAIL).load(Ordering::Relaxed);
+        let mut n = 0;
+        while n < budget && tail != head {
+            let Some((frame, next)) = self.record(tail) else {
+                // A corrupt record (a foreign writer): give up on everything published.
+                tail = head;
+                break;
+            };
+            if let Some(frame) = frame {
+                if !f(frame) {
+                    break;
+                }
+                n += 1;
+            }
+            tail = next;
+        }
+        // The only consumer: a load and a store, no read-modify-write.
+        let popped = self.word(hdr::POPPED).load(Ordering::Relaxed);
+        self.word(hdr::POPPED)
+            .store(popped.wrapping_add(n as u64), Ordering::Release);
+        self.word(hdr::TAIL).store(tail, Ordering::Release);
+        n
+    }
+
+    /// Discard everything pending (the consumer's side of a port reset); returns how many
+    /// frames that was.
+    pub(crate) fn clear(&self) -> u64 {
+        self.consume(usize::MAX, |_| true) as u64
+    }
+
+    /// The record at free-running offset `at`: its frame (`None` for a wrap marker) and the
+    /// offset after it; `None` if it is malformed.
+    fn record(&self, at: u64) -> Option<(Option<&[u8]>, u64)> {
+        let pos = (at % self.cap as u64) as usize;
+        if pos + REC_HDR > self.cap {
+            return None;
+        }
+        // SAFETY: `pos + 8 <= cap`, 8-aligned, inside the data area; records between tail and
+        // head belong to the consumer, and the producer wrote them before publishing head.
+        let len = unsafe { self.data().add(pos).cast::<u32>().read() };
+        if len == WRAP {
+            return Some((None, at + (self.cap - pos) as u64));
+        }
+        let len = len as usize;
+        if pos + REC_HDR + len > self.cap {
+            return None;
+        }
+        // SAFETY: in range (checked); see above for why nobody writes it meanwhile.
+        let frame = unsafe { std::slice::from_raw_parts(self.data().add(pos + REC_HDR), len) };
+        Some((Some(frame), at + (REC_HDR + len.next_multiple_of(8)) as u64))
+    }
+
+    /// Largest frame the ring can ever hold.
+    pub(crate) fn max_frame(&self) -> usize {
+        self.cap / 2 - REC_HDR
+    }
+}
+
+/// The producer lock of a ring, held for a batch of frames; publishes them and unlocks when
+/// dropped.
+pub(crate) struct Producer {
+    ring: FrameRing,
+    head: u64,
+    pushed: u64,
+    dropped: u64,
+    /// The consumer's position when the lock was taken (room only grows meanwhile).
+    tail: u64,
+    popped: u64,
+    up: bool,
+    max_frames: u64,
+}
+
+impl Producer {
+    /// Append `frame`; false (and counted as dropped) when the port is down or the ring has no
+    /// room for it.
+    pub(crate) fn push(&mut self, frame: &[u8]) -> bool {
+        let cap = self.ring.cap as u64;
+        let need = (REC_HDR + frame.len().next_multiple_of(8)) as u64;
+        let pos = self.head % cap;
+        let to_end = cap - pos;
+        let waste = if to_end < need { to_end } else { 0 };
+        let full = |p: &Self| {
+            p.head.wrapping_sub(p.tail) + waste + need > cap
+                || p.pushed.wrapping_sub(p.popped) >= p.max_frames
+        };
+        if self.up && frame.len() <= self.ring.max_frame() && full(self) {
+            // Look again: the consumer may have made room since the lock was taken.
+            self.tail = self.ring.word(hdr::TAIL).load(Ordering::Acquire);
+            self.popped = self.ring.word(hdr::POPPED).load(Ordering::Acquire);
+        }
+        if !self.up || frame.len() > self.ring.max_frame() || full(self) {
+            self.dropped += 1;
+            return false;
+        }
+        let data = self.ring.data();
+        if waste > 0 {
+            // SAFETY: `pos + 4 <= cap` (records are 8-aligned, so to_end >= 8); the bytes from
+            // head up to tail + cap are the producer's.
+            unsafe { data.add(pos as usize).cast::<u32>().write(WRAP) };
+            self.head += waste;
+        }
+        let pos = (self.head % cap) as usize;
+        // SAFETY: `pos + need <= cap` (no wrap needed, or wrapped to 0 with room checked); the
+        // region between head and tail + cap is the producer's while it holds the lock.
+        unsafe {
+            data.add(pos).cast::<u32>().write(frame.len() as u32);
+            std::ptr::copy_nonoverlapping(frame.as_ptr(), data.add(pos + REC_HDR), frame.len());
+        }
+        self.head += need;
+        self.pushed += 1;
+        true
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        let r = &self.ring;
+        r.word(hdr::DROPPED).store(self.dropped, Ordering::Relaxed);
+        r.word(hdr::HEAD).store(self.head, Ordering::Release);
+        r.word(hdr::PUSHED).store(self.pushed, Ordering::Release);
+        r.half(hdr::LOCK).store(0, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_come_out_in_order_across_the_wrap() {
+        let r = FrameRing::on_heap(256, 100);
+        let mut next = 0u8;
+        let mut seen = 0u8;
+        for _ in 0..50 {
+            {
+                let mut p = r.producer();
+                for _ in 0..3 {
+                    let f = vec![next; 20 + usize::from(next % 7)];
+                    if p.push(&f) {
+                        next = next.wrapping_add(1);
+                    }
+                }
+            }
+            r.consume(usize::MAX, |f| {
+                assert_eq!(f, vec![seen; 20 + usize::from(seen % 7)]);
+                seen = seen.wrapping_add(1);
+                true
+            });
+        }
+        assert_eq!(seen, next);
+        assert_eq!(r.pending(), 0);
+    }
+
+    #[test]
+    fn full_down_and_oversized_frames_are_counted() {
+        let r = FrameRing::on_heap(256, 3);
+        {
+            let mut p = r.producer();
+            assert!(p.push(&[1; 10]));
+            assert!(p.push(&[2; 10]));
+            assert!(p.push(&[3; 10]));
+            assert!(!p.push(&[4; 10]), "frame limit");
+            assert!(!p.push(&[5; 200]), "larger than half the ring");
+        }
+        assert_eq!((r.pending(), r.dropped()), (3, 2));
+        // A refused frame stays for later.
+        assert_eq!(r.consume(10, |f| f[0] != 2), 1);
+        assert_eq!(r.pending(), 2);
+        r.set_up(false);
+        assert!(!r.producer().push(&[6; 10]));
+        assert_eq!(r.dropped(), 3);
+        r.clear();
+        assert_eq!(r.pending(), 0);
+        r.reset_dropped();
+        assert_eq!(r.dropped(), 0);
+        let again = FrameRing::attach(r.region.clone(), 0).expect("a ring");
+        assert!(!again.up());
+    }
+}

@@ -1,0 +1,195 @@
+//! The receive engine: a receive queue's WQEs, scattering a frame into the buffers they name and
+//! completing it (spec 6, section 10 rule 5).
+
+use std::time::{Duration, Instant};
+
+use mlx4_prm::{cqe_opcode, syndrome, Cqe, RxDataSeg, CQE_SIZE, INVALID_LKEY};
+
+use crate::cq::Cq;
+use crate::dma::HostMem;
+use crate::fault::{Every, INJECTED_VENDOR_ERR};
+use crate::net;
+use crate::tables::MrTable;
+use crate::{Counters, QueueState};
+
+/// How long a received frame waits for room in its RQ's CQ before the port drops it (and,
+/// while the CQ stays full, the frames after it).
+pub(crate) const RX_CQ_PATIENCE: Duration = Duration::from_millis(10);
+
+/// Most scatter entries an RX WQE may have.
+pub(crate) const MAX_RQ_SGES: usize = 32;
+
+/// A receive queue as the device keeps it.
+#[derive(Debug)]
+pub(crate) struct Rq {
+    pub(crate) qpn: u32,
+    ring: HostMem,
+    cnt: u32,
+    sges: u32,
+    pub(crate) cqn: u32,
+    db: HostMem,
+    /// Free-running consumer, in WQEs.
+    ci: u32,
+    pub(crate) state: QueueState,
+    /// Since when frames for this RQ wait for room in its CQ.
+    full_since: Option<Instant>,
+}
+
+/// What became of a frame offered to an RQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rx {
+    /// Delivered, or dropped and counted: the frame is done with.
+    Done,
+    /// The CQ has no room: offer the frame again later.
+    Wait,
+}
+
+/// A buffer a frame is scattered into: MR slot, offset in it, bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Piece {
+    mr: usize,
+    off: usize,
+    len: usize,
+}
+
+impl Rq {
+    pub(crate) fn new(qpn: u32, ring: HostMem, cnt: u32, sges: u32, cqn: u32, db: HostMem) -> Rq {
+        Rq {
+            qpn,
+            ring,
+            cnt,
+            sges,
+            cqn,
+            db,
+            ci: 0,
+            state: QueueState::Ready,
+            full_since: None,
+        }
+    }
+
+    /// Receive `frame` (RSS hash `hash`) into the next posted WQE.
+    pub(crate) fn receive(
+        &mut self,
+        frame: &[u8],
+        hash: u32,
+        mrs: &MrTable,
+        cq: &mut Cq,
+        counters: &mut Counters,
+        inject: &mut Every,
+    ) -> Rx {
+        if self.state == QueueState::Error {
+            counters.rx_drops_error += 1;
+            return Rx::Done;
+        }
+        let prod = self.db.load_be32(0).unwrap_or(0) & 0xffff;
+        if self.ci & 0xffff == prod {
+            counters.rx_drops_no_wqe += 1;
+            return Rx::Done;
+        }
+        if cq.room() == 0 {
+            // Wait (a driver may repost buffers before it moves the consumer index), but not
+            // forever: a CQ that stays full makes the port drop, and count, like a NIC.
+            let since = *self.full_since.get_or_insert_with(|| {
+                counters.cq_full_stalls += 1;
+                Instant::now()
+            });
+            if since.elapsed() < RX_CQ_PATIENCE {
+                return Rx::Wait;
+            }
+            counters.rx_drops_cq_full += 1;
+            return Rx::Done;
+        }
+        self.full_since = None;
+        let mut pieces = [Piece::default(); MAX_RQ_SGES];
+        let mut cqe = [0u8; CQE_SIZE];
+        {
+            let mut w = Cqe::new_unchecked(&mut cqe[..]);
+            w.set_qpn(self.qpn);
+            w.set_wqe_index(self.ci as u16);
+        }
+        let injected = inject.tick();
+        let scattered = if injected {
+            counters.inj_rx_errors += 1;
+            let mut w = Cqe::new_unchecked(&mut cqe[..]);
+            w.set_vendor_err(INJECTED_VENDOR_ERR);
+            Err(syndrome::LOCAL_PROT)
+        } else {
+            self.scatter_list(frame.len(), mrs, &mut pieces)
+        };
+        match scattered {
+            Ok(n) => {
+                let mut at = 0;
+                for p in &pieces[..n] {
+                    mrs.mem(p.mr).write(p.off, &frame[at..at + p.len]);
+                    at += p.len;
+                }
+                let (status, csum) = net::rx_status(frame);
+                let mut w = Cqe::new_unchecked(&mut cqe[..]);
+                w.set_immed_rss_invalid(hash);
+                w.set_status(status);
+                w.set_byte_cnt(frame.len() as u32);
+                w.set_checksum(csum);
+                w.set_owner_sr_opcode(cqe_opcode::RX_SEND);
+                counters.rx_frames += 1;
+                counters.rx_bytes += frame.len() as u64;
+                counters.dma_write_bytes += frame.len() as u64;
+            }
+            Err(syn) => {
+                let mut w = Cqe::new_unchecked(&mut cqe[..]);
+                w.set_syndrome(syn);
+                w.set_owner_sr_opcode(cqe_opcode::ERROR);
+                counters.error_cqes += 1;
+                if syn == syndrome::LOCAL_LENGTH {
+                    counters.rx_drops_too_long += 1;
+                } else {
+                    counters.rx_drops_error += 1;
+                    self.state = QueueState::Error;
+                }
+            }
+        }
+        cq.push(cqe);
+        counters.cqes += 1;
+        self.ci = self.ci.wrapping_add(1);
+        Rx::Done
+    }
+
+    /// The buffers of the WQE at the consumer that `len` bytes fill, checked before anything is
+    /// written so a bad entry leaves memory as it was. Stops at an `INVALID_LKEY` entry; skips
+    /// empty ones.
+    fn scatter_list(
+        &self,
+        len: usize,
+        mrs: &MrTable,
+        out: &mut [Piece; MAX_RQ_SGES],
+    ) -> Result<usize, u8> {
+        let entry = RxDataSeg::<&[u8]>::LEN;
+        let base = (self.ci & (self.cnt - 1)) as usize * self.sges as usize * entry;
+        let mut raw = [0u8; RxDataSeg::<&[u8]>::LEN];
+        let (mut room, mut n) = (0usize, 0usize);
+        for i in 0..self.sges as usize {
+            if room >= len {
+                break;
+            }
+            self.ring.read(base + i * entry, &mut raw);
+            let d = RxDataSeg::new_unchecked(&raw[..]);
+            if d.lkey() == INVALID_LKEY {
+                break;
+            }
+            let cap = d.length() as usize;
+            if cap == 0 {
+                continue;
+            }
+            let (mr, off) = mrs
+                .resolve(d.lkey(), d.addr(), cap)
+                .ok_or(syndrome::LOCAL_PROT)?;
+            let take = cap.min(len - room);
+            out[n] = Piece { mr, off, len: take };
+            n += 1;
+            room += take;
+        }
+        if room < len {
+            return Err(syndrome::LOCAL_LENGTH);
+        }
+        Ok(n)
+    }
+}

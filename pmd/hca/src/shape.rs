@@ -1,0 +1,281 @@
+//! The shape cache: what makes the device cheap on a run of similar WQEs.
+//!
+//! Whether a send WQE is valid and what it puts on the wire depends only on its control segment
+//! (opcode, VLAN request, DS, flags), the first words of the segments the decoder visits (inline
+//! lengths, gather byte counts and lkeys) and, for gather entries, whether the address lies in
+//! its region. Drivers post long runs of WQEs that agree on all of that and differ only in
+//! payload bytes and addresses. So after a full decode the device remembers the WQE's shape:
+//! the control segment (without OWNER, the BlueFlame counter and the completion request) and
+//! every header it read. A later WQE whose control segment and headers are the same bytes, and
+//! whose gather addresses lie in the remembered regions, has the same verdict; the device checks
+//! those few words straight from ring memory instead of fetching and walking the whole WQE.
+//!
+//! This is a pure function of what is in memory, so it changes no result: a test decodes every
+//! WQE both ways. The cache is per send queue and forgotten whenever memory regions are
+//! deregistered (`MrTable::epoch`).
+
+use mlx4_prm::{opcode, owner_opcode, srcrb, DS_SIZE, TXBB_SIZE};
+
+use crate::dma::HostMem;
+use crate::send::Verdict;
+
+/// Headers a shape can hold: one per DS unit after the control segment.
+const MAX_HEADS: usize = 62;
+
+/// A segment header the decoder read.
+#[derive(Debug, Clone, Copy, Default)]
+struct Head {
+    /// Byte offset of the segment in the WQE.
+    at: u16,
+    /// A gather entry (whose first 8 bytes are compared and whose address is range-checked);
+    /// otherwise an inline header (first 4 bytes compared).
+    gather: bool,
+    /// The bytes compared, in memory order.
+    raw: u64,
+    /// For a gather entry: the addresses its buffer may start at, `[lo, hi]`.
+    lo: u64,
+    hi: u64,
+}
+
+/// What a WQE of the remembered shape does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hit {
+    pub(crate) verdict: Verdict,
+    pub(crate) txbbs: u32,
+    /// Bytes of WQE the device would have fetched (DS * 16).
+    pub(crate) wqe_bytes: u32,
+    pub(crate) opcode: u8,
+    /// The WQE asks for a completion.
+    pub(crate) signaled: bool,
+}
+
+/// The shape of the last WQE decoded in full.
+#[derive(Debug)]
+pub(crate) struct Shape {
+    /// The control segment as compared (see [`key`]); `None` = nothing remembered.
+    key: Option<[u64; 2]>,
+    heads: [Head; MAX_HEADS],
+    n: usize,
+    /// Heads beyond `MAX_HEADS` were read: not cacheable.
+    overflow: bool,
+    /// TXBBs (after the first) a head starts, as a bit set: a WQE is recalled only when every
+    /// TXBB starts with a compared header, so no stamp can hide in it.
+    starts: u32,
+    hit: Hit,
+    /// `MrTable::epoch` when learnt.
+    epoch: u64,
+}
+
+/// Bits of the control segment's two qwords (memory order, read as little-endian) that one
+/// shape shares: all but OWNER (bit 7 of byte 0), the BlueFlame counter (bytes 1-2) and the
+/// completion request (C bits of byte 11).
+const KEY_MASK: [u64; 2] = [!(0x80 | 0xffff << 8), !((srcrb::CQ_UPDATE as u64) << 24)];
+
+#[inline(always)]
+fn key(ctrl: &[u8; DS_SIZE]) -> [u64; 2] {
+    let lo = u64::from_le_bytes([
+        ctrl[0], ctrl[1], ctrl[2], ctrl[3], ctrl[4], ctrl[5], ctrl[6], ctrl[7],
+    ]);
+    let hi = u64::from_le_bytes([
+        ctrl[8], ctrl[9], ctrl[10], ctrl[11], ctrl[12], ctrl[13], ctrl[14], ctrl[15],
+    ]);
+    [lo & KEY_MASK[0], hi & KEY_MASK[1]]
+}
+
+impl Shape {
+    pub(crate) fn new() -> Shape {
+        Shape {
+            key: None,
+            heads: [Head::default(); MAX_HEADS],
+            n: 0,
+            overflow: false,
+            starts: 0,
+            hit: Hit {
+                verdict: Verdict::default(),
+                txbbs: 0,
+                wqe_bytes: 0,
+                opcode: 0,
+                signaled: false,
+            },
+            epoch: 0,
+        }
+    }
+
+    /// Start a full decode: forget the old shape and note headers afresh.
+    pub(crate) fn forget(&mut self) {
+        self.key = None;
+        self.n = 0;
+        self.overflow = false;
+        self.starts = 0;
+    }
+
+    fn note(&mut self, h: Head) {
+        let at = usize::from(h.at);
+        if at % TXBB_SIZE == 0 {
+            self.starts |= 1 << (at / TXBB_SIZE);
+        }
+        match self.heads.get_mut(self.n) {
+            Some(slot) => {
+                *slot = h;
+                self.n += 1;
+            }
+            None => self.overflow = true,
+        }
+    }
+
+    /// The decoder read the inline header (or empty entry) starting DS unit `u`.
+    #[inline(always)]
+    pub(crate) fn note_inline(&mut self, u: usize, unit: &[u8; DS_SIZE]) {
+        self.note(Head {
+            at: (u * DS_SIZE) as u16,
+            gather: false,
+            raw: u64::from(u32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]])),
+            lo: 0,
+            hi: 0,
+        });
+    }
+
+    /// The decoder accepted the gather entry in DS unit `u`, whose buffer lies in a region of
+    /// `len` bytes at `base`.
+    #[inline(always)]
+    pub(crate) fn note_gather(&mut self, u: usize, unit: &[u8; DS_SIZE], base: u64, len: u64) {
+        let n = u64::from(u32::from_be_bytes([unit[0], unit[1], unit[2], unit[3]]));
+        self.note(Head {
+            at: (u * DS_SIZE) as u16,
+            gather: true,
+            raw: u64::from_le_bytes([
+                unit[0], unit[1], unit[2], unit[3], unit[4], unit[5], unit[6], unit[7],
+            ]),
+            lo: base,
+            hi: (base + len).saturating_sub(n),
+        });
+    }
+
+    /// A full decode of a WQE with control segment `ctrl` succeeded with `verdict`: remember
+    /// its shape if it is a plain SEND or NOP (a large send's template is not a header) whose
+    /// every TXBB starts with a header the decode read.
+    pub(crate) fn learn(&mut self, ctrl: &[u8; DS_SIZE], verdict: Verdict, epoch: u64) {
+        let op = ctrl[3] & owner_opcode::OPCODE_MASK as u8;
+        let ds = ctrl[7] & mlx4_prm::fence_size::DS_MASK;
+        let txbbs = mlx4_prm::wqe_txbbs(ds);
+        let all_starts = (1u32 << txbbs) - 2;
+        if self.overflow
+            || !(op == opcode::SEND || op == opcode::NOP)
+            || self.starts & all_starts != all_starts
+        {
+            return;
+        }
+        self.key = Some(key(ctrl));
+        self.hit = Hit {
+            verdict,
+            txbbs,
+            wqe_bytes: u32::from(ds) * DS_SIZE as u32,
+            opcode: op,
+            signaled: false,
+        };
+        self.epoch = epoch;
+    }
+
+    /// Whether the WQE whose first TXBB sits in ring slot `slot` (its control segment already
+    /// read into `ctrl`) has the remembered shape, reading its headers from `ring` (`mask` =
+    /// TXBBs - 1).
+    #[inline(always)]
+    pub(crate) fn recall(
+        &self,
+        ring: &HostMem,
+        slot: u32,
+        mask: u32,
+        ctrl: &[u8; DS_SIZE],
+        epoch: u64,
+    ) -> Option<Hit> {
+        if self.key? != key(ctrl) || self.epoch != epoch {
+            return None;
+        }
+        let wraps = slot + self.hit.txbbs > mask + 1;
+        let base = slot as usize * TXBB_SIZE;
+        for h in &self.heads[..self.n.min(MAX_HEADS)] {
+            let at = usize::from(h.at);
+            let off = if wraps {
+                let txbb = (slot + (at / TXBB_SIZE) as u32) & mask;
+                txbb as usize * TXBB_SIZE + at % TXBB_SIZE
+            } else {
+                base + at
+            };
+            if h.gather {
+                let mut e = [0u8; DS_SIZE];
+                if !ring.read_array(off, &mut e) {
+                    return None;
+                }
+                let (raw, addr) = e.split_at(8);
+                let addr = u64::from_be_bytes(addr.try_into().expect("8 bytes"));
+                if u64::from_le_bytes(raw.try_into().expect("8 bytes")) != h.raw
+                    || addr < h.lo
+                    || addr > h.hi
+                {
+                    return None;
+                }
+            } else {
+                let mut w = [0u8; 4];
+                if !ring.read_array(off, &mut w) || u64::from(u32::from_le_bytes(w)) != h.raw {
+                    return None;
+                }
+            }
+        }
+        let mut hit = self.hit;
+        hit.signaled = ctrl[11] & srcrb::CQ_UPDATE as u8 == srcrb::CQ_UPDATE as u8;
+        Some(hit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dma::DevPage;
+    use crate::send::{decode, Segs, WqeBuf, WQE_UNITS};
+    use crate::tables::MrTable;
+
+    /// A 64-byte inline SEND (DS 6) at ring slot `slot` of an 8-TXBB ring in `page`, with
+    /// payload byte `fill` and completion request `signaled`.
+    fn post(page: &DevPage, slot: usize, fill: u8, signaled: bool) -> WqeBuf {
+        let mut w: WqeBuf = [[0; DS_SIZE]; WQE_UNITS];
+        let flat = w.as_flattened_mut();
+        flat[3] = opcode::SEND;
+        flat[7] = 6;
+        flat[11] = if signaled { 0x0e } else { 0x02 };
+        flat[16..20].copy_from_slice(&(0x8000_0000u32 | 44).to_be_bytes());
+        flat[20..64].fill(fill);
+        flat[64..68].copy_from_slice(&(0x8000_0000u32 | 20).to_be_bytes());
+        flat[68..88].fill(fill);
+        let ring = page.view(0, 8 * TXBB_SIZE);
+        for k in 0..2 {
+            let at = ((slot + k) % 8) * TXBB_SIZE;
+            ring.write(at, &flat[k * TXBB_SIZE..(k + 1) * TXBB_SIZE]);
+        }
+        w
+    }
+
+    #[test]
+    fn a_wqe_of_the_learnt_shape_is_recalled_from_ring_memory() {
+        let page = DevPage::new();
+        let ring = page.view(0, 8 * TXBB_SIZE);
+        let mrs = MrTable::default();
+        let mut segs = Segs::new();
+        let mut shape = Shape::new();
+        let w = post(&page, 0, 0xaa, false);
+        let v = decode::<false>(&w, 6, false, &mrs, &mut segs, &mut shape).unwrap();
+        assert_eq!((v.frames, v.len, v.dma), (1, 64, 0));
+        // Same shape, other payload, signaled: recalled, also when it wraps the ring.
+        let w2 = post(&page, 2, 0x55, true);
+        let hit = shape
+            .recall(&ring, 2, 7, &w2[0], mrs.epoch())
+            .expect("recalled");
+        assert_eq!((hit.verdict, hit.txbbs, hit.signaled), (v, 2, true));
+        let w3 = post(&page, 7, 0x11, false);
+        assert!(shape.recall(&ring, 7, 7, &w3[0], mrs.epoch()).is_some());
+        // A different second header is not the same shape.
+        ring.write(3 * TXBB_SIZE + 3, &[21]);
+        assert!(shape.recall(&ring, 2, 7, &w2[0], mrs.epoch()).is_none());
+        // Nor is anything after the regions changed.
+        assert!(shape.recall(&ring, 7, 7, &w3[0], mrs.epoch() + 1).is_none());
+    }
+}

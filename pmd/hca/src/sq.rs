@@ -1,0 +1,745 @@
+//! The send engine: a send queue's doorbell and BlueFlame arrivals, and the walk that executes
+//! its WQEs in order (spec section 10 rules 1-4).
+
+use mlx4_prm::{
+    cqe_opcode, cqe_owner, owner_opcode, srcrb, syndrome, wqe_txbbs, Cqe, CtrlSeg, CQE_SIZE,
+    DS_SIZE, STAMP_DWORD, TXBB_SIZE,
+};
+
+use crate::cq::{Cq, CqCredit};
+use crate::dma::HostMem;
+use crate::fault::{Every, FaultState, INJECTED_VENDOR_ERR};
+use crate::net;
+use crate::send::{self, Segs, Verdict, WqeBuf, WQE_UNITS};
+use crate::shape::Shape;
+use crate::tables::{BfSlot, MrTable};
+use crate::wire::{RxPort, TxOutcome, WirePort};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::{Counters, QueueState};
+
+/// How long the device keeps re-reading a BlueFlame copy that still differs from ring memory
+/// (the driver's stores may still be landing; a whole write lands in well under a microsecond)
+/// before it calls the copy torn: only a writer stopped in the middle of a copy, by preemption
+/// or an interrupt, leaves one incomplete that long.
+const BF_PATIENCE: Duration = Duration::from_micros(100);
+/// DS units per TXBB.
+const UNITS_PER_TXBB: usize = TXBB_SIZE / DS_SIZE;
+/// TXBBs of the largest WQE.
+const MAX_WQE_TXBBS: usize = WQE_UNITS / UNITS_PER_TXBB;
+
+/// How far the device should walk a send queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    Idle,
+    /// A BlueFlame write: up to and including the WQE at this 16-bit counter.
+    UpTo(u16),
+    /// A UAR doorbell: until the first WQE the device does not own.
+    All,
+}
+
+impl Walk {
+    /// Merge a BlueFlame write for the WQE `ahead` TXBBs past the consumer: the walk goes as
+    /// far as the furthest request.
+    fn merge_bf(self, c: u16, ci: u16, ahead: u32) -> Walk {
+        match self {
+            Walk::All => Walk::All,
+            Walk::UpTo(old) if u32::from(old.wrapping_sub(ci)) > ahead => Walk::UpTo(old),
+            _ => Walk::UpTo(c),
+        }
+    }
+}
+
+/// What tells, without the adapter's lock, that a send queue has work: its doorbell word and
+/// BlueFlame halves (views of device pages) and its unfinished-walk flag.
+pub(crate) struct SqWatch {
+    pub(crate) db: HostMem,
+    pub(crate) bf: Option<[HostMem; 2]>,
+    pub(crate) busy: Arc<AtomicBool>,
+}
+
+/// A send queue's BlueFlame register as the device sees it.
+#[derive(Debug)]
+pub(crate) struct Bf {
+    pub(crate) slot: BfSlot,
+    half_size: usize,
+    halves: [HostMem; 2],
+    /// The whole copy taken from each half when it arrived, waiting for the walk to reach its
+    /// WQE.
+    latch: [Latch; 2],
+}
+
+#[derive(Debug)]
+struct Latch {
+    /// The 16-bit counter of the WQE the copy is of; `None` = nothing waiting.
+    counter: Option<u16>,
+    copy: Box<[u8]>,
+}
+
+/// What became of a BlueFlame copy the device tried to take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    /// It matches the WQE in ring memory: the walk will use it.
+    Whole,
+    /// A newer write to the same half began before the device had read it all.
+    Superseded,
+    /// It still differs from ring memory after the device re-read it.
+    Torn,
+}
+
+impl Bf {
+    fn has_pending(&self) -> bool {
+        self.latch.iter().any(|l| l.counter.is_some())
+    }
+
+    pub(crate) fn new(slot: BfSlot, halves: [HostMem; 2], half_size: usize) -> Bf {
+        let latch = || Latch {
+            counter: None,
+            copy: vec![0; half_size].into_boxed_slice(),
+        };
+        Bf {
+            slot,
+            half_size,
+            halves,
+            latch: [latch(), latch()],
+        }
+    }
+}
+
+/// A send queue: the context firmware would keep, plus where the device is in its ring.
+#[derive(Debug)]
+pub(crate) struct Sq {
+    pub(crate) qpn: u32,
+    ring: HostMem,
+    cnt: u32,
+    pub(crate) cqn: u32,
+    /// Free-running consumer, in TXBBs.
+    ci: u32,
+    pub(crate) state: QueueState,
+    pub(crate) uar: usize,
+    db: HostMem,
+    pub(crate) bf: Option<Bf>,
+    walk: Walk,
+    stalled: bool,
+    /// Per TXBB slot: a BlueFlame write announced the WQE starting there. Its control segment's
+    /// bytes 4-6 are then the QPN (drivers write it into the ring copy too), not a VLAN request.
+    bf_marks: Vec<bool>,
+    /// How many `bf_marks` are set: none on the doorbell path, which then skips them.
+    marks: u32,
+    /// The layout of the last inline WQE, which most following WQEs share.
+    shape: Box<Shape>,
+    /// Set while a walk is unfinished (its CQ was full), so a runner comes back without a new
+    /// doorbell.
+    busy: Arc<AtomicBool>,
+}
+
+/// Buffers a walk reuses, so steady-state traffic does not allocate.
+pub(crate) struct Scratch {
+    /// The WQE being executed (whole TXBBs of it).
+    wqe: WqeBuf,
+    segs: Segs,
+    frame: Vec<u8>,
+    /// One LSO segment being built.
+    seg: Vec<u8>,
+}
+
+impl Scratch {
+    pub(crate) fn new() -> Box<Scratch> {
+        Box::new(Scratch {
+            wqe: [[0; DS_SIZE]; WQE_UNITS],
+            segs: Segs::new(),
+            frame: Vec::with_capacity(send::MAX_FRAME + 8),
+            seg: Vec::with_capacity(send::MAX_FRAME + 8),
+        })
+    }
+}
+
+/// What a walk works with besides the queue itself.
+pub(crate) struct TxCtx<'a> {
+    pub(crate) wc: bool,
+    pub(crate) max_wqe_size: usize,
+    pub(crate) mrs: &'a MrTable,
+    pub(crate) cq: &'a mut Cq,
+    pub(crate) wire: &'a mut WirePort,
+    pub(crate) port: &'a RxPort,
+    pub(crate) counters: &'a mut Counters,
+    pub(crate) scratch: &'a mut Scratch,
+    pub(crate) faults: &'a mut FaultState,
+}
+
+/// The WQE at the consumer, as its first TXBB announces it.
+#[derive(Debug, Clone, Copy)]
+struct Fetched {
+    opcode: u8,
+    ds: u8,
+    txbbs: u32,
+    /// Larger than the device accepts or than the ring: executed as an error, not fetched.
+    oversized: bool,
+}
+
+impl Fetched {
+    fn len(&self) -> usize {
+        usize::from(self.ds) * DS_SIZE
+    }
+}
+
+/// The C field (completion requested) of `srcrb_flags`, in its last byte.
+const CQ_UPDATE_BYTE: u8 = srcrb::CQ_UPDATE as u8;
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+impl Sq {
+    pub(crate) fn new(
+        qpn: u32,
+        ring: HostMem,
+        cnt: u32,
+        cqn: u32,
+        uar: usize,
+        db: HostMem,
+        bf: Option<Bf>,
+    ) -> Sq {
+        Sq {
+            qpn,
+            ring,
+            cnt,
+            cqn,
+            ci: 0,
+            state: QueueState::Ready,
+            uar,
+            db,
+            bf,
+            walk: Walk::Idle,
+            stalled: false,
+            bf_marks: vec![false; cnt as usize],
+            marks: 0,
+            shape: Box::new(Shape::new()),
+            busy: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Take doorbell and BlueFlame arrivals, then execute what they asked for; returns the work
+    /// items done (0 = nothing arrived and nothing was pending).
+    pub(crate) fn poll(&mut self, cx: &mut TxCtx<'_>) -> usize {
+        let mut work = self.take_doorbell(cx.counters, &mut cx.faults.doorbell);
+        work += self.take_bf_arrivals(cx.wc, cx.counters);
+        if self.walk != Walk::Idle {
+            work += self.walk(cx);
+            let unfinished = self.walk != Walk::Idle;
+            if unfinished != self.busy.load(Ordering::Relaxed) {
+                self.busy.store(unfinished, Ordering::Release);
+            }
+        }
+        work
+    }
+
+    /// What a runner watches to know whether this queue has work.
+    pub(crate) fn watch(&self) -> SqWatch {
+        SqWatch {
+            db: self.db.clone(),
+            bf: self.bf.as_ref().map(|b| b.halves.clone()),
+            busy: self.busy.clone(),
+        }
+    }
+
+    /// A UAR doorbell, read-only until one is there so the driver's cache line is not stolen per
+    /// poll, then taken with a swap so none is lost.
+    fn take_doorbell(&mut self, counters: &mut Counters, drop: &mut Every) -> usize {
+        if self.db.load_be32(0).unwrap_or(0) == 0 {
+            return 0;
+        }
+        let v = self.db.take_be32(0).unwrap_or(0);
+        counters.doorbells += 1;
+        if drop.tick() {
+            // An injected fault: the write never reached the device.
+            counters.inj_doorbells_dropped += 1;
+            return 1;
+        }
+        if mlx4_prm::doorbell_qpn(v.to_be_bytes()) == self.qpn {
+            self.walk = Walk::All;
+        } else {
+            counters.doorbells_bad_qpn += 1;
+        }
+        1
+    }
+
+    /// BlueFlame arrivals in either half: each is a doorbell up to its WQE, and with write
+    /// combining a copy of that WQE, which the device takes at once (checked against ring
+    /// memory, where the driver wrote the WQE first) so that a newer write to the same half
+    /// cannot spoil it later, as a real device latches a posted write when it lands.
+    fn take_bf_arrivals(&mut self, wc: bool, counters: &mut Counters) -> usize {
+        let Some(mut bf) = self.bf.take() else {
+            return 0;
+        };
+        let mut work = 0;
+        for h in 0..2 {
+            // Read-only while nothing arrives.
+            let Some(q) = bf.halves[h].load_bytes8(0) else {
+                continue;
+            };
+            if q == [0; 8] {
+                continue;
+            }
+            work += 1;
+            counters.bf_bursts += 1;
+            let ctrl = CtrlSeg::new_unchecked(&q[..]);
+            let c = ctrl.bf_counter();
+            let ahead = u32::from(c.wrapping_sub(self.ci as u16));
+            if ctrl.bf_qpn() != self.qpn || ahead >= self.cnt {
+                counters.bf_ignored += 1;
+            } else {
+                if bf.latch[h].counter.take().is_some() {
+                    // The walk never reached the copy this half held.
+                    counters.bf_superseded += 1;
+                }
+                let mark = &mut self.bf_marks[usize::from(c) & (self.cnt as usize - 1)];
+                if !*mark {
+                    *mark = true;
+                    self.marks += 1;
+                }
+                if wc {
+                    match self.latch_copy(&mut bf, h, q, ahead) {
+                        Taken::Whole => bf.latch[h].counter = Some(c),
+                        Taken::Superseded => counters.bf_superseded += 1,
+                        Taken::Torn => counters.bf_torn += 1,
+                    }
+                } else {
+                    // Without write combining the copy trickles in as 8-byte stores; only its
+                    // first qword (QPN and counter) is trusted, as a doorbell.
+                    let bytes = wqe_txbbs(ctrl.ds().max(1)) as usize * TXBB_SIZE;
+                    counters.bf_torn += 1;
+                    counters.bf_pieces += (bytes.min(bf.half_size) / 8) as u64;
+                }
+                self.walk = self.walk.merge_bf(c, self.ci as u16, ahead);
+            }
+            // Consumed by zeroing its first qword, like the swap on the UAR doorbell word; a
+            // newer write that already replaced it is found by the next look.
+            bf.halves[h].clear_bytes8_if(0, q);
+        }
+        self.bf = Some(bf);
+        work
+    }
+
+    /// Read the copy in half `h` (first qword `q`) into its latch and compare it with the WQE
+    /// `ahead` TXBBs past the consumer in ring memory. While it differs, the driver's stores
+    /// may still be arriving: re-read for up to `BF_PATIENCE`; a first qword that changed
+    /// means a newer write began.
+    fn latch_copy(&self, bf: &mut Bf, h: usize, q: [u8; 8], ahead: u32) -> Taken {
+        let ds = CtrlSeg::new_unchecked(&q[..]).ds();
+        let len = usize::from(ds) * DS_SIZE;
+        let bytes = len.next_multiple_of(TXBB_SIZE);
+        if ds == 0 || bytes > bf.half_size {
+            return Taken::Torn;
+        }
+        // The WQE in ring memory, which the driver posted before writing the copy; its stores
+        // may become visible after the copy's (x86 orders a `movdir64b` or WC store after
+        // earlier stores only behind a fence), so it too is waited for, as briefly.
+        let idx = self.ci.wrapping_add(ahead);
+        let owner_off = ((idx & (self.cnt - 1)) as usize) * TXBB_SIZE;
+        let parity = idx & self.cnt != 0;
+        let mut ring = [[0u8; TXBB_SIZE]; MAX_WQE_TXBBS];
+        let mut posted = false;
+        let copy = &mut bf.latch[h].copy[..bytes];
+        let mut since = None;
+        for n in 0u32.. {
+            if !posted {
+                let dw0 = self.ring.load_be32(owner_off);
+                if dw0.is_some_and(|w| (w & owner_opcode::OWNER != 0) == parity) {
+                    for (k, block) in ring.iter_mut().take(bytes / TXBB_SIZE).enumerate() {
+                        let slot = (idx.wrapping_add(k as u32) & (self.cnt - 1)) as usize;
+                        self.ring.read_array(slot * TXBB_SIZE, block);
+                    }
+                    posted = true;
+                }
+            }
+            if !bf.halves[h].read_qwords(0, copy) {
+                return Taken::Torn;
+            }
+            if bf.halves[h].load_bytes8(0) != Some(q) {
+                return Taken::Superseded;
+            }
+            if posted && bf_copy_matches(&ring.as_flattened()[..len], &copy[..len]) {
+                return Taken::Whole;
+            }
+            if n % 16 == 15 && since.get_or_insert_with(Instant::now).elapsed() > BF_PATIENCE {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        // Still no posted WQE to be a copy of (the write is only a doorbell), or the copy
+        // never became whole.
+        Taken::Torn
+    }
+
+    /// Execute WQEs from the consumer on, as far as the walk allows (a doorbell covers every
+    /// owned WQE, a BlueFlame write those up to its own) and the device owns them (OWNER equals
+    /// the pass parity and DS is not zero). Loads of the ring are the only per-WQE accesses to
+    /// shared memory; counters are tallied locally and added once.
+    #[inline(never)]
+    fn walk(&mut self, cx: &mut TxCtx<'_>) -> usize {
+        if self.state == QueueState::Error {
+            self.walk = Walk::Idle;
+            return 0;
+        }
+        let stop = match self.walk {
+            Walk::Idle => return 0,
+            Walk::All => None,
+            Walk::UpTo(c) => Some(c),
+        };
+        let mut t = Tally::default();
+        let mut credit = CqCredit::default();
+        let out = Out {
+            link_up: cx.port.up(),
+            bytes: cx.wire.wants_bytes(),
+        };
+        // Copies and marks only exist after BlueFlame writes; the doorbell path skips them.
+        let bf_live = self.marks > 0 || self.bf.as_ref().is_some_and(Bf::has_pending);
+        // With no BlueFlame bookkeeping and no frame bytes wanted, a WQE of the remembered
+        // shape needs only its headers checked (see `shape`).
+        let fast = !bf_live && !out.bytes;
+        let epoch = cx.mrs.epoch();
+        let mask = self.cnt - 1;
+        let mut done = 0;
+        self.walk = Walk::Idle;
+        loop {
+            let counter = self.ci as u16;
+            if matches!(stop, Some(c) if u32::from(c.wrapping_sub(counter)) >= self.cnt) {
+                break;
+            }
+            let slot = self.ci & mask;
+            let off = slot as usize * TXBB_SIZE;
+            let Some(dw0) = self.ring.load_be32(off) else {
+                break;
+            };
+            if (dw0 & owner_opcode::OWNER != 0) != (self.ci & self.cnt != 0) {
+                self.unposted(stop);
+                break;
+            }
+            // The WQE an injected error replaces takes the full path.
+            let inject = cx.faults.tx_error.next_hits();
+            if fast && !inject {
+                let mut ctrl = [0u8; DS_SIZE];
+                self.ring.read_array(off, &mut ctrl);
+                if let Some(hit) = self.shape.recall(&self.ring, slot, mask, &ctrl, epoch) {
+                    if hit.signaled && !credit.take(cx.cq) {
+                        self.stall(stop, cx.counters);
+                        break;
+                    }
+                    self.stalled = false;
+                    cx.faults.tx_error.tick();
+                    t.fetched += 1;
+                    t.fetch_bytes += u64::from(hit.wqe_bytes);
+                    if hit.verdict.frames > 0 {
+                        transmit(hit.verdict, false, &out, &mut t, cx);
+                    }
+                    if hit.signaled {
+                        let op = cqe_owner::SEND | hit.opcode;
+                        cx.cq.push(tx_cqe(self.qpn, counter, op, 0, 0));
+                        t.cqes += 1;
+                    }
+                    self.ci = self.ci.wrapping_add(hit.txbbs);
+                    t.txbbs += u64::from(hit.txbbs);
+                    done += 1;
+                    if stop == Some(counter) {
+                        break;
+                    }
+                    continue;
+                }
+            }
+            let Some(w) = self.fetch(dw0, &mut cx.scratch.wqe, cx.max_wqe_size) else {
+                self.unposted(stop);
+                break;
+            };
+            let (bf_half, bf_posted) = if bf_live {
+                let slot = (self.ci & (self.cnt - 1)) as usize;
+                (self.pending_copy(counter), self.bf_marks[slot])
+            } else {
+                (None, false)
+            };
+            let from_bf = match bf_half {
+                Some(h) if !w.oversized => self.use_bf_copy(h, w.len(), cx),
+                _ => false,
+            };
+            let wqe = &cx.scratch.wqe;
+            // An injected error looks like a malformed WQE to the driver.
+            let result = if inject || w.oversized {
+                Err(syndrome::LOCAL_QP_OP)
+            } else if out.bytes {
+                let segs = &mut cx.scratch.segs;
+                send::decode::<true>(wqe, w.ds, bf_posted, cx.mrs, segs, &mut self.shape)
+            } else {
+                let segs = &mut cx.scratch.segs;
+                send::decode::<false>(wqe, w.ds, bf_posted, cx.mrs, segs, &mut self.shape)
+            };
+            let signaled = result.is_err() || wqe[0][11] & CQ_UPDATE_BYTE == CQ_UPDATE_BYTE;
+            if signaled && !credit.take(cx.cq) {
+                self.stall(stop, cx.counters);
+                break;
+            }
+            self.stalled = false;
+            cx.faults.tx_error.tick();
+            if inject {
+                t.injected += 1;
+            }
+            if let (Some(h), Some(bf)) = (bf_half, self.bf.as_mut()) {
+                bf.latch[h].counter = None;
+            }
+            if from_bf {
+                t.from_bf += 1;
+            } else {
+                t.fetched += 1;
+                t.fetch_bytes += w.len() as u64;
+            }
+            if !w.oversized && w.txbbs > 1 && stamp_inside(wqe, w.txbbs) {
+                t.stamps += 1;
+            }
+            let (op, syn) = match result {
+                Ok(v) => {
+                    if v.frames > 0 {
+                        transmit(v, bf_posted, &out, &mut t, cx);
+                    }
+                    (cqe_owner::SEND | w.opcode, 0)
+                }
+                Err(syn) => {
+                    self.state = QueueState::Error;
+                    (cqe_owner::SEND | cqe_opcode::ERROR, syn)
+                }
+            };
+            if signaled {
+                let vendor = if inject { INJECTED_VENDOR_ERR } else { 0 };
+                cx.cq.push(tx_cqe(self.qpn, counter, op, syn, vendor));
+                t.cqes += 1;
+                t.error_cqes += u64::from(syn != 0);
+            }
+            self.advance(w.txbbs, bf_live);
+            t.txbbs += u64::from(w.txbbs);
+            done += 1;
+            if syn != 0 || stop == Some(counter) {
+                break;
+            }
+        }
+        t.add_to(cx.counters);
+        if bf_live {
+            self.drop_stale_copies(cx.counters);
+        }
+        done
+    }
+
+    /// The WQE at the consumer is not (yet) the device's. A doorbell is used up there; but a
+    /// BlueFlame write named the WQEs up to its own as posted, and their ring stores may still
+    /// be on their way (the copy can overtake them), so the walk stays to come back.
+    fn unposted(&mut self, stop: Option<u16>) {
+        if let Some(c) = stop {
+            self.walk = Walk::UpTo(c);
+        }
+    }
+
+    /// The CQ has no room for the WQE at the consumer: come back to it when the consumer index
+    /// moves.
+    fn stall(&mut self, stop: Option<u16>, counters: &mut Counters) {
+        if !self.stalled {
+            self.stalled = true;
+            counters.cq_full_stalls += 1;
+        }
+        self.walk = stop.map_or(Walk::All, Walk::UpTo);
+    }
+
+    /// Fetch the WQE at the consumer (owned by the device, first dword `dw0`) into `dst`: the
+    /// first TXBB, and unless it is oversized, the others. `None` for a zero DS, which marks
+    /// memory no WQE was written to.
+    #[inline(always)]
+    fn fetch(&self, dw0: u32, dst: &mut WqeBuf, max_wqe_size: usize) -> Option<Fetched> {
+        self.fetch_txbb(0, dst);
+        let ds = dst[0][7] & mlx4_prm::fence_size::DS_MASK;
+        if ds == 0 {
+            return None;
+        }
+        let txbbs = wqe_txbbs(ds);
+        let oversized = usize::from(ds) * DS_SIZE > max_wqe_size || txbbs > self.cnt;
+        if !oversized {
+            for k in 1..txbbs {
+                self.fetch_txbb(k, dst);
+            }
+        }
+        Some(Fetched {
+            opcode: (dw0 & owner_opcode::OPCODE_MASK) as u8,
+            ds,
+            txbbs,
+            oversized,
+        })
+    }
+
+    /// Copy TXBB `k` of the WQE at the consumer from ring memory into `dst`; a WQE's later TXBBs
+    /// may wrap to the ring's start.
+    #[inline(always)]
+    fn fetch_txbb(&self, k: u32, dst: &mut WqeBuf) {
+        let slot = (self.ci.wrapping_add(k) & (self.cnt - 1)) as usize;
+        let k = k as usize % MAX_WQE_TXBBS;
+        let units = &mut dst[k * UNITS_PER_TXBB..(k + 1) * UNITS_PER_TXBB];
+        let block: &mut [u8; TXBB_SIZE] = units
+            .as_flattened_mut()
+            .try_into()
+            .expect("a TXBB is four DS units");
+        self.ring.read_array(slot * TXBB_SIZE, block);
+    }
+
+    /// The BlueFlame half holding a whole copy of the WQE at `counter`, if any.
+    #[inline(always)]
+    fn pending_copy(&self, counter: u16) -> Option<usize> {
+        let bf = self.bf.as_ref()?;
+        (0..2).find(|&h| bf.latch[h].counter == Some(counter))
+    }
+
+    /// Take the copy latched in half `h` for the WQE fetched into `scratch.wqe` (`len` bytes):
+    /// it equals ring memory except for what a copy may change, of which the device honours
+    /// its `srcrb_flags` (a copy may ask for a completion the ring copy does not: the WC
+    /// self-test relies on it). The latch is cleared once the WQE runs.
+    fn use_bf_copy(&mut self, h: usize, len: usize, cx: &mut TxCtx<'_>) -> bool {
+        let Some(bf) = self.bf.as_ref() else {
+            return false;
+        };
+        let copy = &bf.latch[h].copy;
+        if copy.len() < len {
+            return false;
+        }
+        cx.scratch.wqe[0][8..12].copy_from_slice(&copy[8..12]);
+        true
+    }
+
+    /// Move the consumer past a WQE of `txbbs`. Every slot it covered loses its BlueFlame mark,
+    /// so a stale announcement (one naming a slot inside a WQE) cannot apply to a later WQE
+    /// starting there.
+    #[inline(always)]
+    fn advance(&mut self, txbbs: u32, bf_live: bool) {
+        if bf_live && self.marks > 0 {
+            for k in 0..txbbs.min(self.cnt) {
+                let mark = &mut self.bf_marks[(self.ci.wrapping_add(k) & (self.cnt - 1)) as usize];
+                if *mark {
+                    *mark = false;
+                    self.marks -= 1;
+                }
+            }
+        }
+        self.ci = self.ci.wrapping_add(txbbs);
+    }
+
+    /// Copies for WQEs the walk has passed are of no further use.
+    fn drop_stale_copies(&mut self, counters: &mut Counters) {
+        let ci = self.ci as u16;
+        let cnt = self.cnt;
+        if let Some(bf) = self.bf.as_mut() {
+            for l in &mut bf.latch {
+                if matches!(l.counter, Some(c) if u32::from(c.wrapping_sub(ci)) >= cnt) {
+                    l.counter = None;
+                    counters.bf_superseded += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Whether a later TXBB of the WQE starts with a stamp (spec 10.1's optional check): the driver
+/// published the owner before the rest, or payload bytes just look like one.
+fn stamp_inside(wqe: &WqeBuf, txbbs: u32) -> bool {
+    (1..txbbs as usize).any(|k| {
+        let u = &wqe[k * UNITS_PER_TXBB];
+        u32::from_be_bytes([u[0], u[1], u[2], u[3]]) & !owner_opcode::OWNER == STAMP_DWORD
+    })
+}
+
+/// A send completion for the WQE at `counter`; `syndrome` and `vendor` only for an error CQE.
+fn tx_cqe(qpn: u32, counter: u16, owner_sr_opcode: u8, syn: u8, vendor: u8) -> [u8; CQE_SIZE] {
+    let mut cqe = [0u8; CQE_SIZE];
+    let mut w = Cqe::new_unchecked(&mut cqe[..]);
+    w.set_qpn(qpn);
+    w.set_wqe_index(counter);
+    if syn != 0 {
+        w.set_syndrome(syn);
+        w.set_vendor_err(vendor);
+    }
+    w.set_owner_sr_opcode(owner_sr_opcode);
+    cqe
+}
+
+/// Whether a BlueFlame copy is the ring WQE, allowing for what the copy legitimately changes:
+/// the counter in dword 0, QPN/DS in dword 1, and the srcrb flags.
+fn bf_copy_matches(ring: &[u8], copy: &[u8]) -> bool {
+    let mask = !owner_opcode::BF_COUNTER_MASK;
+    be32(ring, 0) & mask == be32(copy, 0) & mask && ring[12..] == copy[12..]
+}
+
+/// What the port does with frames during one walk.
+struct Out {
+    link_up: bool,
+    /// The wire wants the frames' bytes (every wire but null).
+    bytes: bool,
+}
+
+/// Counts of one walk, added to the device counters when it ends.
+#[derive(Default)]
+struct Tally {
+    fetched: u64,
+    fetch_bytes: u64,
+    from_bf: u64,
+    txbbs: u64,
+    stamps: u64,
+    frames: u64,
+    bytes: u64,
+    drops: u64,
+    dma: u64,
+    cqes: u64,
+    error_cqes: u64,
+    injected: u64,
+}
+
+impl Tally {
+    fn add_to(&self, c: &mut Counters) {
+        c.wqe_fetched += self.fetched;
+        c.wqe_fetch_bytes += self.fetch_bytes;
+        c.wqe_from_bf += self.from_bf;
+        c.txbbs += self.txbbs;
+        c.wqe_stamp_seen += self.stamps;
+        c.tx_frames += self.frames;
+        c.tx_bytes += self.bytes;
+        c.tx_drops_wire += self.drops;
+        c.dma_read_bytes += self.dma;
+        c.cqes += self.cqes;
+        c.error_cqes += self.error_cqes;
+        c.inj_tx_errors += self.injected;
+    }
+}
+
+/// Put the frames of a valid SEND on the wire (its segments are in `scratch.segs`).
+#[inline(always)]
+fn transmit(v: Verdict, bf_posted: bool, out: &Out, t: &mut Tally, cx: &mut TxCtx<'_>) {
+    t.dma += u64::from(v.dma);
+    if !out.link_up {
+        t.drops += u64::from(v.frames);
+    } else if !out.bytes {
+        t.frames += u64::from(v.frames);
+        t.bytes += u64::from(v.len);
+    } else {
+        put_on_wire(bf_posted, t, cx);
+    }
+}
+
+/// Assemble the frame(s) of the WQE in `scratch` and hand them to the wire.
+fn put_on_wire(bf_posted: bool, t: &mut Tally, cx: &mut TxCtx<'_>) {
+    let s = &mut *cx.scratch;
+    let lso = send::assemble(&s.wqe, &s.segs, cx.mrs, bf_posted, &mut s.frame);
+    let (wire, port) = (&mut *cx.wire, cx.port);
+    let mut put = |frame: &[u8]| match wire.transmit(port, frame) {
+        TxOutcome::Sent => {
+            t.frames += 1;
+            t.bytes += frame.len() as u64;
+        }
+        TxOutcome::Dropped => t.drops += 1,
+    };
+    match lso {
+        None => put(&s.frame),
+        Some((mss, hdr)) => net::for_each_tso_segment(&s.frame, hdr, mss, &mut s.seg, put),
+    }
+}

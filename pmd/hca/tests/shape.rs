@@ -1,0 +1,205 @@
+//! The shape cache (a WQE whose control segment and headers match the last fully decoded one is
+//! executed from those few words) changes no result. The same stream of WQEs, many alike and
+//! some subtly different, runs on a null wire, where the device uses the cache, and on a sink
+//! wire, where every WQE is decoded in full; completions and counters must agree.
+
+mod common;
+
+use common::*;
+use mlx4_hca::{Counters, Hca, QueueState};
+
+struct Side {
+    hca: Hca,
+    cq: TestCq,
+    sq: TestSq,
+    lkey: u32,
+}
+
+const TXBBS: u32 = 256;
+
+impl Side {
+    fn new(null: bool, pkts: &Mem) -> Side {
+        let hca = Hca::open(step_cfg()).unwrap();
+        if !null {
+            sink(&hca);
+        }
+        let cq = TestCq::new(&hca, 256);
+        let sq = TestSq::new(&hca, TXBBS, cq.cqn);
+        // SAFETY: `pkts` outlives both adapters in the test.
+        let lkey = unsafe { hca.reg_mr(pkts.ptr(), pkts.len()) }.unwrap();
+        Side { hca, cq, sq, lkey }
+    }
+
+    fn recreate(&mut self) {
+        self.hca.destroy_sq(self.sq.info.qpn).unwrap();
+        let ring = std::mem::replace(&mut self.sq.ring, Mem::new(64));
+        ring.fill(0);
+        self.sq = TestSq::on(&self.hca, ring, TXBBS, self.cq.cqn);
+    }
+}
+
+/// What both sides must agree on.
+fn seen(c: &Counters) -> [u64; 8] {
+    [
+        c.tx_frames,
+        c.tx_bytes,
+        c.dma_read_bytes,
+        c.error_cqes,
+        c.cqes,
+        c.txbbs,
+        c.wqe_stamp_seen,
+        c.tx_drops_wire,
+    ]
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A WQE tail (bytes 4.. of the WQE) of one of a few shapes, then perhaps mutated.
+fn wqe(rng: &mut Rng, base: u64, lkey: u32, shape: u64) -> (u8, Vec<u8>) {
+    let srcrb = if rng.below(8) == 0 {
+        SIGNALED
+    } else {
+        UNSIGNALED
+    };
+    let payload =
+        |rng: &mut Rng, n: usize| -> Vec<u8> { (0..n).map(|_| rng.next() as u8).collect() };
+    let (op, mut t) = match shape {
+        // 64-byte frame inline, split at the 64-byte boundary (DS 6).
+        0 => {
+            let mut t = ctrl_tail(6, srcrb);
+            t.extend(inline_hdr(44));
+            t.extend(payload(rng, 44));
+            t.extend(inline_hdr(20));
+            t.extend(payload(rng, 20));
+            t.resize(92, 0);
+            (SEND, t)
+        }
+        // 40-byte frame inline in one TXBB (DS 4).
+        1 => {
+            let mut t = ctrl_tail(4, srcrb);
+            t.extend(inline_hdr(40));
+            t.extend(payload(rng, 40));
+            t.resize(60, 0);
+            (SEND, t)
+        }
+        // One gather entry anywhere in the first 3 KiB (DS 2).
+        2 => {
+            let mut t = ctrl_tail(2, srcrb);
+            t.extend(dseg(
+                60 + rng.below(40) as u32,
+                lkey,
+                base + rng.below(3072),
+            ));
+            (SEND, t)
+        }
+        // Inline header then two gather entries (DS 5, 2 TXBBs).
+        3 => {
+            let mut t = ctrl_tail(5, srcrb);
+            t.extend(inline_hdr(12));
+            t.extend(payload(rng, 12));
+            t.extend(dseg(100, lkey, base + 64 * rng.below(32)));
+            t.extend(dseg(100, lkey, base + 64 * rng.below(32)));
+            t.resize(76, 0);
+            (SEND, t)
+        }
+        _ => (NOP, ctrl_tail(1, srcrb)),
+    };
+    // Now and then, a change the cache must notice (offsets are into the tail: byte i of the
+    // WQE is t[i - 4]).
+    match rng.below(40) {
+        0 => t[3] = t[3].wrapping_add(1),                   // DS
+        1 => t[2] = 0x40,                                   // VLAN insert
+        2 => t[2] = 0x33,                                   // bad ins_vlan
+        3 if t.len() > 16 => t[15] ^= 1,                    // first header's length
+        4 if t.len() > 16 => t[12] ^= 0x80,                 // inline flag
+        5 if t.len() > 64 => t[63] = t[63].wrapping_add(3), // header at the second TXBB
+        6 if t.len() > 64 => t[60..64].copy_from_slice(&[0x7f, 0xff, 0xff, 0xff]), // a stamp
+        7 if shape == 2 => t[24..28].copy_from_slice(&[0, 0, 0x7f, 0]), // address past the region
+        8 if shape == 2 => t[16..20].copy_from_slice(&0x1234u32.to_be_bytes()), // another lkey
+        9 => t[7] ^= 0x10,                                  // IP checksum flag
+        _ => {}
+    }
+    (op, t)
+}
+
+#[test]
+fn cached_shapes_execute_exactly_like_full_decodes() {
+    let pkts = Mem::new(1 << 16);
+    let mut a = Side::new(true, &pkts);
+    let mut b = Side::new(false, &pkts);
+    assert_eq!(a.lkey, b.lkey);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut shape = 0;
+    let mut errors = 0;
+    for round in 0..3000 {
+        if rng.below(20) == 0 {
+            shape = rng.below(5);
+        }
+        if round == 1500 {
+            // New regions (and a deregistration) must make the device re-check gather entries.
+            for s in [&a, &b] {
+                s.hca.dereg_mr(s.lkey).unwrap();
+            }
+            for s in [&mut a, &mut b] {
+                // SAFETY: as in `Side::new`.
+                s.lkey = unsafe { s.hca.reg_mr(pkts.ptr(), 4096) }.unwrap();
+            }
+            assert_eq!(a.lkey, b.lkey);
+        }
+        // Each round runs everything it posts (or stops at an error, after which the queue is
+        // recreated), so a round has the whole ring.
+        let n = 1 + rng.below(24);
+        let room = TXBBS;
+        let mut posted = 0;
+        for _ in 0..n {
+            let (op, t) = wqe(&mut rng, pkts.addr(), a.lkey, shape);
+            let txbbs = (u32::from(t[3] & 0x3f) * 16).div_ceil(64).max(1);
+            if posted + txbbs + 16 > room {
+                break;
+            }
+            posted += txbbs;
+            a.sq.write(op, &t);
+            b.sq.write(op, &t);
+        }
+        for s in [&mut a, &mut b] {
+            s.sq.doorbell();
+            s.hca.step();
+        }
+        let (ca, cb) = (a.cq.drain(), b.cq.drain());
+        assert_eq!(ca, cb, "completions of round {round}");
+        assert_eq!(
+            seen(&a.hca.counters()),
+            seen(&b.hca.counters()),
+            "counters after round {round}"
+        );
+        for s in [&mut a, &mut b] {
+            s.cq.update_ci();
+        }
+        let state = a.hca.sq_state(a.sq.info.qpn).unwrap();
+        assert_eq!(state, b.hca.sq_state(b.sq.info.qpn).unwrap());
+        if state == QueueState::Error {
+            errors += 1;
+            a.recreate();
+            b.recreate();
+        }
+    }
+    let c = a.hca.counters();
+    assert!(errors > 20, "the stream exercised error paths ({errors})");
+    assert!(
+        c.tx_frames > 5_000,
+        "and plenty of good frames ({})",
+        c.tx_frames
+    );
+}
