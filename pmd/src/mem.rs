@@ -46,6 +46,9 @@ pub struct DmaBuf {
 // SAFETY: the buffer is plain memory owned by this value; the device's concurrent access is
 // governed by the queue protocols (ownership bits, doorbell records), not by Rust aliasing.
 unsafe impl Send for DmaBuf {}
+// SAFETY: a shared DmaBuf hands out only its address and length; what is done with the memory
+// behind them is up to the protocols above, not to Rust references.
+unsafe impl Sync for DmaBuf {}
 
 const ALIGN: usize = 4096;
 

@@ -37,6 +37,8 @@ pub(super) struct Eth<'a> {
     pub port: &'a mut Port,
     /// This process's handle to the port's device.
     pub dev: &'a dyn Device,
+    /// When the device runs in the polling lcore: what the burst glue runs it with.
+    pub lcore: Option<&'a crate::hw::soft::Lcore>,
 }
 
 /// This process's handle to port `port_id`, for the data path's rare control needs.
@@ -152,6 +154,7 @@ impl<'a> Eth<'a> {
             raw,
             port,
             dev: proc_.dev.as_ref(),
+            lcore: proc_.lcore.as_ref(),
         })
     }
 

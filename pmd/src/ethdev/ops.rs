@@ -129,9 +129,13 @@ fn stop(e: &mut Eth<'_>) {
     e.port.stop(dev);
     // With the device stopped, every buffer still in flight is reclaimed and each queue
     // starts afresh at the next start.
+    let lcore = e.lcore;
     e.for_each_txq(|i, q| {
         if let Err(err) = q.reset(dev) {
             pmd_log!(ERR, "{name}: TX queue {i}: reset failed: {err}");
+        }
+        if let Some(l) = lcore {
+            l.set_sq(i, Some(q.qpn()));
         }
     });
     e.for_each_rxq(|i, q| {

@@ -61,6 +61,9 @@ fn tx_setup(
     let q = TxQ::new(e.dev, p.name.as_str(), qid, nb_desc, cfg, p.mrs.as_slice())
         .map_err(|err| with_queue("TX", qid, err.into()))?;
     let port_id = e.port_id();
+    if let Some(l) = e.lcore {
+        l.set_sq(qid, Some(q.qpn()));
+    }
     let sq = q.sq_desc();
     // Device pages in DPDK memory are at the same address in every process.
     let registers_shared = in_dpdk_memory(sq.doorbell().as_ptr().cast())
@@ -82,6 +85,9 @@ pub(super) unsafe extern "C" fn tx_queue_release(dev: *mut sys::rte_eth_dev, qid
     unsafe {
         eth::run(dev, "TX queue release", |e| {
             e.primary_only()?;
+            if let Some(l) = e.lcore {
+                l.set_sq(qid, None);
+            }
             if let Some(s) = e.take_txq(qid) {
                 s.q.destroy(e.dev);
             }
@@ -298,7 +304,7 @@ unsafe extern "C" fn tx_burst_lcore(q: *mut c_void, pkts: *mut *mut sys::rte_mbu
         let s = unsafe { &*(q as *const TxSlot) };
         // SAFETY: as above.
         if let Some(l) = unsafe { eth::proc_of(s.port_id) }.and_then(|p| p.lcore.as_ref()) {
-            l.after_tx();
+            l.after_tx(s.q.qid);
         }
     }
     sent
@@ -366,6 +372,10 @@ pub(super) unsafe extern "C" fn tx_done_cleanup(q: *mut c_void, free_cnt: u32) -
 fn recover_txq(s: &mut TxSlot) {
     // SAFETY: a queue's port outlives it and is a port of this driver.
     if let Some(p) = unsafe { eth::proc_of(s.port_id) } {
-        s.q.recover(p.dev.as_ref());
+        if s.q.recover(p.dev.as_ref()) {
+            if let Some(l) = &p.lcore {
+                l.set_sq(s.q.qid, Some(s.q.qpn()));
+            }
+        }
     }
 }

@@ -4,13 +4,21 @@
 //! destroyed.
 //!
 //! It also decides where the model's device loop runs ([`DeviceLoop`]): in the lcore that polls
-//! the port (the ethdev burst glue calls a [`Lcore`] runner after `tx_burst` posts and before
-//! `rx_burst` polls), on a thread per port, or on one thread for the process's ports.
+//! the port (the ethdev burst glue calls the model's runners through [`Lcore`] after `tx_burst`
+//! posts and before `rx_burst` polls), on a thread per port, or on the model's one thread for
+//! the process's ports. The model's device pages (UAR pages, BlueFlame registers, counters, the
+//! port's receive buffer) live in its BAR, which comes from the port's [`MemSource`]: DPDK
+//! shared memory under EAL, so secondary processes ring the same doorbells.
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
 
-use mlx4_hca::{CqAttr, Hca, HcaConfig, HcaError, RqAttr, RssFields, SqAttr, Wire};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Arc;
+
+use mlx4_hca::{
+    Bar, CqAttr, Hca, HcaConfig, HcaError, RqAttr, RssFields, RxRunner, SqAttr, SqRunner, Wire,
+};
 use parking_lot::Mutex;
 
 use super::{
@@ -35,20 +43,22 @@ pub fn check_wire(spec: &str) -> Result<(), String> {
 
 /// One software HCA port and the queue memory it was given.
 pub struct Soft {
+    /// First to go: the model, then (last field) the memory its BAR lives in.
     hca: Hca,
     device_loop: DeviceLoop,
     /// Secondary processes attached: their bursts cannot run a device that lives in this
     /// process, so an lcore-run device gets a thread while any is attached.
     secondaries: Mutex<u32>,
     started: std::sync::atomic::AtomicBool,
-    /// Its id in the process's device thread while it is a member.
-    process_member: Mutex<Option<u64>>,
+
     /// Where queue memory comes from; a `Dpdk` source takes each queue's socket.
     source: MemSource,
     /// Opened at start, so that a `peer:` partner may be probed after this port.
     wire: Option<String>,
     /// Queue memory by kind and number, freed once the model forgot the queue.
     mem: Mutex<QueueMem>,
+    /// The model's device memory, when this backend provided it; dropped after the model.
+    bar_mem: Option<Arc<DmaBuf>>,
 }
 
 #[derive(Default)]
@@ -72,13 +82,34 @@ impl Soft {
     pub fn open(name: &str, args: &Devargs, source: MemSource) -> Result<Soft, HwError> {
         let cfg = HcaConfig {
             wc: args.wc == WcMode::On,
+            // A thread is started only where the device loop runs on one (in lcore mode, while
+            // a secondary process is attached).
             threaded: true,
+            shared_thread: args.device_loop == DeviceLoop::ProcessThread,
             busy_poll: args.busy_poll,
             name: name.to_owned(),
             ..HcaConfig::default()
         };
-        let hca = Hca::open(cfg).map_err(hw_err("opening the software HCA"))?;
+        let (hca, bar_mem) = match source {
+            MemSource::Dpdk { .. } => {
+                let mem = Arc::new(
+                    DmaBuf::new(Bar::required_len(&cfg), source)
+                        .ok_or_else(|| HwError::NoMemory("no memory for device pages".into()))?,
+                );
+                // SAFETY: page-aligned DPDK memory of the required length, kept (`bar_mem`, and
+                // a clone in every Lcore) until the model and its runners are gone.
+                let bar = unsafe { Bar::from_raw(mem.as_ptr(), mem.len()) }
+                    .map_err(hw_err("device memory"))?;
+                let hca = Hca::open_on(cfg, bar).map_err(hw_err("opening the software HCA"))?;
+                (hca, Some(mem))
+            }
+            MemSource::Heap => (
+                Hca::open(cfg).map_err(hw_err("opening the software HCA"))?,
+                None,
+            ),
+        };
         let mut soft = Soft::new(hca, source);
+        soft.bar_mem = bar_mem;
         soft.wire = Some(args.wire.as_str().to_owned());
         soft.device_loop = args.device_loop;
         Ok(soft)
@@ -92,10 +123,11 @@ impl Soft {
             device_loop: DeviceLoop::PortThread,
             secondaries: Mutex::new(0),
             started: std::sync::atomic::AtomicBool::new(false),
-            process_member: Mutex::new(None),
+
             source,
             wire: None,
             mem: Mutex::new(QueueMem::default()),
+            bar_mem: None,
         }
     }
 
@@ -108,6 +140,11 @@ impl Soft {
     pub fn lcore(&self) -> Option<Lcore> {
         (self.device_loop == DeviceLoop::Lcore).then(|| Lcore {
             hca: self.hca.clone(),
+            rx: self.hca.rx_runner(),
+            sqs: (0..crate::port::MAX_QUEUES)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+            _bar_mem: self.bar_mem.clone(),
         })
     }
 
@@ -115,13 +152,8 @@ impl Soft {
     /// in the polling lcore, a thread only while a secondary process is attached.
     fn run_loop(&self) -> Result<(), HwError> {
         match self.device_loop {
-            DeviceLoop::PortThread => self.hca.start().map_err(hw_err("start the device loop")),
-            DeviceLoop::ProcessThread => {
-                let mut m = self.process_member.lock();
-                if m.is_none() {
-                    *m = Some(process_thread::join(&self.hca)?);
-                }
-                Ok(())
+            DeviceLoop::PortThread | DeviceLoop::ProcessThread => {
+                self.hca.start().map_err(hw_err("start the device loop"))
             }
             DeviceLoop::Lcore if *self.secondaries.lock() > 0 => {
                 self.hca.start().map_err(hw_err("start the device loop"))
@@ -131,14 +163,7 @@ impl Soft {
     }
 
     fn stop_loop(&self) {
-        match self.device_loop {
-            DeviceLoop::ProcessThread => {
-                if let Some(id) = self.process_member.lock().take() {
-                    process_thread::leave(id);
-                }
-            }
-            DeviceLoop::PortThread | DeviceLoop::Lcore => self.hca.stop(),
-        }
+        self.hca.stop();
     }
 
     fn alloc(&self, len: usize, socket: i32, what: &str) -> Result<DmaBuf, HwError> {
@@ -397,8 +422,7 @@ impl Device for Soft {
     }
 
     fn missed(&self) -> u64 {
-        let c = self.hca.counters();
-        c.rx_drops_no_wqe + c.rx_drops_wire
+        self.hca.counters().rx_missed()
     }
 
     fn poll(&self) {
@@ -434,134 +458,55 @@ impl Drop for Soft {
 
 /// The device loop's share of the polling lcore: the burst glue calls [`Lcore::after_tx`]
 /// after `tx_burst` posted and [`Lcore::before_rx`] before `rx_burst` polls. The queue code
-/// never does: it only stores to memory and device pages, as on a card.
+/// never does: it only stores to memory and device pages, as on a card. The model's runners
+/// cost a few loads and no lock when there is nothing to do.
 pub struct Lcore {
     hca: Hca,
+    rx: RxRunner,
+    /// The runner of each TX queue's SQ, by queue index, set by the control path
+    /// ([`Lcore::set_sq`]) whenever the queue gets a new SQ.
+    sqs: Box<[AtomicPtr<SqRunner>]>,
+    /// Keeps the model's device memory until the runners are gone (dropped last).
+    _bar_mem: Option<Arc<DmaBuf>>,
 }
 
 impl Lcore {
-    /// Executes what the send queues were told to do (doorbells, BlueFlame copies).
+    /// Executes what TX queue `qid`'s SQ was told to do (doorbells, BlueFlame copies).
     #[inline]
-    pub fn after_tx(&self) {
-        self.hca.step();
+    pub fn after_tx(&self, qid: u16) {
+        let p = self.sqs[usize::from(qid)].load(Ordering::Acquire);
+        // SAFETY: NULL or a runner set_sq boxed, which is only replaced or freed by the control
+        // path while no burst of this process runs on the queue (DPDK's rule for queue setup,
+        // release and port stop; recovery runs in the queue's own lcore, between bursts).
+        if let Some(r) = unsafe { p.as_ref() } {
+            r.run();
+        }
     }
 
     /// Delivers frames waiting at the port to its receive queues.
     #[inline]
     pub fn before_rx(&self) {
-        self.hca.step();
+        self.rx.run();
+    }
+
+    /// TX queue `qid` now runs on the SQ `qpn` (None: the queue is gone). Call it only while no
+    /// burst of this process runs on the queue (see [`Lcore::after_tx`]).
+    pub fn set_sq(&self, qid: u16, qpn: Option<u32>) {
+        let new = qpn
+            .and_then(|q| self.hca.sq_runner(q).ok())
+            .map_or(std::ptr::null_mut(), |r| Box::into_raw(Box::new(r)));
+        let old = self.sqs[usize::from(qid)].swap(new, Ordering::AcqRel);
+        if !old.is_null() {
+            // SAFETY: a box set_sq made; no burst runs on the queue (the caller's contract).
+            drop(unsafe { Box::from_raw(old) });
+        }
     }
 }
 
-/// One device thread for every port of the process that runs its device there
-/// (`device_loop=process`): it steps each member's model in turn, backing off when all are
-/// idle as a device thread of its own does.
-mod process_thread {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
-    use mlx4_hca::Hca;
-    use parking_lot::Mutex;
-
-    use crate::hw::HwError;
-
-    struct Shared {
-        /// Members by the id `join` gave them.
-        members: Mutex<Vec<(u64, Hca)>>,
-        /// Rounds over the members completed: `leave` waits for one that began without the
-        /// member it removed.
-        rounds: AtomicU64,
-        stop: AtomicBool,
-    }
-
-    struct Running {
-        sh: Arc<Shared>,
-        thread: std::thread::JoinHandle<()>,
-        next_id: u64,
-    }
-
-    static THREAD: Mutex<Option<Running>> = Mutex::new(None);
-
-    const SPIN_POLLS: u32 = 2000;
-    const YIELD_POLLS: u32 = 200;
-    const MIN_IDLE_SLEEP: Duration = Duration::from_micros(50);
-    const MAX_IDLE_SLEEP: Duration = Duration::from_micros(200);
-
-    fn run(sh: Arc<Shared>) {
-        let mut idle: u32 = 0;
-        while !sh.stop.load(Ordering::Acquire) {
-            let members: Vec<Hca> = sh.members.lock().iter().map(|(_, h)| h.clone()).collect();
-            let work: usize = members.iter().map(Hca::step).sum();
-            drop(members);
-            sh.rounds.fetch_add(1, Ordering::Release);
-            if work > 0 {
-                idle = 0;
-                continue;
-            }
-            idle = idle.saturating_add(1);
-            if idle < SPIN_POLLS {
-                std::hint::spin_loop();
-            } else if idle < SPIN_POLLS + YIELD_POLLS {
-                std::thread::yield_now();
-            } else {
-                let doublings = ((idle - SPIN_POLLS - YIELD_POLLS) / 64).min(2);
-                std::thread::sleep((MIN_IDLE_SLEEP * (1 << doublings)).min(MAX_IDLE_SLEEP));
-            }
-        }
-    }
-
-    /// Adds `hca` to the process's device thread, starting the thread with its first member.
-    /// Returns the member's id for [`leave`].
-    pub fn join(hca: &Hca) -> Result<u64, HwError> {
-        let mut t = THREAD.lock();
-        if t.is_none() {
-            let sh = Arc::new(Shared {
-                members: Mutex::new(Vec::new()),
-                rounds: AtomicU64::new(0),
-                stop: AtomicBool::new(false),
-            });
-            let run_sh = sh.clone();
-            let thread = std::thread::Builder::new()
-                .name("mlx4rs-devices".into())
-                .spawn(move || run(run_sh))
-                .map_err(|e| HwError::Device(format!("spawning the device thread: {e}")))?;
-            *t = Some(Running {
-                sh,
-                thread,
-                next_id: 0,
-            });
-        }
-        let r = t.as_mut().expect("started above");
-        let id = r.next_id;
-        r.next_id += 1;
-        r.sh.members.lock().push((id, hca.clone()));
-        Ok(id)
-    }
-
-    /// Removes member `id`; once this returns the thread no longer runs it. The thread ends
-    /// with its last member.
-    pub fn leave(id: u64) {
-        let mut t = THREAD.lock();
-        let Some(r) = t.as_ref() else { return };
-        let empty = {
-            let mut m = r.sh.members.lock();
-            m.retain(|(i, _)| *i != id);
-            m.is_empty()
-        };
-        if empty {
-            let r = t.take().expect("checked above");
-            r.sh.stop.store(true, Ordering::Release);
-            let _ = r.thread.join();
-            return;
-        }
-        // The round in progress may still hold the member; the one after it does not.
-        let sh = r.sh.clone();
-        drop(t);
-        let seen = sh.rounds.load(Ordering::Acquire);
-        let deadline = Instant::now() + Duration::from_secs(1);
-        while sh.rounds.load(Ordering::Acquire) < seen + 2 && Instant::now() < deadline {
-            std::thread::sleep(MIN_IDLE_SLEEP);
+impl Drop for Lcore {
+    fn drop(&mut self) {
+        for qid in 0..self.sqs.len() {
+            self.set_sq(qid as u16, None);
         }
     }
 }
