@@ -25,7 +25,7 @@ use crate::txq::{TxConfig, TxPath, TxStats};
 use crate::wc::{self, PathChoice};
 
 /// Queue limits we advertise. The HCA allows more; these keep per-port memory sane.
-pub const MAX_QUEUES: u16 = 16;
+pub const MAX_QUEUES: u16 = crate::hw::MAX_QUEUES;
 pub const MIN_DESC: u16 = 64;
 pub const MAX_DESC: u16 = 16384;
 pub const DEFAULT_RING: u16 = 1024;

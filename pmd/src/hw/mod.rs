@@ -19,6 +19,10 @@ use crate::mem::{DmaRange, Mr};
 
 pub mod soft;
 
+/// RX and TX queues a port sets up at most (the device allows more; this keeps per-port memory
+/// sane).
+pub const MAX_QUEUES: u16 = 16;
+
 /// The Toeplitz key length of the mlx4 family (bytes).
 pub const RSS_KEY_LEN: usize = 40;
 /// The well-known default Toeplitz key (also mlx4's historic default).

@@ -141,7 +141,7 @@ impl Soft {
         (self.device_loop == DeviceLoop::Lcore).then(|| Lcore {
             hca: self.hca.clone(),
             rx: self.hca.rx_runner(),
-            sqs: (0..crate::port::MAX_QUEUES)
+            sqs: (0..super::MAX_QUEUES)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             _bar_mem: self.bar_mem.clone(),
