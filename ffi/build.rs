@@ -95,7 +95,7 @@ fn main() {
         .clang_args(&clang_args)
         .allowlist_function("rte_.*|mlx4rs_.*")
         .allowlist_type("rte_.*|eth_.*")
-        .allowlist_var("RTE_.*|rte_eth_devices")
+        .allowlist_var("RTE_.*|rte_eth_devices|mlx4rs_.*")
         .blocklist_item("per_lcore_.*")
         .opaque_type("rte_l2tpv2_combined_msg_hdr")
         .opaque_type("rte_gtp_psc_generic_hdr")

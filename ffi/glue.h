@@ -21,4 +21,12 @@ int mlx4rs_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, u
 void mlx4rs_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned n);
 void mlx4rs_log(uint32_t level, uint32_t logtype, const char *msg);
 uint16_t mlx4rs_pktmbuf_data_room_size(struct rte_mempool *mp);
+
+/* A header constant by name, for tests of the values restated in Rust. */
+struct mlx4rs_named_bit {
+	const char *name;
+	uint64_t value;
+};
+extern const struct mlx4rs_named_bit mlx4rs_header_bits[];
+extern const unsigned mlx4rs_header_bits_n;
 #endif

@@ -10,6 +10,8 @@
     dead_code
 )]
 #![allow(clippy::all)]
+// Generated code: its unsafe blocks (layout tests, bitfield accessors) carry no comments.
+#![allow(clippy::undocumented_unsafe_blocks)]
 #![allow(unsafe_op_in_unsafe_fn)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
@@ -34,6 +36,17 @@ pub mod bits {
     pub const RTE_ETH_RX_OFFLOAD_KEEP_CRC: u64 = 1 << 16;
     pub const RTE_ETH_RX_OFFLOAD_RSS_HASH: u64 = 1 << 19;
 
+    pub const RTE_ETH_RSS_IPV4: u64 = 1 << 2;
+    pub const RTE_ETH_RSS_FRAG_IPV4: u64 = 1 << 3;
+    pub const RTE_ETH_RSS_NONFRAG_IPV4_TCP: u64 = 1 << 4;
+    pub const RTE_ETH_RSS_NONFRAG_IPV4_UDP: u64 = 1 << 5;
+    pub const RTE_ETH_RSS_NONFRAG_IPV4_OTHER: u64 = 1 << 7;
+    pub const RTE_ETH_RSS_IPV6: u64 = 1 << 8;
+    pub const RTE_ETH_RSS_FRAG_IPV6: u64 = 1 << 9;
+    pub const RTE_ETH_RSS_NONFRAG_IPV6_TCP: u64 = 1 << 10;
+    pub const RTE_ETH_RSS_NONFRAG_IPV6_UDP: u64 = 1 << 11;
+    pub const RTE_ETH_RSS_NONFRAG_IPV6_OTHER: u64 = 1 << 13;
+
     pub const RTE_MBUF_F_RX_RSS_HASH: u64 = 1 << 1;
     pub const RTE_MBUF_F_RX_L4_CKSUM_BAD: u64 = 1 << 3;
     pub const RTE_MBUF_F_RX_IP_CKSUM_BAD: u64 = 1 << 4;
@@ -47,4 +60,79 @@ pub mod bits {
     pub const RTE_MBUF_F_TX_IPV4: u64 = 1 << 55;
     pub const RTE_MBUF_F_TX_IPV6: u64 = 1 << 56;
     pub const RTE_MBUF_F_TX_VLAN: u64 = 1 << 57;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::ffi::CStr;
+
+    /// Every constant of `bits`, by name.
+    macro_rules! restated {
+        ($($name:ident),* $(,)?) => {
+            [$((stringify!($name), u64::from(super::bits::$name))),*]
+        };
+    }
+
+    #[test]
+    fn restated_bits_match_the_headers() {
+        // SAFETY: a constant array of `mlx4rs_header_bits_n` entries whose names are static
+        // NUL-terminated strings (glue.c).
+        let header: HashMap<&str, u64> = unsafe {
+            std::slice::from_raw_parts(
+                super::mlx4rs_header_bits.as_ptr(),
+                super::mlx4rs_header_bits_n as usize,
+            )
+        }
+        .iter()
+        // SAFETY: as above.
+        .map(|b| (unsafe { CStr::from_ptr(b.name) }.to_str().unwrap(), b.value))
+        .collect();
+        let ours = restated!(
+            RTE_ETH_LINK_SPEED_40G,
+            RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS,
+            RTE_ETH_TX_OFFLOAD_VLAN_INSERT,
+            RTE_ETH_TX_OFFLOAD_IPV4_CKSUM,
+            RTE_ETH_TX_OFFLOAD_UDP_CKSUM,
+            RTE_ETH_TX_OFFLOAD_TCP_CKSUM,
+            RTE_ETH_TX_OFFLOAD_MULTI_SEGS,
+            RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE,
+            RTE_ETH_RX_OFFLOAD_IPV4_CKSUM,
+            RTE_ETH_RX_OFFLOAD_UDP_CKSUM,
+            RTE_ETH_RX_OFFLOAD_TCP_CKSUM,
+            RTE_ETH_RX_OFFLOAD_SCATTER,
+            RTE_ETH_RX_OFFLOAD_KEEP_CRC,
+            RTE_ETH_RX_OFFLOAD_RSS_HASH,
+            RTE_ETH_RSS_IPV4,
+            RTE_ETH_RSS_FRAG_IPV4,
+            RTE_ETH_RSS_NONFRAG_IPV4_TCP,
+            RTE_ETH_RSS_NONFRAG_IPV4_UDP,
+            RTE_ETH_RSS_NONFRAG_IPV4_OTHER,
+            RTE_ETH_RSS_IPV6,
+            RTE_ETH_RSS_FRAG_IPV6,
+            RTE_ETH_RSS_NONFRAG_IPV6_TCP,
+            RTE_ETH_RSS_NONFRAG_IPV6_UDP,
+            RTE_ETH_RSS_NONFRAG_IPV6_OTHER,
+            RTE_MBUF_F_RX_RSS_HASH,
+            RTE_MBUF_F_RX_L4_CKSUM_BAD,
+            RTE_MBUF_F_RX_IP_CKSUM_BAD,
+            RTE_MBUF_F_RX_IP_CKSUM_GOOD,
+            RTE_MBUF_F_RX_L4_CKSUM_GOOD,
+            RTE_MBUF_F_TX_TCP_CKSUM,
+            RTE_MBUF_F_TX_UDP_CKSUM,
+            RTE_MBUF_F_TX_L4_MASK,
+            RTE_MBUF_F_TX_IP_CKSUM,
+            RTE_MBUF_F_TX_IPV4,
+            RTE_MBUF_F_TX_IPV6,
+            RTE_MBUF_F_TX_VLAN,
+        );
+        assert_eq!(
+            ours.len(),
+            header.len(),
+            "glue.c lists every restated constant"
+        );
+        for (name, value) in ours {
+            assert_eq!(header.get(name), Some(&value), "{name}");
+        }
+    }
 }

@@ -15,8 +15,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use mlx4_hca::Wire;
-
 /// Largest inline threshold: the inline data that fits a WQE of 63 DS (1008 bytes) once the
 /// control segment and one 4-byte header per 64-byte chunk are taken out: 44 + 14 * 60 + 44.
 pub const MAX_TXQ_INLINE: u16 = 928;
@@ -41,6 +39,29 @@ pub enum BfMode {
     Off,
 }
 
+/// Where the software HCA's device loop runs (`device_loop=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceLoop {
+    /// In the lcore that polls the port: the burst functions run the device after `tx_burst`
+    /// posts and before `rx_burst` polls. No thread of its own, so on few cores the figures
+    /// measure the driver rather than the scheduler (the default).
+    Lcore,
+    /// A thread per port.
+    PortThread,
+    /// One thread for every port of the process that asks for it.
+    ProcessThread,
+}
+
+impl DeviceLoop {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceLoop::Lcore => "lcore",
+            DeviceLoop::PortThread => "port",
+            DeviceLoop::ProcessThread => "process",
+        }
+    }
+}
+
 /// A validated `wire=` value. Kept as text because a wire is opened when the port starts, and a
 /// `peer:` partner may not exist yet at probe time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,12 +70,6 @@ pub struct WireSpec(String);
 impl WireSpec {
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-
-    /// Opens the wire this spec names.
-    pub fn to_wire(&self) -> Wire {
-        // Validated at parse time, so this cannot fail.
-        self.0.parse().unwrap_or(Wire::Null)
     }
 }
 
@@ -67,6 +82,7 @@ pub struct Devargs {
     pub mac: Option<[u8; 6]>,
     /// Device loop spins without backing off (latency runs).
     pub busy_poll: bool,
+    pub device_loop: DeviceLoop,
 }
 
 impl Default for Devargs {
@@ -78,6 +94,7 @@ impl Default for Devargs {
             txq_inline: DEFAULT_TXQ_INLINE,
             mac: None,
             busy_poll: false,
+            device_loop: DeviceLoop::Lcore,
         }
     }
 }
@@ -118,6 +135,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("txq_inline", "0 (no inlining) or 17..=928 bytes"),
     ("mac", "a unicast MAC address like 02:00:00:00:00:01"),
     ("busy_poll", "0 or 1"),
+    (
+        "device_loop",
+        "lcore (the polling lcore runs the device), port (a thread per port) or process (one thread for the process's ports)",
+    ),
 ];
 
 fn allowed(key: &str) -> &'static str {
@@ -172,9 +193,7 @@ impl FromStr for Devargs {
             }
             match key {
                 "wire" => {
-                    value
-                        .parse::<Wire>()
-                        .map_err(|e| err(key, value, e.to_string()))?;
+                    crate::hw::soft::check_wire(value).map_err(|e| err(key, value, e))?;
                     d.wire = WireSpec(value.to_owned());
                 }
                 "wc" => {
@@ -204,6 +223,14 @@ impl FromStr for Devargs {
                     d.busy_poll = match value {
                         "0" => false,
                         "1" => true,
+                        _ => return Err(bad()),
+                    }
+                }
+                "device_loop" => {
+                    d.device_loop = match value {
+                        "lcore" => DeviceLoop::Lcore,
+                        "port" => DeviceLoop::PortThread,
+                        "process" => DeviceLoop::ProcessThread,
                         _ => return Err(bad()),
                     }
                 }
@@ -335,14 +362,33 @@ mod tests {
         assert_eq!(d.bf, BfMode::Auto);
         assert_eq!(d.wc, WcMode::On);
         assert_eq!(d.wire.as_str(), "null");
+        assert_eq!(d.device_loop, DeviceLoop::Lcore);
+    }
+
+    #[test]
+    fn device_loops() {
+        for l in [
+            DeviceLoop::Lcore,
+            DeviceLoop::PortThread,
+            DeviceLoop::ProcessThread,
+        ] {
+            let d = parse(&format!("device_loop={}", l.as_str())).unwrap();
+            assert_eq!(d.device_loop, l);
+        }
+        for v in ["", "thread", "Lcore", "1"] {
+            let e = parse(&format!("device_loop={v}")).unwrap_err();
+            assert_eq!((e.key.as_str(), e.value.as_str()), ("device_loop", v));
+            assert_eq!(e.allowed, allowed("device_loop"));
+        }
     }
 
     #[test]
     fn all_keys() {
         let d = parse(
-            "wire=pcap:/tmp/x.pcap,wc=off,bf=on,txq_inline=0,mac=02:00:00:aa:bb:0c,busy_poll=1,",
+            "wire=pcap:/tmp/x.pcap,wc=off,bf=on,txq_inline=0,mac=02:00:00:aa:bb:0c,busy_poll=1,device_loop=process,",
         )
         .unwrap();
+        assert_eq!(d.device_loop, DeviceLoop::ProcessThread);
         assert_eq!(d.wire.as_str(), "pcap:/tmp/x.pcap");
         assert_eq!(d.wc, WcMode::Off);
         assert_eq!(d.bf, BfMode::On);

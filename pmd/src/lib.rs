@@ -2,11 +2,18 @@
 //!
 //! `tx_burst` writes inline WQEs either into a write-combining BlueFlame page or into the send
 //! ring followed by one UAR doorbell per burst; a capability check at device init decides which
-//! path is live. The hardware is, on our machines, the software HCA of [`mlx4_hca`], which the
+//! path is live. The hardware is, on our machines, the software HCA ([`hca`]), which the
 //! driver cannot tell from a card.
 //!
-//! Layout: [`devargs`] and [`port`] are ordinary Rust; `ethdev` is the only bridge to DPDK's C
-//! interfaces; the queues own their rings.
+//! Layout:
+//! - the data path: [`txq`] and [`wqe`] (TX), [`rxq`] (RX), [`ring`] (views of the rings a device
+//!   hands over), [`mmio`] (doorbell and BlueFlame stores), [`mbuf`] (mbufs as buffers), [`mem`]
+//!   (memory for the device and shared arrays);
+//! - the hardware boundary: [`hw`], the control trait, and its backends ([`hw::soft`]);
+//! - the capability check: [`wc`];
+//! - plain Rust configuration: [`devargs`], [`port`], [`stats`] (counter definitions);
+//! - C callbacks: `ethdev`, the only layer DPDK calls into. `mbuf`, `mem` and `log` call DPDK
+//!   functions too (buffers, memory, logging), but take no callbacks.
 #![deny(unsafe_code)]
 
 pub mod devargs;
@@ -24,6 +31,7 @@ pub mod port;
 #[allow(unsafe_code)]
 pub mod ring;
 pub mod rxq;
+pub mod stats;
 pub mod txq;
 pub mod wc;
 pub mod wqe;
@@ -32,7 +40,7 @@ pub mod wqe;
 mod ethdev;
 
 pub use ethdev::DRIVER_NAME;
-pub use mlx4_hca as hca;
+pub use hw::soft::hca;
 pub use mlx4_prm as prm;
 
 /// Keeps the driver (and its EAL constructor) in an application that links this crate as an

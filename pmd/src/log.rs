@@ -25,7 +25,7 @@ pub(crate) fn register() {
     }
 }
 
-/// Writes one line. Called through [`pmd_log!`].
+/// Writes one line. Called through `pmd_log!`.
 pub fn write(level: u32, msg: &str) {
     let ty = LOGTYPE.load(Ordering::Relaxed);
     // SAFETY: pure query of EAL's log configuration.

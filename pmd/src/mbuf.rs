@@ -11,6 +11,7 @@ use std::ptr;
 
 use dpdk_sys::{self as sys, bits};
 
+use crate::mem::{DmaArray, MemSource};
 use crate::rxq::{RxBuf, RxMeta};
 use crate::txq::TxBuf;
 use crate::wqe::TxOffloads;
@@ -200,14 +201,13 @@ unsafe impl RxBuf for Mbuf {
 }
 
 /// `n` fresh buffers from `pool`, or None if the pool cannot give them all.
-pub fn alloc_boxed<B: RxBuf>(pool: B::Pool, n: usize) -> Option<Box<[B]>> {
-    let mut v: Box<[MaybeUninit<B>]> = vec![MaybeUninit::uninit(); n].into_boxed_slice();
+pub fn alloc_dma<B: RxBuf>(pool: B::Pool, n: usize, source: MemSource) -> Option<DmaArray<B>> {
+    let mut v: DmaArray<MaybeUninit<B>> = DmaArray::new(n, MaybeUninit::uninit(), source)?;
     if !B::alloc_bulk(pool, &mut v) {
         return None;
     }
-    // SAFETY: alloc_bulk returned true, so every entry is initialised (RxBuf's contract);
-    // `MaybeUninit<B>` has `B`'s layout.
-    Some(unsafe { Box::from_raw(Box::into_raw(v) as *mut [B]) })
+    // SAFETY: alloc_bulk returned true, so every entry is initialised (RxBuf's contract).
+    Some(unsafe { v.assume_init() })
 }
 
 /// Fills `out` with fresh buffers from `pool` and returns them, or None (and `out` untouched
@@ -216,27 +216,30 @@ pub fn alloc_into<B: RxBuf>(pool: B::Pool, out: &mut [MaybeUninit<B>]) -> Option
     if !B::alloc_bulk(pool, out) {
         return None;
     }
-    // SAFETY: as in alloc_boxed.
+    // SAFETY: as in alloc_dma.
     Some(unsafe { &mut *(out as *mut [MaybeUninit<B>] as *mut [B]) })
 }
 
 /// Buffers held until the device is done with them, in posting order: a ring of slots of
 /// which exactly `[tail, head)` (free-running counters) hold buffers.
+///
+/// Plain data in `source` memory, so that the queue holding it can live in memory several
+/// processes share.
 pub struct BufRing<B: Copy> {
-    slots: Box<[MaybeUninit<B>]>,
+    slots: DmaArray<MaybeUninit<B>>,
     head: u32,
     tail: u32,
 }
 
 impl<B: Copy> BufRing<B> {
-    /// A ring of `n` slots (a power of two).
-    pub fn new(n: u32) -> BufRing<B> {
+    /// A ring of `n` slots (a power of two) in `source` memory; None when that is exhausted.
+    pub fn new(n: u32, source: MemSource) -> Option<BufRing<B>> {
         assert!(n.is_power_of_two());
-        BufRing {
-            slots: vec![MaybeUninit::uninit(); n as usize].into_boxed_slice(),
+        Some(BufRing {
+            slots: DmaArray::new(n as usize, MaybeUninit::uninit(), source)?,
             head: 0,
             tail: 0,
-        }
+        })
     }
 
     pub fn capacity(&self) -> u32 {
@@ -404,7 +407,7 @@ mod tests {
 
     #[test]
     fn buf_ring_hands_back_what_it_holds_in_order() {
-        let mut r: BufRing<u32> = BufRing::new(4);
+        let mut r: BufRing<u32> = BufRing::new(4, MemSource::Heap).unwrap();
         assert!(r.is_empty());
         for i in 0..4 {
             assert!(r.push(i));

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{fence, AtomicU8, Ordering};
 
-use mlx4_prm::{SEND_DOORBELL_OFFSET, TXBB_SIZE};
+use mlx4_prm::TXBB_SIZE;
 
 /// Store fence: orders all earlier stores, including write-combining ones, before later ones
 /// (x86 `sfence`, as `rte_wmb` and rdma-core's `mmio_flush_writes`).
@@ -40,11 +40,11 @@ unsafe impl Send for SendDoorbell {}
 
 impl SendDoorbell {
     /// # Safety
-    /// `uar` must point to a mapped UAR page that outlives this value.
-    pub unsafe fn new(uar: *mut u8, qpn: u32) -> SendDoorbell {
+    /// `reg` must be a mapped, 4-byte aligned send doorbell register (UAR page + 0x14) that
+    /// outlives this value.
+    pub unsafe fn new(reg: *mut u32, qpn: u32) -> SendDoorbell {
         SendDoorbell {
-            // SAFETY: the offset lies inside the 4 KiB page, 4-byte aligned.
-            reg: unsafe { uar.add(SEND_DOORBELL_OFFSET) }.cast(),
+            reg,
             value: mlx4_prm::doorbell_value(qpn).to_be(),
         }
     }

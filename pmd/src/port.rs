@@ -1,19 +1,31 @@
-//! One `net_mlx4rs` port: its devargs, its (software) HCA, link state and configuration.
-//! Ordinary Rust: the `ethdev` module turns DPDK's callbacks into calls on this type.
+//! One `net_mlx4rs` port: its configuration and state, in plain Rust. The `ethdev` module turns
+//! DPDK's callbacks into calls on this type.
+//!
+//! A [`Port`] lives in DPDK shared memory as the ethdev's private data, where every process of
+//! the application reads it, so it is plain data (see [`crate::mem`]). The device is a
+//! per-process handle ([`Device`]): methods that need it take it as a parameter.
 
-use std::sync::Arc;
+use dpdk_sys::bits::{
+    RTE_ETH_RSS_FRAG_IPV4 as RSS_FRAG_IPV4, RTE_ETH_RSS_FRAG_IPV6 as RSS_FRAG_IPV6,
+    RTE_ETH_RSS_IPV4 as RSS_IPV4, RTE_ETH_RSS_IPV6 as RSS_IPV6,
+    RTE_ETH_RSS_NONFRAG_IPV4_OTHER as RSS_NONFRAG_IPV4_OTHER,
+    RTE_ETH_RSS_NONFRAG_IPV4_TCP as RSS_NONFRAG_IPV4_TCP,
+    RTE_ETH_RSS_NONFRAG_IPV4_UDP as RSS_NONFRAG_IPV4_UDP,
+    RTE_ETH_RSS_NONFRAG_IPV6_OTHER as RSS_NONFRAG_IPV6_OTHER,
+    RTE_ETH_RSS_NONFRAG_IPV6_TCP as RSS_NONFRAG_IPV6_TCP,
+    RTE_ETH_RSS_NONFRAG_IPV6_UDP as RSS_NONFRAG_IPV6_UDP,
+};
 
-use mlx4_hca::{Caps, Hca, HcaConfig, RssFields};
-
-use crate::devargs::{Devargs, WcMode};
-use crate::mem::{DmaRange, MemSource, Mr};
+use crate::devargs::{Devargs, DeviceLoop};
+use crate::hw::{self, Caps, Device, HwError, RssHash, RSS_KEY_LEN};
+use crate::mem::{DmaRange, FixedStr, MemSource, Mr};
 use crate::mmio::Copy64;
 use crate::pmd_log;
 use crate::txq::{TxConfig, TxPath, TxStats};
 use crate::wc::{self, PathChoice};
 
 /// Queue limits we advertise. The HCA allows more; these keep per-port memory sane.
-pub const MAX_QUEUES: u16 = 16;
+pub const MAX_QUEUES: u16 = crate::hw::MAX_QUEUES;
 pub const MIN_DESC: u16 = 64;
 pub const MAX_DESC: u16 = 16384;
 pub const DEFAULT_RING: u16 = 1024;
@@ -23,59 +35,46 @@ pub const MAX_MTU: u16 = 9600;
 /// Link speed the emulated ConnectX-3 port reports, in Mbps.
 pub const LINK_SPEED_MBPS: u32 = 40_000;
 
-#[derive(Debug)]
-pub enum PortError {
-    Hca(String),
-    Invalid(String),
-}
+/// Memory regions a port can register: one per DPDK memseg list.
+pub const MAX_MRS: usize = dpdk_sys::RTE_MAX_MEMSEG_LISTS as usize;
 
-impl std::fmt::Display for PortError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PortError::Hca(s) => write!(f, "device: {s}"),
-            PortError::Invalid(s) => f.write_str(s),
-        }
-    }
-}
-
-impl PortError {
-    /// The negative errno DPDK expects from an op.
-    pub fn errno(&self) -> i32 {
-        match self {
-            PortError::Hca(_) => -libc::EIO,
-            PortError::Invalid(_) => -libc::EINVAL,
-        }
-    }
-}
-
+/// A port's state, shared by every process that drives it.
 pub struct Port {
-    pub name: Arc<str>,
-    pub args: Devargs,
-    pub hca: Hca,
+    pub name: FixedStr<{ dpdk_sys::RTE_ETH_NAME_MAX_LEN as usize }>,
+    /// Inline threshold of the port's TX queues (devarg `txq_inline`).
+    pub txq_inline: u16,
     pub caps: Caps,
     pub mac: [u8; 6],
     pub started: bool,
-    /// Which TX path the capability check made live, and why.
-    pub tx_path: PathChoice,
+    /// Which TX path the capability check made live (the reason was logged at probe).
+    pub tx_path: TxPath,
     pub copy: Copy64,
     pub source: MemSource,
-    /// Memory the device may read packets from.
-    pub mrs: Arc<[Mr]>,
+    /// Memory the device may read packets from and write them to.
+    pub mrs: MrTable,
     pub rx: RxState,
+    /// Where the software HCA's device loop runs: the burst functions follow it.
+    pub device_loop: DeviceLoop,
+}
+
+/// The regions a port registered, inline.
+#[derive(Clone, Copy)]
+pub struct MrTable {
+    n: usize,
+    regions: [Mr; MAX_MRS],
+}
+
+impl MrTable {
+    pub fn as_slice(&self) -> &[Mr] {
+        &self.regions[..self.n]
+    }
 }
 
 /// RSS redirection table size (entries of queue indices).
 pub const RETA_SIZE: usize = 128;
-pub const RSS_KEY_LEN: usize = 40;
-/// The well-known default Toeplitz key (also mlx4's historic default).
-pub const DEFAULT_RSS_KEY: [u8; RSS_KEY_LEN] = [
-    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
-    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
-    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
-];
 
 /// Receive-side settings the device applies: filter, MTU, RSS.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct RxState {
     pub promisc: bool,
     pub allmulti: bool,
@@ -93,24 +92,13 @@ impl Default for RxState {
             promisc: true,
             allmulti: true,
             mtu: 1500,
-            rss_key: DEFAULT_RSS_KEY,
+            rss_key: hw::DEFAULT_RSS_KEY,
             rss_hf: RSS_HF_ALL,
             reta: [0; RETA_SIZE],
         }
     }
 }
 
-// RTE_ETH_RSS_* (rte_ethdev.h).
-pub const RSS_IPV4: u64 = 1 << 2;
-pub const RSS_FRAG_IPV4: u64 = 1 << 3;
-pub const RSS_NONFRAG_IPV4_TCP: u64 = 1 << 4;
-pub const RSS_NONFRAG_IPV4_UDP: u64 = 1 << 5;
-pub const RSS_NONFRAG_IPV4_OTHER: u64 = 1 << 7;
-pub const RSS_IPV6: u64 = 1 << 8;
-pub const RSS_FRAG_IPV6: u64 = 1 << 9;
-pub const RSS_NONFRAG_IPV6_TCP: u64 = 1 << 10;
-pub const RSS_NONFRAG_IPV6_UDP: u64 = 1 << 11;
-pub const RSS_NONFRAG_IPV6_OTHER: u64 = 1 << 13;
 /// Every hash type the device computes.
 pub const RSS_HF_ALL: u64 = RSS_IPV4
     | RSS_FRAG_IPV4
@@ -124,96 +112,87 @@ pub const RSS_HF_ALL: u64 = RSS_IPV4
     | RSS_NONFRAG_IPV6_OTHER;
 
 /// The device's field sets for DPDK hash types.
-pub fn rss_fields(hf: u64) -> RssFields {
-    let mut f = RssFields::NONE;
-    if hf & (RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER) != 0 {
-        f |= RssFields::IPV4;
+pub fn rss_hash(hf: u64) -> RssHash {
+    let mut h = RssHash::NONE;
+    for (types, fields) in [
+        (
+            RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER,
+            RssHash::IPV4,
+        ),
+        (RSS_NONFRAG_IPV4_TCP, RssHash::IPV4_TCP),
+        (RSS_NONFRAG_IPV4_UDP, RssHash::IPV4_UDP),
+        (
+            RSS_IPV6 | RSS_FRAG_IPV6 | RSS_NONFRAG_IPV6_OTHER,
+            RssHash::IPV6,
+        ),
+        (RSS_NONFRAG_IPV6_TCP, RssHash::IPV6_TCP),
+        (RSS_NONFRAG_IPV6_UDP, RssHash::IPV6_UDP),
+    ] {
+        if hf & types != 0 {
+            h |= fields;
+        }
     }
-    if hf & RSS_NONFRAG_IPV4_TCP != 0 {
-        f |= RssFields::IPV4_TCP;
-    }
-    if hf & RSS_NONFRAG_IPV4_UDP != 0 {
-        f |= RssFields::IPV4_UDP;
-    }
-    if hf & (RSS_IPV6 | RSS_FRAG_IPV6 | RSS_NONFRAG_IPV6_OTHER) != 0 {
-        f |= RssFields::IPV6;
-    }
-    if hf & RSS_NONFRAG_IPV6_TCP != 0 {
-        f |= RssFields::IPV6_TCP;
-    }
-    if hf & RSS_NONFRAG_IPV6_UDP != 0 {
-        f |= RssFields::IPV6_UDP;
-    }
-    f
+    h
 }
 
 impl Port {
-    /// Opens the device behind a port, reads its capabilities, registers `mem` (the ranges
-    /// packet buffers may live in) and runs the TX path capability check.
+    /// A port on `dev`: reads the device's capabilities, registers `mem` (the ranges packet
+    /// buffers may live in) and runs the TX path capability check.
     pub fn open(
         name: &str,
-        args: Devargs,
+        args: &Devargs,
         source: MemSource,
         mem: &[DmaRange],
-    ) -> Result<Port, PortError> {
-        let cfg = HcaConfig {
-            wc: args.wc == WcMode::On,
-            threaded: true,
-            busy_poll: args.busy_poll,
-            name: name.to_owned(),
-            ..HcaConfig::default()
-        };
-        let hca = Hca::open(cfg).map_err(|e| PortError::Hca(e.to_string()))?;
-        let caps = hca.caps();
+        dev: &dyn Device,
+    ) -> Result<Port, HwError> {
+        if mem.len() > MAX_MRS {
+            return Err(HwError::Invalid(format!(
+                "{} memory regions, at most {MAX_MRS}",
+                mem.len()
+            )));
+        }
+        let caps = dev.caps();
         let mac = args.mac.unwrap_or_else(|| default_mac(name));
         pmd_log!(
-            INFO,
-            "{name}: software HCA opened: bf_reg_size {} wire {}",
+            NOTICE,
+            "{name}: device ready: bf_reg_size {}, wire {}, device loop {}",
             caps.bf_reg_size,
-            args.wire.as_str()
+            args.wire.as_str(),
+            args.device_loop.as_str()
         );
-        let mut mrs = Vec::with_capacity(mem.len());
+        let mut mrs = MrTable {
+            n: 0,
+            regions: [Mr::default(); MAX_MRS],
+        };
         for &range in mem {
-            mrs.push(crate::hw::reg_mr_range(&hca, range).map_err(PortError::Hca)?);
+            mrs.regions[mrs.n] = dev.reg_mr(range)?;
+            mrs.n += 1;
         }
         let copy = Copy64::best();
-        hca.start().map_err(|e| PortError::Hca(e.to_string()))?;
-        let tx_path = wc::decide(&hca, args.bf, source, copy);
-        hca.stop();
-        let path = match tx_path.path {
-            TxPath::BlueFlame => format!("BlueFlame ({})", copy.name()),
-            TxPath::Doorbell => "doorbell".to_owned(),
-        };
-        if tx_path.warning {
-            pmd_log!(WARNING, "{name}: TX path {path}: {}", tx_path.reason);
-        } else {
-            pmd_log!(NOTICE, "{name}: TX path {path}: {}", tx_path.reason);
-        }
-        Ok(Port {
-            name: name.into(),
-            args,
-            hca,
+        let choice = wc::decide(dev, args.bf, source.socket(), copy);
+        log_path(name, &choice, copy);
+        let port = Port {
+            name: FixedStr::new(name),
+            txq_inline: args.txq_inline,
             caps,
             mac,
             started: false,
-            tx_path,
+            tx_path: choice.path,
             copy,
             source,
-            mrs: mrs.into(),
+            mrs,
             rx: RxState::default(),
-        })
+            device_loop: args.device_loop,
+        };
+        Ok(port)
     }
 
     /// Pushes filter, MTU and RSS settings to the device. `rq_qpns` are the RX queues' QPNs by
     /// queue index; the redirection table maps hash buckets to them.
-    pub fn apply_rx(&self, rq_qpns: &[u32]) -> Result<(), PortError> {
-        let hca_err = |e: mlx4_hca::HcaError| PortError::Hca(e.to_string());
-        self.hca
-            .set_rx_filter(self.mac, self.rx.promisc, self.rx.allmulti);
-        self.hca.set_mtu(self.rx.mtu);
-        self.hca
-            .set_rss(&self.rx.rss_key, rss_fields(self.rx.rss_hf))
-            .map_err(hca_err)?;
+    pub fn apply_rx(&self, dev: &dyn Device, rq_qpns: &[u32]) -> Result<(), HwError> {
+        dev.set_rx_filter(self.mac, self.rx.promisc, self.rx.allmulti)?;
+        dev.set_mtu(self.rx.mtu)?;
+        dev.set_rss(&self.rx.rss_key, rss_hash(self.rx.rss_hf))?;
         if !rq_qpns.is_empty() {
             let table: Vec<u32> = self
                 .rx
@@ -221,7 +200,7 @@ impl Port {
                 .iter()
                 .map(|&q| rq_qpns[usize::from(q) % rq_qpns.len()])
                 .collect();
-            self.hca.set_rx_steering(&table).map_err(hca_err)?;
+            dev.set_rx_steering(&table)?;
         }
         Ok(())
     }
@@ -236,8 +215,8 @@ impl Port {
     /// The configuration of this port's TX queues.
     pub fn tx_config(&self, fast_free: bool, socket: i32) -> TxConfig {
         TxConfig {
-            inline_max: self.args.txq_inline,
-            path: self.tx_path.path,
+            inline_max: self.txq_inline,
+            path: self.tx_path,
             copy: self.copy,
             fast_free,
             source: match self.source {
@@ -249,80 +228,57 @@ impl Port {
 
     /// Extended statistics: driver counters summed over queues, then per queue, then the
     /// device's own (bus analyser) counters.
-    pub fn xstats(&self, txqs: &[TxStats]) -> Vec<(String, u64)> {
+    pub fn xstats(&self, dev: &dyn Device, txqs: &[TxStats]) -> Vec<(String, u64)> {
         let mut out = Vec::new();
         let mut sum = TxStats::default();
         for s in txqs {
-            sum.doorbells += s.doorbells;
-            sum.bf_writes += s.bf_writes;
-            sum.inline_packets += s.inline_packets;
-            sum.gather_packets += s.gather_packets;
-            sum.completions += s.completions;
-            sum.ring_full += s.ring_full;
-            sum.error_cqes += s.error_cqes;
+            sum.add(s);
         }
-        let fields = |s: &TxStats| {
-            [
-                ("doorbells", s.doorbells),
-                ("bf_writes", s.bf_writes),
-                ("inline_packets", s.inline_packets),
-                ("gather_packets", s.gather_packets),
-                ("completions", s.completions),
-                ("ring_full", s.ring_full),
-                ("error_cqes", s.error_cqes),
-            ]
-        };
-        for (k, v) in fields(&sum) {
-            out.push((format!("tx_{k}"), v));
-        }
+        out.extend(sum.extended().map(|(k, v)| (format!("tx_{k}"), v)));
         out.push((
             "tx_path_bf".to_owned(),
-            u64::from(self.tx_path.path == TxPath::BlueFlame),
+            u64::from(self.tx_path == TxPath::BlueFlame),
         ));
         for (i, s) in txqs.iter().enumerate() {
-            for (k, v) in fields(s) {
-                out.push((format!("tx_q{i}_{k}"), v));
-            }
+            out.extend(s.extended().map(|(k, v)| (format!("tx_q{i}_{k}"), v)));
         }
-        for (k, v) in self.hca.counters().iter() {
-            out.push((format!("hca_{k}"), v));
-        }
+        out.extend(dev.counters());
         out
     }
 
-    pub fn start(&mut self) -> Result<(), PortError> {
+    pub fn start(&mut self, dev: &dyn Device) -> Result<(), HwError> {
         if self.started {
             return Ok(());
         }
-        self.hca.set_wire(self.args.wire.to_wire()).map_err(|e| {
-            let wire = self.args.wire.as_str().escape_debug();
-            PortError::Hca(format!("wire {wire}: {}", e.to_string().escape_debug()))
-        })?;
-        self.hca
-            .start()
-            .map_err(|e| PortError::Hca(e.to_string()))?;
-        self.hca.set_port_up(true);
+        dev.start()?;
         self.started = true;
         Ok(())
     }
 
-    pub fn stop(&mut self) {
+    pub fn stop(&mut self, dev: &dyn Device) {
         if !self.started {
             return;
         }
-        self.hca.set_port_up(false);
-        self.hca.stop();
+        dev.stop();
         self.started = false;
     }
 
-    pub fn link_up(&self) -> bool {
-        self.started && self.hca.port_up()
+    pub fn link_up(&self, dev: &dyn Device) -> bool {
+        self.started && dev.link_up()
     }
 }
 
-impl Drop for Port {
-    fn drop(&mut self) {
-        self.stop();
+/// The capability check's decision, once, at NOTICE (WARNING when the operator forced a path
+/// the checks advise against).
+fn log_path(name: &str, choice: &PathChoice, copy: Copy64) {
+    let path = match choice.path {
+        TxPath::BlueFlame => format!("BlueFlame ({})", copy.name()),
+        TxPath::Doorbell => "doorbell".to_owned(),
+    };
+    if choice.warning {
+        pmd_log!(WARNING, "{name}: TX path {path}: {}", choice.reason);
+    } else {
+        pmd_log!(NOTICE, "{name}: TX path {path}: {}", choice.reason);
     }
 }
 
@@ -342,6 +298,13 @@ pub fn default_mac(name: &str) -> [u8; 6] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_is_plain_data() {
+        // What another process reads owns nothing on this process's heap: a String, Box, Vec,
+        // Arc or trait object in Port would need dropping.
+        assert!(!std::mem::needs_drop::<Port>());
+    }
 
     #[test]
     fn default_macs_are_unicast_local_and_distinct() {

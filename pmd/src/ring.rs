@@ -21,36 +21,61 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use mlx4_prm::{opcode, owner_opcode, Cqe, CQE_SIZE, STAMP_DWORD, TXBB_SHIFT, TXBB_SIZE};
+use mlx4_prm::{opcode, owner_opcode, Cqe, DataSeg, CQE_SIZE, STAMP_DWORD, TXBB_SHIFT, TXBB_SIZE};
 
-use crate::mem::{DmaBuf, MemSource};
-use crate::mmio::Txbb;
+use crate::hw::{CqDesc, RqDesc, SqDesc};
+use crate::mmio::{BfReg, Copy64, SendDoorbell, Txbb};
 
-/// A send queue ring of `txbb_cnt` TXBBs addressed by free-running counters.
+/// A view of a send queue ring of `txbb_cnt` TXBBs, addressed by free-running counters. It
+/// holds the queue's descriptor, which [`SqRing::into_desc`] hands back for destroy.
 pub struct SqRing {
-    mem: DmaBuf,
+    mem: NonNull<u8>,
     txbb_cnt: u32,
+    desc: SqDesc,
 }
 
 impl SqRing {
-    /// A ring whose every TXBB starts invalid for pass 0 (owner bit set, as rdma-core
-    /// initialises SQ ownership), so the device never mistakes zeroed memory for a WQE.
-    pub fn new(txbb_cnt: u32, source: MemSource) -> Option<SqRing> {
-        assert!(txbb_cnt.is_power_of_two());
-        let mem = DmaBuf::new((txbb_cnt as usize) << TXBB_SHIFT, source)?;
-        let ring = SqRing { mem, txbb_cnt };
-        for i in 0..txbb_cnt {
+    /// A view whose every TXBB starts invalid for pass 0 (owner bit set, as rdma-core
+    /// initialises SQ ownership), so the device never mistakes stale memory for a WQE.
+    pub fn new(desc: SqDesc) -> SqRing {
+        let ring = SqRing {
+            mem: desc.buf(),
+            txbb_cnt: desc.txbb_cnt(),
+            desc,
+        };
+        for i in 0..ring.txbb_cnt {
             ring.first_dword(i).store(u32::MAX, Ordering::Relaxed);
         }
-        Some(ring)
+        ring
     }
 
     pub fn txbb_cnt(&self) -> u32 {
         self.txbb_cnt
     }
 
-    pub fn buf(&self) -> &DmaBuf {
-        &self.mem
+    pub fn desc(&self) -> &SqDesc {
+        &self.desc
+    }
+
+    /// Ends the view, for destroying the queue.
+    pub fn into_desc(self) -> SqDesc {
+        self.desc
+    }
+
+    /// The queue's send doorbell. The queue keeps it beside the ring and drops both before it
+    /// destroys the SQ.
+    pub fn doorbell(&self) -> SendDoorbell {
+        // SAFETY: the descriptor names the SQ's doorbell register, mapped until the SQ is
+        // destroyed, which the caller does only after dropping this value.
+        unsafe { SendDoorbell::new(self.desc.doorbell().as_ptr(), self.desc.qpn()) }
+    }
+
+    /// The queue's BlueFlame register, if the device gave it one (kept as [`SqRing::doorbell`]).
+    pub fn bf_reg(&self, copy: Copy64) -> Option<BfReg> {
+        let bf = self.desc.bf()?;
+        // SAFETY: the descriptor names a 64-byte aligned register of two halves, mapped until
+        // the SQ is destroyed, which the caller does only after dropping this value.
+        Some(unsafe { BfReg::new(bf.reg.as_ptr(), bf.half_size, copy) })
     }
 
     /// The first byte of the TXBB at counter `c`.
@@ -179,10 +204,11 @@ impl SqRing {
             let mut p = self.txbb(c).as_ptr();
             // SAFETY: the run's TXBBs lie inside the ring, up to its end.
             let end = unsafe { p.add(run << TXBB_SHIFT) };
-            // SAFETY (every store below): a TXBB's first dword inside the run: 4-byte aligned,
-            // reached only atomically (by the device as well).
-            let store = |p: *mut u8, i: usize| unsafe {
-                AtomicU32::from_ptr(p.add(i << TXBB_SHIFT).cast()).store(value, Ordering::Relaxed)
+            let store = |p: *mut u8, i: usize| {
+                // SAFETY: every call names a TXBB's first dword inside the run: 4-byte
+                // aligned, reached only atomically (by the device as well).
+                unsafe { AtomicU32::from_ptr(p.add(i << TXBB_SHIFT).cast()) }
+                    .store(value, Ordering::Relaxed)
             };
             // SAFETY: whole groups of 8 TXBBs from `p`, inside the run.
             let end8 = unsafe { p.add((run & !7) << TXBB_SHIFT) };
@@ -560,34 +586,59 @@ unsafe fn mov<const N: usize>(d: *mut u8, s: *const u8) {
     }
 }
 
-/// A completion queue and its consumer-index record.
+// SAFETY: the ring is memory shared with the device, used by one thread at a time (the
+// queue's); the view has no thread affinity.
+unsafe impl Send for SqRing {}
+
+/// A view of a completion queue and its consumer-index record.
 pub struct CqRing {
-    mem: DmaBuf,
+    desc: CqDesc,
+    /// The first CQE: the first entry, or its second half for 64-byte entries.
+    first: NonNull<u8>,
+    /// log2 of the entry size.
+    entry_shift: u32,
     cqe_cnt: u32,
     /// Consumer counter (free-running).
     ci: u32,
-    /// Where the owner byte of CQE `ci` is, and the value it has once software owns it:
-    /// derived from `ci` whenever it moves, so that polling an empty CQ is one compare.
+    /// Where the owner byte of CQE `ci` is (an offset from `first`), and the value it has once
+    /// software owns it: derived from `ci` whenever it moves, so that polling an empty CQ is
+    /// one compare.
     next_owner: usize,
     sw_owner: u8,
 }
 
-/// The consumer-index record sits after the CQEs, on a cache line of its own.
-const DB_REC_SPACE: usize = 64;
-
 impl CqRing {
-    pub fn new(cqe_cnt: u32, source: MemSource) -> Option<CqRing> {
-        debug_assert!(cqe_cnt.is_power_of_two());
-        let mem = DmaBuf::new(cqe_cnt as usize * CQE_SIZE + DB_REC_SPACE, source)?;
-        let mut cq = CqRing {
-            mem,
-            cqe_cnt,
+    /// A view that starts consuming at entry 0, as a driver does on a CQ just created (the
+    /// device initialises its entries at creation). The consumer record starts over too: left
+    /// at an older queue's index, it would tell the device that the new CQ is full.
+    pub fn new(desc: CqDesc) -> CqRing {
+        let size = desc.cqe_size() as usize;
+        // SAFETY: a 32-byte CQE fits in each entry (32 or 64 bytes, the descriptor's promise).
+        let first = unsafe { desc.buf().add(size - CQE_SIZE) };
+        let mut ring = CqRing {
+            first,
+            entry_shift: size.trailing_zeros(),
+            cqe_cnt: desc.cqe_cnt(),
+            desc,
             ci: 0,
             next_owner: 0,
             sw_owner: 0,
         };
-        cq.seek(0);
-        Some(cq)
+        ring.seek(0);
+        ring.update_ci();
+        ring
+    }
+
+    /// Bytes from one entry to the next.
+    #[inline(always)]
+    fn stride(&self) -> usize {
+        1 << self.entry_shift
+    }
+
+    /// Bytes the entries span, from `first`.
+    #[inline(always)]
+    fn span(&self) -> usize {
+        (self.cqe_cnt as usize) << self.entry_shift
     }
 
     /// Moves the consumer counter to `ci`.
@@ -595,7 +646,7 @@ impl CqRing {
     fn seek(&mut self, ci: u32) {
         self.ci = ci;
         self.next_owner =
-            (ci & (self.cqe_cnt - 1)) as usize * CQE_SIZE + Cqe::<&[u8]>::OWNER_OFFSET;
+            ((ci & (self.cqe_cnt - 1)) as usize) * self.stride() + Cqe::<&[u8]>::OWNER_OFFSET;
         self.sw_owner = if ci & self.cqe_cnt != 0 {
             mlx4_prm::cqe_owner::OWNER
         } else {
@@ -607,45 +658,50 @@ impl CqRing {
         self.cqe_cnt
     }
 
-    pub fn buf_ptr(&self) -> *mut u8 {
-        self.mem.as_ptr()
+    pub fn desc(&self) -> &CqDesc {
+        &self.desc
     }
 
-    /// `set_ci_db`: big-endian consumer index, 24 bits.
-    pub fn set_ci_db_ptr(&self) -> *mut u32 {
-        // SAFETY: the record space was allocated after the CQEs.
-        unsafe { self.mem.as_ptr().add(self.cqe_cnt as usize * CQE_SIZE) }.cast()
+    /// Ends the view, for destroying the queue.
+    pub fn into_desc(self) -> CqDesc {
+        self.desc
     }
 
-    /// Moves the consumer counter on by one CQE: the next owner byte is 32 bytes on, and its
+    /// Moves the consumer counter on by one CQE: the next owner byte is one entry on, and its
     /// expected value flips where the ring wraps.
     #[inline(always)]
     fn advance(&mut self) {
         self.ci = self.ci.wrapping_add(1);
-        self.next_owner += CQE_SIZE;
-        if self.next_owner >= self.cqe_cnt as usize * CQE_SIZE {
+        self.next_owner += self.stride();
+        if self.next_owner >= self.span() {
             self.next_owner = Cqe::<&[u8]>::OWNER_OFFSET;
             self.sw_owner ^= mlx4_prm::cqe_owner::OWNER;
         }
+    }
+
+    /// The owner byte at offset `at` from the first CQE.
+    #[inline(always)]
+    fn owner_at(&self, at: usize) -> u8 {
+        debug_assert!(at < self.span());
+        // SAFETY: `at` lies inside the CQE array (kept there by `seek`/`advance` and the
+        // wrap in `ready`); the device writes owner bytes last, atomically, and no Rust
+        // reference to bytes covers them.
+        unsafe { AtomicU8::from_ptr(self.first.as_ptr().add(at)) }.load(Ordering::Acquire)
     }
 
     /// How many CQEs from the consumer on software owns, counting at most `max`: a burst
     /// sizes its buffer allocation with it before taking them.
     #[inline]
     pub fn ready(&self, max: usize) -> usize {
-        let end = self.cqe_cnt as usize * CQE_SIZE;
+        let end = self.span();
         let (mut at, mut sw) = (self.next_owner, self.sw_owner);
         let mut n = 0;
         while n < max {
-            // SAFETY: `at` stays inside the CQE array (wrapped below); owner bytes are read
-            // atomically and no Rust reference covers them.
-            let owner =
-                unsafe { AtomicU8::from_ptr(self.mem.as_ptr().add(at)) }.load(Ordering::Acquire);
-            if owner & mlx4_prm::cqe_owner::OWNER != sw {
+            if self.owner_at(at) & mlx4_prm::cqe_owner::OWNER != sw {
                 break;
             }
             n += 1;
-            at += CQE_SIZE;
+            at += self.stride();
             if at >= end {
                 at = Cqe::<&[u8]>::OWNER_OFFSET;
                 sw ^= mlx4_prm::cqe_owner::OWNER;
@@ -668,18 +724,14 @@ impl CqRing {
         // acquire), so the device has finished writing it and does not write it again until
         // the consumer record passes it, which needs `&mut self`, ending this borrow.
         Some(Cqe::new_unchecked(unsafe {
-            std::slice::from_raw_parts(self.mem.as_ptr().add(at), CQE_SIZE)
+            std::slice::from_raw_parts(self.first.as_ptr().add(at), CQE_SIZE)
         }))
     }
 
     /// Whether software owns the next CQE (one load and a compare).
     #[inline(always)]
     pub fn has_cqe(&self) -> bool {
-        debug_assert!(self.next_owner < self.cqe_cnt as usize * CQE_SIZE);
-        // SAFETY: as in `poll`.
-        let owner = unsafe { AtomicU8::from_ptr(self.mem.as_ptr().add(self.next_owner)) }
-            .load(Ordering::Acquire);
-        owner & mlx4_prm::cqe_owner::OWNER == self.sw_owner
+        self.owner_at(self.next_owner) & mlx4_prm::cqe_owner::OWNER == self.sw_owner
     }
 
     /// The next CQE if software owns it, copied out; advances the consumer counter. With
@@ -687,12 +739,7 @@ impl CqRing {
     /// and a compare.
     #[inline(always)]
     pub fn poll(&mut self) -> Option<Cqe<[u8; CQE_SIZE]>> {
-        debug_assert!(self.next_owner < self.cqe_cnt as usize * CQE_SIZE);
-        // SAFETY: `next_owner` lies inside the CQE array (`seek`); the device writes this
-        // byte last, atomically, and no Rust reference to bytes covers it.
-        let owner = unsafe { AtomicU8::from_ptr(self.mem.as_ptr().add(self.next_owner)) }
-            .load(Ordering::Acquire);
-        if owner & mlx4_prm::cqe_owner::OWNER != self.sw_owner {
+        if !self.has_cqe() {
             return None;
         }
         let at = self.next_owner - Cqe::<&[u8]>::OWNER_OFFSET;
@@ -700,26 +747,18 @@ impl CqRing {
         // SAFETY: the CQE is software-owned (owner byte seen with acquire), so the device has
         // finished writing it and will not touch it until the consumer index passes it.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.mem.as_ptr().add(at), cqe.as_mut_ptr(), CQE_SIZE)
+            std::ptr::copy_nonoverlapping(self.first.as_ptr().add(at), cqe.as_mut_ptr(), CQE_SIZE)
         };
-        self.seek(self.ci.wrapping_add(1));
+        self.advance();
         Some(Cqe::new_unchecked(cqe))
-    }
-
-    /// Starts over at entry 0, for a CQ being created anew on the same memory (the device
-    /// initialises its entries at creation). The consumer record starts over too, as a
-    /// driver zeroes it before creating a CQ: left at the old queue's index, it tells the
-    /// device that the new CQ is full.
-    pub fn rewind(&mut self) {
-        self.seek(0);
-        self.update_ci();
     }
 
     /// Tells the device how far we consumed, once per batch of CQEs.
     #[inline]
     pub fn update_ci(&self) {
-        // SAFETY: the record is inside our buffer, 4-byte aligned; the device reads it atomically.
-        let rec = unsafe { AtomicU32::from_ptr(self.set_ci_db_ptr()) };
+        // SAFETY: the record is the CQ's (descriptor), 4-byte aligned; the device reads it
+        // atomically.
+        let rec = unsafe { AtomicU32::from_ptr(self.desc.set_ci_db().as_ptr()) };
         rec.store((self.ci & 0x00ff_ffff).to_be(), Ordering::Release);
     }
 }
@@ -729,31 +768,66 @@ pub const fn txbbs_for(bytes: usize) -> u32 {
     bytes.div_ceil(TXBB_SIZE) as u32
 }
 
-/// An atomic view of the 32-bit word at `off` in shared memory (doorbell records).
-pub fn atomic_u32_at(buf: &DmaBuf, off: usize) -> &AtomicU32 {
-    assert!(off.is_multiple_of(4) && off + 4 <= buf.len());
-    // SAFETY: in bounds and aligned (asserted; the buffer is page-aligned); the device accesses
-    // such words atomically too.
-    unsafe { AtomicU32::from_ptr(buf.as_ptr().add(off).cast()) }
+// SAFETY: as for SqRing.
+unsafe impl Send for CqRing {}
+
+/// A view of a receive queue: scatter entries and the doorbell record.
+pub struct RqRing {
+    desc: RqDesc,
 }
 
-/// RX scatter entry `i` of the ring in `buf` (entries of 16 bytes from its start), for a slot
-/// the device does not own right now (its completion consumed, the doorbell record not yet
-/// handing it back).
-#[inline(always)]
-pub fn scatter_entry(buf: &mut DmaBuf, i: usize) -> &mut [u8; mlx4_prm::DS_SIZE] {
-    const N: usize = mlx4_prm::DS_SIZE;
-    assert!((i + 1) * N <= buf.len());
-    // SAFETY: in bounds (asserted), 16-byte entries; exclusive to the driver by the queue
-    // protocol above, and no other reference to these bytes exists while `buf` is borrowed.
-    unsafe { &mut *buf.as_ptr().add(i * N).cast::<[u8; N]>() }
+impl RqRing {
+    pub fn new(desc: RqDesc) -> RqRing {
+        RqRing { desc }
+    }
+
+    pub fn wqe_cnt(&self) -> u32 {
+        self.desc.wqe_cnt()
+    }
+
+    pub fn sges(&self) -> u32 {
+        self.desc.sges()
+    }
+
+    pub fn desc(&self) -> &RqDesc {
+        &self.desc
+    }
+
+    /// Ends the view, for destroying the queue.
+    pub fn into_desc(self) -> RqDesc {
+        self.desc
+    }
+
+    /// Scatter entry `i` (WQE-major), for an entry the device does not own right now: one whose
+    /// completion was consumed, before the doorbell record hands it back.
+    pub fn entry_mut(&mut self, i: usize) -> DataSeg<&mut [u8]> {
+        const LEN: usize = DataSeg::<&[u8]>::LEN;
+        assert!(i < (self.desc.wqe_cnt() * self.desc.sges()) as usize);
+        // SAFETY: in bounds (asserted), inside the ring the descriptor names; exclusive to the
+        // driver by the queue protocol above.
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(self.desc.buf().as_ptr().add(i * LEN), LEN) };
+        DataSeg::new_unchecked(bytes)
+    }
+
+    /// Scatter entry `i` (WQE-major) as raw bytes, for the burst's refill (same contract as
+    /// [`RqRing::entry_mut`]).
+    #[inline(always)]
+    pub fn scatter_entry(&mut self, i: usize) -> &mut [u8; mlx4_prm::DS_SIZE] {
+        const N: usize = mlx4_prm::DS_SIZE;
+        assert!(i < (self.desc.wqe_cnt() * self.desc.sges()) as usize);
+        // SAFETY: in bounds (asserted), 16-byte entries inside the ring; exclusive to the
+        // driver by the queue protocol above, and no other reference to these bytes exists
+        // while `self` is borrowed.
+        unsafe { &mut *self.desc.buf().as_ptr().add(i * N).cast::<[u8; N]>() }
+    }
+
+    /// The doorbell record: the producer count, written after the entries it covers.
+    pub fn db_rec(&self) -> &AtomicU32 {
+        // SAFETY: the RQ's record (descriptor), 4-byte aligned; the device reads it atomically.
+        unsafe { AtomicU32::from_ptr(self.desc.db_rec().as_ptr()) }
+    }
 }
 
-/// `len` bytes of shared memory at `off`, for entries the device does not own right now
-/// (RQ scatter entries of slots whose completion was consumed, before the doorbell record
-/// hands them back).
-pub fn dma_bytes_mut(buf: &mut DmaBuf, off: usize, len: usize) -> &mut [u8] {
-    assert!(off + len <= buf.len());
-    // SAFETY: in bounds (asserted); exclusive to the driver by the queue protocol above.
-    unsafe { std::slice::from_raw_parts_mut(buf.as_ptr().add(off), len) }
-}
+// SAFETY: as for SqRing.
+unsafe impl Send for RqRing {}

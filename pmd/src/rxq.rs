@@ -7,15 +7,15 @@
 //! Generic over the buffer ([`RxBuf`]): mbufs under DPDK, plain buffers in tests.
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use mlx4_hca::Hca;
 use mlx4_prm::{cqe_opcode, rx_status, DataSeg};
 
-use crate::mbuf::{alloc_boxed, alloc_into};
-use crate::mem::{DmaBuf, Lkeys, MemSource, Mr};
-use crate::ring::CqRing;
+use crate::hw::{Device, HwError};
+use crate::mbuf::{alloc_dma, alloc_into};
+use crate::mem::{DmaArray, Lkeys, MemSource, Mr};
+use crate::ring::{CqRing, RqRing};
+pub use crate::stats::RxStats;
 
 /// Offload results of one received frame, in DPDK's terms.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -106,14 +106,6 @@ pub unsafe trait RxBuf: Copy {
     fn set_packet(&mut self, pkt_len: u32, nb_segs: u16, port: u16, meta: &RxMeta);
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RxStats {
-    pub packets: u64,
-    pub bytes: u64,
-    pub errors: u64,
-    pub nombuf: u64,
-}
-
 /// Receive-queue settings fixed at setup.
 #[derive(Debug, Clone, Copy)]
 pub struct RxConfig {
@@ -135,55 +127,63 @@ pub struct RxQueue<B: RxBuf> {
     rq_ci: u32,
     stats: RxStats,
     cq: CqRing,
-    rq: DmaBuf,
+    rq: RqRing,
     wqe_cnt: u32,
     cfg: RxConfig,
     pool: B::Pool,
     /// `wqe_cnt * sges` posted buffers, WQE-major.
-    elts: Box<[B]>,
+    elts: DmaArray<B>,
     /// `elts` went back to the pool (the queue is being dropped).
     released: bool,
     /// Room for the replacement buffers of one chunk (kept here rather than set up on every
     /// burst).
-    fresh: Box<[MaybeUninit<B>]>,
+    fresh: DmaArray<MaybeUninit<B>>,
     lkeys: Lkeys,
     /// Bytes each buffer takes (they all come from one pool).
     room: u32,
-    hca: Hca,
     qpn: u32,
-    cqn: u32,
     pub qid: u16,
 }
 
-const DB_SPACE: usize = 64;
-
 impl<B: RxBuf> RxQueue<B> {
+    /// A queue of `nb_desc` buffers from `pool`, created on `dev`. Everything it keeps is
+    /// plain data in `cfg.source` memory, so that another process can run it.
     pub fn new(
-        hca: &Hca,
+        dev: &dyn Device,
         qid: u16,
         nb_desc: u16,
         cfg: RxConfig,
         pool: B::Pool,
-        mrs: Arc<[Mr]>,
-    ) -> Result<RxQueue<B>, String> {
+        mrs: &[Mr],
+    ) -> Result<RxQueue<B>, HwError> {
         // As in mlx4, descriptors count buffers: a scattered queue has nb_desc / sges WQEs.
         let bufs = u32::from(nb_desc).clamp(64, 1 << 15).next_power_of_two();
         let wqe_cnt = (bufs / cfg.sges).max(16);
-        let stride = cfg.sges as usize * DataSeg::<&[u8]>::LEN;
-        let rq = DmaBuf::new(wqe_cnt as usize * stride + DB_SPACE, cfg.source)
-            .ok_or("out of memory for the receive ring")?;
-        let cq = CqRing::new(wqe_cnt, cfg.source).ok_or("out of memory for the RX CQ")?;
         let n = (wqe_cnt * cfg.sges) as usize;
-        let elts = alloc_boxed::<B>(pool, n)
-            .ok_or_else(|| format!("the mempool cannot fill {n} RX buffers"))?;
+        let nomem = || HwError::NoMemory("no memory for the RX queue's arrays".into());
+        let src = cfg.source;
+        let lkeys = Lkeys::new(mrs, src).ok_or_else(nomem)?;
+        let fresh = DmaArray::new(FRESH, MaybeUninit::uninit(), src).ok_or_else(nomem)?;
+        let elts = alloc_dma::<B>(pool, n, src)
+            .ok_or_else(|| HwError::NoMemory(format!("the mempool cannot fill {n} RX buffers")))?;
         let room = elts[0].data_area().1;
         if room == 0 {
             release(&elts);
-            return Err("the mempool's buffers have no data room".into());
+            return Err(HwError::Invalid(
+                "the mempool's buffers have no data room".into(),
+            ));
         }
+        let (cq, rq) = match create_hw(dev, wqe_cnt, &cfg) {
+            Ok(hw) => hw,
+            Err(e) => {
+                release(&elts);
+                return Err(e);
+            }
+        };
         let mut q = RxQueue {
             rq_ci: 0,
             stats: RxStats::default(),
+            qpn: rq.desc().qpn(),
             cq,
             rq,
             wqe_cnt,
@@ -191,21 +191,20 @@ impl<B: RxBuf> RxQueue<B> {
             pool,
             elts,
             released: false,
-            fresh: vec![MaybeUninit::uninit(); FRESH].into_boxed_slice(),
-            lkeys: Lkeys::new(mrs),
+            fresh,
+            lkeys,
             room,
-            hca: hca.clone(),
-            qpn: 0,
-            cqn: 0,
             qid,
         };
-        for i in 0..n {
-            if !q.post(i) {
-                q.release_bufs();
-                return Err("an RX buffer lies outside registered memory".into());
-            }
+        if !q.post_all_entries() {
+            q.release_bufs();
+            let RxQueue { cq, rq, .. } = q;
+            destroy_hw(dev, cq, rq);
+            return Err(HwError::Invalid(
+                "an RX buffer lies outside registered memory".into(),
+            ));
         }
-        q.attach()?;
+        q.post_all();
         Ok(q)
     }
 
@@ -218,7 +217,7 @@ impl<B: RxBuf> RxQueue<B> {
     }
 
     pub fn reset_stats(&mut self) {
-        self.stats = RxStats::default();
+        self.stats.reset();
     }
 
     /// Descriptors as setup counts them: posted buffers (WQEs times scatter entries).
@@ -234,46 +233,58 @@ impl<B: RxBuf> RxQueue<B> {
         self.pool
     }
 
-    fn db_rec(&self) -> &AtomicU32 {
-        crate::ring::atomic_u32_at(&self.rq, self.rq.len() - DB_SPACE)
-    }
-
-    /// Creates the CQ and RQ on the device (which initialises the CQ's memory) and hands it
-    /// the whole ring.
-    fn attach(&mut self) -> Result<(), String> {
-        self.cq.rewind();
-        self.rq_ci = 0;
-        let (cqn, qpn) = crate::hw::create_rq_cq(
-            &self.hca,
-            &self.rq,
-            self.wqe_cnt,
-            self.cfg.sges,
-            &self.cq,
-            self.rq.len() - DB_SPACE,
-        )?;
-        (self.cqn, self.qpn) = (cqn, qpn);
-        self.post_all();
-        Ok(())
+    /// Writes a scatter entry for every buffer of the ring: false if one lies outside
+    /// registered memory (its entry is then an empty one).
+    fn post_all_entries(&mut self) -> bool {
+        let mut ok = true;
+        for i in 0..self.elts.len() {
+            if !self.post(i) {
+                self.post_empty(i);
+                ok = false;
+            }
+        }
+        ok
     }
 
     /// Hands the device every WQE up to a full ring ahead of the consumer: the RQ doorbell
     /// record, written after the entries it covers.
     fn post_all(&self) {
-        self.db_rec().store(
+        self.rq.db_rec().store(
             (self.rq_ci.wrapping_add(self.wqe_cnt) & 0xffff).to_be(),
             Ordering::Release,
         );
     }
 
-    fn detach(&mut self) {
-        let _ = self.hca.destroy_rq(self.qpn);
-        let _ = self.hca.destroy_cq(self.cqn);
+    /// Device stopped: start over with the same buffers on fresh device queues. If the device
+    /// cannot make new ones, the old ones stay.
+    pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
+        let (cq, rq) = create_hw(dev, self.wqe_cnt, &self.cfg)?;
+        self.qpn = rq.desc().qpn();
+        let old_cq = std::mem::replace(&mut self.cq, cq);
+        let old_rq = std::mem::replace(&mut self.rq, rq);
+        destroy_hw(dev, old_cq, old_rq);
+        self.rq_ci = 0;
+        // Buffers outside registered memory never made it into the ring; they fail again here.
+        self.post_all_entries();
+        self.post_all();
+        Ok(())
     }
 
-    /// Device stopped: start over with the same buffers on fresh device queues.
-    pub fn reset(&mut self) -> Result<(), String> {
-        self.detach();
-        self.attach()
+    /// Destroys the device queues, then frees the posted buffers. A queue dropped without this
+    /// leaves its device queues (and their memory) to the backend, and leaks its buffers.
+    pub fn destroy(self, dev: &dyn Device) {
+        let RxQueue {
+            cq,
+            rq,
+            elts,
+            released,
+            ..
+        } = self;
+        // The device must stop writing into the buffers before they go back to the pool.
+        destroy_hw(dev, cq, rq);
+        if !released {
+            release(&elts);
+        }
     }
 
     /// Writes scatter entry `i` for the buffer in `elts[i]`.
@@ -282,9 +293,7 @@ impl<B: RxBuf> RxQueue<B> {
         let Some(lkey) = self.lkeys.lookup(addr, room as usize) else {
             return false;
         };
-        let at = i * DataSeg::<&[u8]>::LEN;
-        let ring = crate::ring::dma_bytes_mut(&mut self.rq, at, DataSeg::<&[u8]>::LEN);
-        let mut d = DataSeg::new_unchecked(ring);
+        let mut d = self.rq.entry_mut(i);
         d.set_addr(addr as u64);
         d.set_lkey(lkey);
         d.set_byte_count(room);
@@ -293,9 +302,7 @@ impl<B: RxBuf> RxQueue<B> {
 
     /// Writes scatter entry `i` as one the device cannot use (no room, invalid key).
     fn post_empty(&mut self, i: usize) {
-        let at = i * DataSeg::<&[u8]>::LEN;
-        let ring = crate::ring::dma_bytes_mut(&mut self.rq, at, DataSeg::<&[u8]>::LEN);
-        let mut d = DataSeg::new_unchecked(ring);
+        let mut d = self.rq.entry_mut(i);
         d.set_addr(0);
         d.set_lkey(mlx4_prm::INVALID_LKEY);
         d.set_byte_count(0);
@@ -376,7 +383,7 @@ impl<B: RxBuf> RxQueue<B> {
                         match region {
                             // The pool's region, looked up once per burst.
                             Some(mr) if mr.contains(addr, room as usize) => {
-                                let e = crate::ring::scatter_entry(&mut self.rq, slot);
+                                let e = self.rq.scatter_entry(slot);
                                 let mut d = DataSeg::new_unchecked(&mut e[..]);
                                 d.set_addr(addr as u64);
                                 d.set_lkey(mr.lkey);
@@ -513,11 +520,23 @@ fn release<B: RxBuf>(bufs: &[B]) {
     unsafe { B::free_bulk(bufs) }
 }
 
-impl<B: RxBuf> Drop for RxQueue<B> {
-    fn drop(&mut self) {
-        self.detach();
-        self.release_bufs();
+/// Creates a CQ and an RQ of `wqe_cnt` WQEs completing into it.
+fn create_hw(dev: &dyn Device, wqe_cnt: u32, cfg: &RxConfig) -> Result<(CqRing, RqRing), HwError> {
+    let socket = cfg.source.socket();
+    let cq = dev.create_cq(wqe_cnt, socket)?;
+    match dev.create_rq(wqe_cnt, cfg.sges, &cq, socket) {
+        Ok(rq) => Ok((CqRing::new(cq), RqRing::new(rq))),
+        Err(e) => {
+            let _ = dev.destroy_cq(cq);
+            Err(e)
+        }
     }
+}
+
+/// Destroys the RQ, then its CQ.
+fn destroy_hw(dev: &dyn Device, cq: CqRing, rq: RqRing) {
+    let _ = dev.destroy_rq(rq.into_desc());
+    let _ = dev.destroy_cq(cq.into_desc());
 }
 
 #[cfg(test)]

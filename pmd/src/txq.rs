@@ -39,18 +39,18 @@
 //! `general_gather`), counted on the general path only.
 
 use std::sync::atomic::AtomicU32;
-use std::sync::Arc;
 
-use mlx4_hca::Hca;
 use mlx4_prm::{
     cqe_opcode, opcode, owner_opcode, CtrlSeg, SQ_HEADROOM_BYTES, TXBB_SHIFT, TXBB_SIZE,
 };
 
+use crate::hw::{Device, HwError};
 use crate::mbuf::{BufBatch, BufRing};
-use crate::mem::{Lkeys, MemSource, Mr};
+use crate::mem::{DmaArray, FixedStr, Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell};
 use crate::pmd_log;
 use crate::ring::{txbbs_for, CqRing, Posted, Poster, SqRing};
+pub use crate::stats::TxStats;
 use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
 
 /// What the TX path needs from a packet buffer. Releasing is `unsafe`: a buffer is `Copy`,
@@ -100,26 +100,6 @@ pub struct TxConfig {
     pub source: MemSource,
 }
 
-/// Per-queue counters (basic stats and xstats).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct TxStats {
-    pub packets: u64,
-    pub bytes: u64,
-    pub errors: u64,
-    pub doorbells: u64,
-    pub bf_writes: u64,
-    pub inline_packets: u64,
-    pub gather_packets: u64,
-    pub ring_full: u64,
-    pub completions: u64,
-    pub error_cqes: u64,
-    /// Of `inline_packets` and `gather_packets`, those the general path posted (offloads,
-    /// VLAN, several segments, inline WQEs beyond two TXBBs, buffers outside the lkey
-    /// cache's region); the others took the straight-line path.
-    pub general_inline: u64,
-    pub general_gather: u64,
-}
-
 /// Fields only `tx_burst`'s posting side writes: cache lines of their own.
 #[repr(C, align(64))]
 #[derive(Default)]
@@ -158,8 +138,8 @@ struct Completion {
     completions: u64,
     error_cqes: u64,
     error_logged: bool,
-    /// An error CQE arrived: the device queue is dead until recreated, which happens at the
-    /// start of the next burst (never in the middle of one, with a WQE still unpublished).
+    /// An error CQE arrived: the device queue is dead until the control path recreates it
+    /// ([`TxQueue::recover`]; never in the middle of a burst, with a WQE still unpublished).
     failed: bool,
 }
 
@@ -172,12 +152,12 @@ struct CompMark {
     wqe_index: u16,
 }
 
-/// The queue's objects on the device.
+/// The queue's objects on the device: ring views over the memory the device handed over, and
+/// its registers, which live exactly as long as the rings.
 struct HwQueue {
     sq: SqRing,
     cq: CqRing,
     qpn: u32,
-    cqn: u32,
     doorbell: SendDoorbell,
     bf: Option<BfReg>,
 }
@@ -190,10 +170,10 @@ pub struct TxQueue<B: TxBuf> {
     comp: Completion,
     hw: HwQueue,
     // Read-mostly below.
-    hca: Hca,
     cfg: TxConfig,
     pub qid: u16,
-    name: Arc<str>,
+    /// The port's, for log lines.
+    name: FixedStr<32>,
     txbb_cnt: u32,
     /// TXBBs the queue may have in flight: the ring less the headroom the device may
     /// prefetch into (2 KB + one WQE).
@@ -204,7 +184,7 @@ pub struct TxQueue<B: TxBuf> {
     plain_inline_max: usize,
     /// Buffers of gather WQEs, held until their completion.
     elts: BufRing<B>,
-    marks: Box<[CompMark]>,
+    marks: DmaArray<CompMark>,
     /// Inline packets of a burst that also held gather packets, released together.
     done: BufBatch<B, FREE_BATCH>,
     /// Data segments of the packet being posted on the general path.
@@ -215,53 +195,59 @@ pub struct TxQueue<B: TxBuf> {
 const MAX_WQE_TXBBS: u32 = 16;
 
 impl<B: TxBuf> TxQueue<B> {
-    /// A queue for `nb_desc` packets in flight.
+    /// A queue for `nb_desc` packets in flight, created on `dev`, for buffers in the
+    /// registered regions `mrs`. Everything it keeps is plain data in `cfg.source` memory, so
+    /// that another process can run it.
     pub fn new(
-        hca: &Hca,
-        name: Arc<str>,
+        dev: &dyn Device,
+        name: &str,
         qid: u16,
         nb_desc: u16,
         cfg: TxConfig,
-        mrs: Arc<[Mr]>,
-    ) -> Result<TxQueue<B>, String> {
+        mrs: &[Mr],
+    ) -> Result<TxQueue<B>, HwError> {
         let elts_n = u32::from(nb_desc).max(64).next_power_of_two();
         let per_pkt = txbbs_for(wqe::inline_wqe_bytes(usize::from(cfg.inline_max))).max(1);
         let headroom = (SQ_HEADROOM_BYTES >> TXBB_SHIFT) as u32 + MAX_WQE_TXBBS;
         // As many TXBBs as nb_desc packets of the largest inline size need, within what the
         // device allows (a smaller ring only means the room check stops a burst sooner).
-        let max = hca.caps().max_sq_wqes.max(1);
+        let max = dev.caps().max_sq_txbbs.max(1);
         let max = 1 << max.ilog2();
         let txbb_cnt = (elts_n * per_pkt + headroom + MAX_WQE_TXBBS)
             .next_power_of_two()
             .min(max);
         if txbb_cnt < headroom + 2 * MAX_WQE_TXBBS {
-            return Err(format!(
+            return Err(HwError::Invalid(format!(
                 "the device's SQ limit ({max} TXBBs) is below the headroom"
-            ));
+            )));
         }
         let comp_every = 64.min(elts_n / 4).max(1);
         let comp_txbbs = (txbb_cnt / 4).max(MAX_WQE_TXBBS);
         // At most one mark per comp_every WQEs or comp_txbbs TXBBs in flight, plus slack.
         let marks_n = (txbb_cnt / comp_every.min(comp_txbbs) + 4).next_power_of_two();
-        let hw = create_hw(hca, txbb_cnt, marks_n, &cfg)?;
+        let nomem = || HwError::NoMemory("no memory for the TX queue's arrays".into());
+        let src = cfg.source;
+        let lkeys = Lkeys::new(mrs, src).ok_or_else(nomem)?;
+        let elts = BufRing::new(elts_n, src).ok_or_else(nomem)?;
+        let marks = DmaArray::new(marks_n as usize, CompMark::default(), src).ok_or_else(nomem)?;
+        let hw = create_hw(dev, txbb_cnt, marks_n, &cfg)?;
         Ok(TxQueue {
             prod: Producer {
-                lkeys: Lkeys::new(mrs),
+                lkeys,
                 ..Producer::default()
             },
             comp: Completion::default(),
             hw,
-            hca: hca.clone(),
             plain_inline_max: usize::from(cfg.inline_max).min(wqe::PLAIN_INLINE_MAX),
             cfg,
             qid,
-            name,
+            name: FixedStr::new(name),
             txbb_cnt,
             usable: txbb_cnt - headroom,
             comp_every,
             comp_txbbs,
-            elts: BufRing::new(elts_n),
-            marks: vec![CompMark::default(); marks_n as usize].into_boxed_slice(),
+            elts,
+            marks,
             done: BufBatch::default(),
             segs: [(0, 0, 0); MAX_GATHER_SEGS],
         })
@@ -269,6 +255,11 @@ impl<B: TxBuf> TxQueue<B> {
 
     pub fn qpn(&self) -> u32 {
         self.hw.qpn
+    }
+
+    /// What the device handed over for this queue (ring, registers, QPN).
+    pub fn sq_desc(&self) -> &crate::hw::SqDesc {
+        self.hw.sq.desc()
     }
 
     /// Packets in flight the queue was sized for.
@@ -378,7 +369,8 @@ impl<B: TxBuf> TxQueue<B> {
     #[inline(never)]
     fn burst_after_completions(&mut self, pkts: &[B]) -> usize {
         self.complete();
-        if self.comp.failed && !self.recover() {
+        if self.comp.failed {
+            // The control path recreates the queue (`recover`), with the device in hand.
             return 0;
         }
         let room = self.room();
@@ -553,7 +545,7 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     /// An error CQE: the device moved the SQ to the error state. Count and log once per queue;
-    /// the next burst recreates the queue.
+    /// the queue takes nothing more until [`TxQueue::recover`] recreates it.
     #[cold]
     #[inline(never)]
     fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
@@ -571,9 +563,16 @@ impl<B: TxBuf> TxQueue<B> {
         }
     }
 
-    /// Drops what was in flight on a failed queue and recreates it on the device.
-    fn recover(&mut self) -> bool {
-        match self.reset() {
+    /// Whether an error completion stopped the queue: it needs [`TxQueue::recover`].
+    #[inline]
+    pub fn failed(&self) -> bool {
+        self.comp.failed
+    }
+
+    /// Drops what was in flight on a failed queue and recreates it on the device. Returns
+    /// whether the queue works again.
+    pub fn recover(&mut self, dev: &dyn Device) -> bool {
+        match self.reset(dev) {
             Ok(()) => true,
             Err(e) => {
                 pmd_log!(
@@ -588,11 +587,12 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     /// Frees every outstanding buffer and gives the device a fresh queue. Used after an error
-    /// and when the port stops (the device no longer executes anything then).
-    pub fn reset(&mut self) -> Result<(), String> {
-        self.destroy_hw();
+    /// and when the port stops (the device no longer executes anything then). If the device
+    /// cannot make a new queue, the old one stays, and so does its state.
+    pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
+        let fresh = create_hw(dev, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
+        destroy_hw(dev, std::mem::replace(&mut self.hw, fresh));
         self.free_elts(self.elts.head());
-        self.hw = create_hw(&self.hca, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
         debug_assert!(self.elts.is_empty());
         (self.prod.prod, self.prod.marks_head, self.prod.since_comp) = (0, 0, 0);
         self.prod.txbbs_since_comp = 0;
@@ -601,15 +601,10 @@ impl<B: TxBuf> TxQueue<B> {
         Ok(())
     }
 
-    fn destroy_hw(&mut self) {
-        let _ = self.hca.destroy_sq(self.hw.qpn);
-        let _ = self.hca.destroy_cq(self.hw.cqn);
-    }
-
     /// Waits (at most `limit`) until the device has executed everything posted, asking for a
     /// completion with a NOP if the last WQEs did not. Used before the port stops, so that what
     /// `tx_burst` took reaches the wire rather than being discarded with the queue.
-    pub fn drain(&mut self, limit: std::time::Duration) -> bool {
+    pub fn drain(&mut self, dev: &dyn Device, limit: std::time::Duration) -> bool {
         let start = std::time::Instant::now();
         loop {
             self.complete();
@@ -629,42 +624,60 @@ impl<B: TxBuf> TxQueue<B> {
             if start.elapsed() >= limit {
                 return false;
             }
+            dev.poll();
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
     }
 
     /// `tx_done_cleanup`: reclaims completed buffers; returns how many were freed.
     pub fn done_cleanup(&mut self, _free_cnt: u32) -> usize {
-        let n = self.complete();
-        if self.comp.failed {
-            self.recover();
-        }
-        n
+        self.complete()
     }
-}
 
-impl<B: TxBuf> Drop for TxQueue<B> {
-    fn drop(&mut self) {
+    /// Destroys the device queue, then frees what was still in flight. A queue dropped without
+    /// this leaves its device queue (and its memory) to the backend, and leaks its buffers.
+    pub fn destroy(self, dev: &dyn Device) {
+        let TxQueue { hw, mut elts, .. } = self;
         // The device must stop reading the ring and the buffers before either goes away.
-        self.destroy_hw();
-        self.free_elts(self.elts.head());
+        destroy_hw(dev, hw);
+        // Not the fast-free path: what is left may hold chains of several segments.
+        let (a, b) = elts.take_all();
+        release(a, false);
+        release(b, false);
     }
 }
 
-fn create_hw(hca: &Hca, txbb_cnt: u32, cqe_cnt: u32, cfg: &TxConfig) -> Result<HwQueue, String> {
-    let sq = SqRing::new(txbb_cnt, cfg.source).ok_or("out of memory for the send ring")?;
-    let cq = CqRing::new(cqe_cnt, cfg.source).ok_or("out of memory for the CQ")?;
-    let (cqn, info) = crate::hw::create_sq_cq(hca, &sq, &cq)?;
-    let doorbell = crate::hw::doorbell(&info);
-    let bf = crate::hw::bf_reg(&info, cfg.copy);
+/// Creates a CQ of `cqe_cnt` entries and an SQ of `txbb_cnt` TXBBs completing into it.
+fn create_hw(
+    dev: &dyn Device,
+    txbb_cnt: u32,
+    cqe_cnt: u32,
+    cfg: &TxConfig,
+) -> Result<HwQueue, HwError> {
+    let socket = cfg.source.socket();
+    let cq = dev.create_cq(cqe_cnt, socket)?;
+    let sq = match dev.create_sq(txbb_cnt, &cq, socket) {
+        Ok(sq) => sq,
+        Err(e) => {
+            let _ = dev.destroy_cq(cq);
+            return Err(e);
+        }
+    };
+    let sq = SqRing::new(sq);
     Ok(HwQueue {
+        qpn: sq.desc().qpn(),
+        doorbell: sq.doorbell(),
+        bf: sq.bf_reg(cfg.copy),
         sq,
-        cq,
-        qpn: info.qpn,
-        cqn,
-        doorbell,
-        bf,
+        cq: CqRing::new(cq),
     })
+}
+
+/// Destroys the SQ, then its CQ; the registers go first, with the rings.
+fn destroy_hw(dev: &dyn Device, hw: HwQueue) {
+    let HwQueue { sq, cq, .. } = hw;
+    let _ = dev.destroy_sq(sq.into_desc());
+    let _ = dev.destroy_cq(cq.into_desc());
 }
 
 /// What posting one packet came to.

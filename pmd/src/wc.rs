@@ -5,11 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use mlx4_hca::Hca;
 use mlx4_prm::{opcode, srcrb, CtrlSeg};
 
 use crate::devargs::BfMode;
-use crate::mem::MemSource;
+use crate::hw::Device;
 use crate::mmio::{cpu_has_pat, Copy64, Txbb};
 use crate::ring::{CqRing, SqRing};
 use crate::txq::TxPath;
@@ -33,7 +32,8 @@ pub enum SelfTest {
     CopyIgnored,
 }
 
-pub fn decide(hca: &Hca, mode: BfMode, source: MemSource, copy: Copy64) -> PathChoice {
+/// Decides the TX path of a port on `dev`; the self-test's queues live on NUMA node `socket`.
+pub fn decide(dev: &dyn Device, mode: BfMode, socket: i32, copy: Copy64) -> PathChoice {
     let choice = |path, reason: &str, warning| PathChoice {
         path,
         reason: reason.to_owned(),
@@ -42,7 +42,7 @@ pub fn decide(hca: &Hca, mode: BfMode, source: MemSource, copy: Copy64) -> PathC
     if mode == BfMode::Off {
         return choice(TxPath::Doorbell, "bf=off", false);
     }
-    if hca.caps().bf_reg_size == 0 {
+    if dev.caps().bf_reg_size == 0 {
         return choice(
             TxPath::Doorbell,
             "the device reports no BlueFlame register (bf_reg_size 0)",
@@ -63,7 +63,7 @@ pub fn decide(hca: &Hca, mode: BfMode, source: MemSource, copy: Copy64) -> PathC
             ),
         };
     }
-    match self_test(hca, source, copy) {
+    match self_test(dev, socket, copy) {
         Ok(SelfTest::CopyExecuted) => choice(
             TxPath::BlueFlame,
             "self-test: the device executed a BF copy (write combining works)",
@@ -89,14 +89,22 @@ pub fn decide(hca: &Hca, mode: BfMode, source: MemSource, copy: Copy64) -> PathC
 
 /// Posts one NOP whose ring copy asks for no completion but whose BF copy does; a CQE for it
 /// means the device used the copy. Then a signaled NOP through the doorbell tells "copy
-/// ignored" apart from "device dead". The device loop must be running.
-pub fn self_test(hca: &Hca, source: MemSource, copy: Copy64) -> Result<SelfTest, String> {
-    let mut sq = SqRing::new(64, source).ok_or("no memory for the test SQ")?;
-    let mut cq = CqRing::new(16, source).ok_or("no memory for the test CQ")?;
-    let (cqn, info) = crate::hw::create_sq_cq(hca, &sq, &cq)?;
+/// ignored" apart from "device dead". A device that runs in the caller's context is polled
+/// while the test waits.
+pub fn self_test(dev: &dyn Device, socket: i32, copy: Copy64) -> Result<SelfTest, String> {
+    let cq = dev.create_cq(16, socket).map_err(|e| e.to_string())?;
+    let sq = match dev.create_sq(64, &cq, socket) {
+        Ok(sq) => sq,
+        Err(e) => {
+            let _ = dev.destroy_cq(cq);
+            return Err(e.to_string());
+        }
+    };
+    let (mut sq, mut cq) = (SqRing::new(sq), CqRing::new(cq));
+    let qpn = sq.desc().qpn();
     let result = (|| {
-        let mut bf = crate::hw::bf_reg(&info, copy).ok_or("the SQ got no BF register")?;
-        let db = crate::hw::doorbell(&info);
+        let mut bf = sq.bf_reg(copy).ok_or("the SQ got no BF register")?;
+        let db = sq.doorbell();
         // NOP 0: unsignaled in the ring, signaled in the BF copy.
         wqe::write_nop(&mut sq.wqe_mut(0, 1), 1, false);
         let word = u32::from(opcode::NOP); // pass 0: owner 0; counter 0
@@ -104,10 +112,10 @@ pub fn self_test(hca: &Hca, source: MemSource, copy: Copy64) -> Result<SelfTest,
         let mut copy_blk = Txbb(sq.wqe_blocks(0, 1)[0].0);
         let mut c = CtrlSeg::new_unchecked(&mut copy_blk.0[..16]);
         let ds = c.ds();
-        c.set_bf_qpn_ds(info.qpn, ds);
+        c.set_bf_qpn_ds(qpn, ds);
         c.set_srcrb_flags(srcrb::SOLICIT | srcrb::CQ_UPDATE);
         bf.write(&copy_blk, &[]);
-        if let Some(idx) = wait_cqe(&mut cq, Duration::from_millis(100))? {
+        if let Some(idx) = wait_cqe(dev, &mut cq, Duration::from_millis(100))? {
             return match idx {
                 0 => Ok(SelfTest::CopyExecuted),
                 i => Err(format!("unexpected completion for WQE {i}")),
@@ -117,21 +125,22 @@ pub fn self_test(hca: &Hca, source: MemSource, copy: Copy64) -> Result<SelfTest,
         wqe::write_nop(&mut sq.wqe_mut(1, 1), 1, true);
         sq.publish(1, u32::from(opcode::NOP));
         db.ring();
-        match wait_cqe(&mut cq, Duration::from_secs(2))? {
+        match wait_cqe(dev, &mut cq, Duration::from_secs(2))? {
             Some(1) => Ok(SelfTest::CopyIgnored),
             Some(0) => Ok(SelfTest::CopyExecuted),
             Some(i) => Err(format!("unexpected completion for WQE {i}")),
             None => Err("the device completed no NOP within 2 s".into()),
         }
     })();
-    let _ = hca.destroy_sq(info.qpn);
-    let _ = hca.destroy_cq(cqn);
+    let _ = dev.destroy_sq(sq.into_desc());
+    let _ = dev.destroy_cq(cq.into_desc());
     result
 }
 
-fn wait_cqe(cq: &mut CqRing, limit: Duration) -> Result<Option<u16>, String> {
+fn wait_cqe(dev: &dyn Device, cq: &mut CqRing, limit: Duration) -> Result<Option<u16>, String> {
     let start = Instant::now();
     while start.elapsed() < limit {
+        dev.poll();
         if let Some(cqe) = cq.poll() {
             cq.update_ci();
             if cqe.opcode() == mlx4_prm::cqe_opcode::ERROR {

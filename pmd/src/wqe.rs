@@ -290,12 +290,19 @@ pub fn write_gather(w: &mut WqeMut<'_>, segs: &[(u64, u32, u32)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mem::MemSource;
+    use crate::hw::SqDesc;
+    use crate::mem::{DmaBuf, MemSource};
     use crate::ring::SqRing;
 
     /// Runs `f` on a writer over `txbbs` TXBBs pre-filled with 0xee; returns the bytes.
+    #[allow(unsafe_code)]
     fn built(txbbs: u32, f: impl FnOnce(WqeMut<'_>)) -> Vec<u8> {
-        let mut sq = SqRing::new(16, MemSource::Heap).unwrap();
+        let mem = DmaBuf::new(16 * TXBB_SIZE, MemSource::Heap).unwrap();
+        let doorbell = std::ptr::NonNull::from(Box::leak(Box::new(0u32)));
+        // SAFETY: 16 page-aligned TXBBs that live until the end of this function, past the
+        // ring view; a leaked word stands in for the doorbell (never rung here).
+        let desc = unsafe { SqDesc::new(mem.non_null(), 16, doorbell, None, 0x40) };
+        let mut sq = SqRing::new(desc);
         {
             let mut w = sq.wqe_mut(0, txbbs);
             let fill = vec![0xeeu8; txbbs as usize * TXBB_SIZE - 8];

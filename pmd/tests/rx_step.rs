@@ -3,11 +3,12 @@
 //! drops and counts frames without losing ring slots, and every buffer is accounted for.
 
 use std::cell::RefCell;
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 
 use mlx4rs::hca::{Hca, HcaConfig, Wire};
+use mlx4rs::hw::soft::Soft;
+use mlx4rs::hw::Device;
 use mlx4rs::mem::{DmaRange, MemSource, Mr};
 use mlx4rs::mmio::Copy64;
 use mlx4rs::rxq::{RxBuf, RxConfig, RxMeta, RxQueue};
@@ -153,8 +154,24 @@ static N: AtomicU32 = AtomicU32::new(0);
 
 struct Rig {
     hca: Hca,
-    tx: TxQueue<Pkt>,
-    rx: RxQueue<Buf>,
+    /// The driver's view of `hca`: it owns the queues' memory.
+    dev: Soft,
+    tx: ManuallyDrop<TxQueue<Pkt>>,
+    rx: ManuallyDrop<RxQueue<Buf>>,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        // SAFETY: each queue is taken once, here, and never touched again.
+        let (tx, rx) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.tx),
+                ManuallyDrop::take(&mut self.rx),
+            )
+        };
+        tx.destroy(&self.dev);
+        rx.destroy(&self.dev);
+    }
 }
 
 fn rig(sges: u32) -> Rig {
@@ -177,11 +194,12 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
         let a = &p.borrow().arena;
         (a.as_ptr() as usize, a.as_ptr() as usize + registered * BUF)
     });
+    let dev = Soft::new(hca.clone(), MemSource::Heap);
     // SAFETY: the pool's arena is a thread-local that outlives every queue of the thread.
-    let mr: Mr = mlx4rs::hw::reg_mr_range(&hca, unsafe { DmaRange::new(start, end) }).unwrap();
+    let mr: Mr = dev.reg_mr(unsafe { DmaRange::new(start, end) }).unwrap();
     let tx = TxQueue::new(
-        &hca,
-        "rx_step".into(),
+        &dev,
+        "rx_step",
         0,
         256,
         TxConfig {
@@ -191,11 +209,11 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
             fast_free: false,
             source: MemSource::Heap,
         },
-        Arc::from(Vec::<Mr>::new()),
+        &[],
     )
     .unwrap();
     let rx = RxQueue::new(
-        &hca,
+        &dev,
         0,
         256,
         RxConfig {
@@ -206,10 +224,15 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
             source: MemSource::Heap,
         },
         (),
-        Arc::from(vec![mr]),
+        &[mr],
     )
     .unwrap();
-    Rig { hca, tx, rx }
+    Rig {
+        hca,
+        dev,
+        tx: ManuallyDrop::new(tx),
+        rx: ManuallyDrop::new(rx),
+    }
 }
 
 fn frame(seed: u32, len: usize) -> Vec<u8> {
@@ -406,7 +429,7 @@ fn buffer_outside_registered_memory_is_never_posted() {
 
 #[test]
 fn receive_resumes_after_the_queue_is_reset() {
-    // A port stop resets every RX queue onto fresh device queues over the same memory. The CQ
+    // A port stop resets every RX queue onto fresh device queues with the same buffers. The CQ
     // consumer record must start over with the CQ, or the device sees the new CQ as full and
     // holds every frame back (stop/start killed receive once a frame had been received).
     let before = free_count();
@@ -421,8 +444,8 @@ fn receive_resumes_after_the_queue_is_reset() {
                 assert_eq!(&bytes_of(*g), e);
             }
             free_chains(&got);
-            r.rx.reset().unwrap();
-            r.tx.reset().unwrap();
+            r.rx.reset(&r.dev).unwrap();
+            r.tx.reset(&r.dev).unwrap();
         }
         assert_eq!(r.hca.counters().cq_full_stalls, 0, "no CQ ever looked full");
     }

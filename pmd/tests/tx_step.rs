@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use mlx4rs::devargs::BfMode;
 use mlx4rs::hca::{Hca, HcaConfig, Wire};
+use mlx4rs::hw::soft::Soft;
+use mlx4rs::hw::{Device, QueueState};
 use mlx4rs::mem::{DmaRange, MemSource, Mr};
 use mlx4rs::mmio::Copy64;
 use mlx4rs::txq::{TxBuf, TxConfig, TxPath, TxQueue};
@@ -46,6 +48,7 @@ impl TxBuf for Pkt {
         // SAFETY: test packets point into buffers that outlive the queue.
         let segs = unsafe { std::slice::from_raw_parts(self.segs, self.nsegs) };
         segs.iter()
+            // SAFETY: as above, each segment lies in a buffer that outlives the queue.
             .map(|s| unsafe { std::slice::from_raw_parts(s.ptr, s.len) })
     }
     fn offloads(&self) -> TxOffloads {
@@ -157,6 +160,8 @@ static NAME: AtomicU32 = AtomicU32::new(0);
 
 struct Rig {
     hca: Hca,
+    /// The driver's view of `hca`: it owns the queues' memory.
+    dev: Soft,
     wire: Arc<Mutex<Vec<Vec<u8>>>>,
     arena: Vec<u8>,
     mr: Mr,
@@ -183,11 +188,13 @@ fn rig(wc: bool) -> Rig {
         arena.as_ptr() as usize,
         arena.as_ptr() as usize + arena.len(),
     );
+    let dev = Soft::new(hca.clone(), MemSource::Heap);
     // SAFETY: the arena lives in the rig next to the device, and the rig keeps it (moving a
     // Vec does not move its heap buffer) until both are dropped.
-    let mr = mlx4rs::hw::reg_mr_range(&hca, unsafe { DmaRange::new(s, e) }).unwrap();
+    let mr = dev.reg_mr(unsafe { DmaRange::new(s, e) }).unwrap();
     Rig {
         hca,
+        dev,
         wire,
         arena,
         mr,
@@ -298,15 +305,8 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
     FREED.with(|f| f.borrow_mut().clear());
     let mut r = rig(wc);
     let mut rng = Rng(seed);
-    let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.hca,
-        "tx_step".into(),
-        0,
-        256,
-        config(path, inline_max),
-        Arc::from(vec![r.mr]),
-    )
-    .unwrap();
+    let mut q: TxQueue<Pkt> =
+        TxQueue::new(&r.dev, "tx_step", 0, 256, config(path, inline_max), &[r.mr]).unwrap();
     assert_eq!(q.path(), path);
     let mut expected = Vec::new();
     let mut segtab = Vec::new();
@@ -357,7 +357,7 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
     }
     r.hca.step();
     let st = q.stats();
-    drop(q);
+    q.destroy(&r.dev);
     let wire = r.wire.lock().unwrap().clone();
     if let Some(i) = wire.iter().zip(&expected).position(|(w, e)| w != e) {
         eprintln!(
@@ -442,7 +442,7 @@ fn blueflame_without_wc_still_delivers() {
 
 // ---- the capability check -------------------------------------------------------------
 
-fn threaded_hca(wc: bool, bf_reg_size: u32) -> Hca {
+fn threaded_hca(wc: bool, bf_reg_size: u32) -> Soft {
     let hca = Hca::open(HcaConfig {
         wc,
         bf_reg_size,
@@ -452,37 +452,34 @@ fn threaded_hca(wc: bool, bf_reg_size: u32) -> Hca {
     })
     .unwrap();
     hca.start().unwrap();
-    hca
+    Soft::new(hca, MemSource::Heap)
 }
 
 #[test]
 fn capability_check_follows_write_combining() {
     let copy = Copy64::best();
     let on = threaded_hca(true, 512);
-    let c = wc::decide(&on, BfMode::Auto, MemSource::Heap, copy);
+    let c = wc::decide(&on, BfMode::Auto, -1, copy);
     assert_eq!(c.path, TxPath::BlueFlame, "{c:?}");
     assert!(!c.warning);
-    assert_eq!(
-        wc::self_test(&on, MemSource::Heap, copy),
-        Ok(wc::SelfTest::CopyExecuted)
-    );
-    let c = wc::decide(&on, BfMode::Off, MemSource::Heap, copy);
+    assert_eq!(wc::self_test(&on, -1, copy), Ok(wc::SelfTest::CopyExecuted));
+    let c = wc::decide(&on, BfMode::Off, -1, copy);
     assert_eq!((c.path, c.reason.as_str()), (TxPath::Doorbell, "bf=off"));
 
     let off = threaded_hca(false, 512);
-    let c = wc::decide(&off, BfMode::Auto, MemSource::Heap, copy);
+    let c = wc::decide(&off, BfMode::Auto, -1, copy);
     assert_eq!(c.path, TxPath::Doorbell, "{c:?}");
     assert!(c.reason.contains("ignored"), "{c:?}");
-    let c = wc::decide(&off, BfMode::On, MemSource::Heap, copy);
+    let c = wc::decide(&off, BfMode::On, -1, copy);
     assert_eq!(c.path, TxPath::BlueFlame);
     assert!(c.warning, "bf=on without WC is a warning");
 
     let none = threaded_hca(true, 0);
-    let c = wc::decide(&none, BfMode::Auto, MemSource::Heap, copy);
+    let c = wc::decide(&none, BfMode::Auto, -1, copy);
     assert_eq!(c.path, TxPath::Doorbell);
     assert!(c.reason.contains("bf_reg_size 0"), "{c:?}");
     for h in [on, off, none] {
-        h.stop();
+        h.hca().stop();
     }
 }
 
@@ -493,12 +490,12 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     FREED.with(|f| f.borrow_mut().clear());
     let mut r = rig(true);
     let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.hca,
-        "tx_err".into(),
+        &r.dev,
+        "tx_err",
         0,
         64,
         config(TxPath::Doorbell, 0),
-        Arc::from(vec![r.mr]),
+        &[r.mr],
     )
     .unwrap();
     let mut rng = Rng(5);
@@ -520,18 +517,27 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     let qpn = q.qpn();
     assert_eq!(q.burst(&pkts[1..2]), 1);
     r.hca.step();
-    assert_eq!(r.hca.sq_state(qpn).unwrap(), mlx4rs::hca::QueueState::Error);
+    assert_eq!(r.dev.sq_state(qpn).unwrap(), QueueState::Error);
     // A call with nothing to send leaves at once, before even looking at completions.
     assert_eq!(q.burst(&[]), 0);
     assert_eq!(q.stats().error_cqes, 0);
-    // tx_done_cleanup (as the next burst would) sees the error CQE and recreates the queue.
-    q.done_cleanup(0);
+    // The next burst sees the error CQE and takes nothing; recovery (the control path's job,
+    // with the device in hand) gives it a fresh queue.
+    assert_eq!(q.burst(&pkts[2..3]), 0, "a failed queue takes nothing");
+    assert!(q.failed());
     let st = q.stats();
     assert_eq!(st.error_cqes, 1, "{st:?}");
+    assert!(q.recover(&r.dev));
+    assert!(!q.failed());
     assert_eq!(
-        r.hca.sq_state(q.qpn()).unwrap(),
-        mlx4rs::hca::QueueState::Ready,
+        r.dev.sq_state(q.qpn()).unwrap(),
+        QueueState::Ready,
         "a fresh queue replaced the failed one"
+    );
+    assert_eq!(
+        r.dev.sq_state(qpn).map_err(|_| ()),
+        Err(()),
+        "the failed queue is gone"
     );
     assert_eq!(r.hca.counters().error_cqes, 1);
     // Memory back: traffic flows on the new queue.
@@ -542,24 +548,17 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
             arena.as_ptr() as usize + arena.len(),
         )
     };
-    let mr = mlx4rs::hw::reg_mr_range(&r.hca, range).unwrap();
-    drop(q);
-    let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.hca,
-        "tx_err".into(),
-        0,
-        64,
-        config(TxPath::Doorbell, 0),
-        Arc::from(vec![mr]),
-    )
-    .unwrap();
+    let mr = r.dev.reg_mr(range).unwrap();
+    q.destroy(&r.dev);
+    let mut q: TxQueue<Pkt> =
+        TxQueue::new(&r.dev, "tx_err", 0, 64, config(TxPath::Doorbell, 0), &[mr]).unwrap();
     assert_eq!(q.burst(&pkts[2..3]), 1);
     r.hca.step();
     let wire = r.wire.lock().unwrap().clone();
     assert_eq!(wire.first(), Some(&cases[0].bytes));
     assert_eq!(wire.last(), Some(&cases[2].bytes));
     assert_eq!(wire.len(), 2, "the failed packet never reached the wire");
-    drop(q);
+    q.destroy(&r.dev);
     FREED.with(|f| {
         let f = f.borrow();
         assert_eq!(f.len(), 3);
@@ -572,15 +571,8 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
 fn unregistered_memory_is_dropped_not_posted() {
     FREED.with(|f| f.borrow_mut().clear());
     let r = rig(true);
-    let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.hca,
-        "tx_unreg".into(),
-        0,
-        64,
-        config(TxPath::Doorbell, 0),
-        Arc::from(Vec::<Mr>::new()),
-    )
-    .unwrap();
+    let mut q: TxQueue<Pkt> =
+        TxQueue::new(&r.dev, "tx_unreg", 0, 64, config(TxPath::Doorbell, 0), &[]).unwrap();
     let data = vec![7u8; 300];
     let seg = [Seg {
         ptr: data.as_ptr(),
@@ -662,12 +654,12 @@ fn every_length_class_boundary_on_every_path() {
             FREED.with(|f| f.borrow_mut().clear());
             let mut r = rig(true);
             let mut q: TxQueue<Pkt> = TxQueue::new(
-                &r.hca,
-                "tx_classes".into(),
+                &r.dev,
+                "tx_classes",
                 0,
                 256,
                 config(path, inline_max),
-                Arc::from(vec![r.mr]),
+                &[r.mr],
             )
             .unwrap();
             // A gather packet of three segments first: the general path fills the lkey
@@ -733,7 +725,7 @@ fn every_length_class_boundary_on_every_path() {
                 3 * straight_gather,
                 "{what}"
             );
-            drop(q);
+            q.destroy(&r.dev);
             FREED.with(|f| {
                 let f = f.borrow();
                 assert_eq!(f.len() as u64, 3 * n, "{what}: every buffer freed");
@@ -784,15 +776,8 @@ fn every_ring_wrap_position() {
         let mut rng = Rng(0xa11);
         // Inline up to 928 bytes: WQEs of 1, 2, 3 and 16 TXBBs meet the ring's end at every
         // offset, so pad NOPs of every size from 1 to 15 TXBBs occur.
-        let mut q: TxQueue<Pkt> = TxQueue::new(
-            &r.hca,
-            "tx_wrap".into(),
-            0,
-            64,
-            config(path, 928),
-            Arc::from(vec![r.mr]),
-        )
-        .unwrap();
+        let mut q: TxQueue<Pkt> =
+            TxQueue::new(&r.dev, "tx_wrap", 0, 64, config(path, 928), &[r.mr]).unwrap();
         let size = q.txbb_cnt() as usize;
         let mut seen = vec![false; size];
         let mut id = 0;
@@ -808,7 +793,7 @@ fn every_ring_wrap_position() {
         // Pad NOPs went to the device too: more WQEs executed than frames sent.
         let hc = r.hca.counters();
         assert!(hc.wqe_fetched + hc.wqe_from_bf > hc.tx_frames, "{hc:?}");
-        drop(q);
+        q.destroy(&r.dev);
         FREED.with(|f| {
             let f = f.borrow();
             assert_eq!(f.len() as u32, id);
@@ -823,12 +808,12 @@ fn ring_full_at_every_position() {
     let mut r = rig(true);
     let mut rng = Rng(0xf011);
     let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.hca,
-        "tx_full".into(),
+        &r.dev,
+        "tx_full",
         0,
         64,
         config(TxPath::Doorbell, 104),
-        Arc::from(vec![r.mr]),
+        &[r.mr],
     )
     .unwrap();
     let size = q.txbb_cnt();
@@ -892,7 +877,7 @@ fn ring_full_at_every_position() {
     }
     let st = q.stats();
     assert_eq!(st.errors, 0);
-    drop(q);
+    q.destroy(&r.dev);
     FREED.with(|f| {
         let f = f.borrow();
         assert_eq!(

@@ -183,7 +183,8 @@ fn run(o: &Opts) -> Result<i32, String> {
         for (name, wire) in port_names(o.wire, i) {
             eal_args.push("--vdev".into());
             eal_args.push(format!(
-                "{name},{wire},busy_poll={},{}",
+                // The device on a thread of its own, as these figures were always taken.
+                "{name},{wire},busy_poll={},device_loop=port,{}",
                 u8::from(o.busy_poll),
                 p.devargs()
             ));

@@ -3,10 +3,10 @@
 //! run. Only `measured_burst` is meant to be collected (`--toggle-collect='*measured_burst*'`);
 //! the device's work happens in `step`, outside it.
 
-use std::sync::Arc;
-
 use apps::Path;
 use mlx4rs::hca::{Hca, HcaConfig, Wire};
+use mlx4rs::hw::soft::Soft;
+use mlx4rs::hw::Device;
 use mlx4rs::mem::MemSource;
 use mlx4rs::mmio::Copy64;
 use mlx4rs::txq::{TxBuf, TxConfig, TxPath, TxQueue};
@@ -91,7 +91,10 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         .map(|i| (i * 7) as u8)
         .collect();
     let frame: &'static [u8] = frame.leak();
-    let mr = mlx4rs::hw::reg_mr_range(&hca, mlx4rs::mem::DmaRange::of_static(frame))?;
+    let dev = Soft::new(hca.clone(), MemSource::Heap);
+    let mr = dev
+        .reg_mr(mlx4rs::mem::DmaRange::of_static(frame))
+        .map_err(|e| e.to_string())?;
     let pkts: Vec<Pkt> = frame.chunks(usize::from(c.size)).map(Pkt).collect();
     let cfg = TxConfig {
         inline_max: c.inline,
@@ -104,10 +107,9 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         source: MemSource::Heap,
     };
     // Large inline thresholds make WQEs of up to 16 TXBBs and the device caps the ring size.
-    let mrs: Arc<[_]> = Arc::from(vec![mr]);
     let mut q: TxQueue<Pkt> = [1024, 512, 256]
         .into_iter()
-        .find_map(|n| TxQueue::new(&hca, "txbench".into(), 0, n, cfg.clone(), mrs.clone()).ok())
+        .find_map(|n| TxQueue::new(&dev, "txbench", 0, n, cfg.clone(), &[mr]).ok())
         .ok_or("no TX queue size the device accepts")?;
     if c.full_ring {
         let n = burst.min(pkts.len());
@@ -156,7 +158,7 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
             c.packets, st.packets, hc.tx_frames
         ));
     }
-    drop(q);
+    q.destroy(&dev);
     hca.stop();
     Ok(())
 }

@@ -8,9 +8,10 @@
 
 use std::cell::Cell;
 use std::mem::MaybeUninit;
-use std::sync::Arc;
 
 use mlx4rs::hca::{Hca, HcaConfig, Wire};
+use mlx4rs::hw::soft::Soft;
+use mlx4rs::hw::Device;
 use mlx4rs::mem::MemSource;
 use mlx4rs::mmio::Copy64;
 use mlx4rs::rxq::{RxBuf, RxConfig, RxMeta, RxQueue};
@@ -104,7 +105,10 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         top: Cell::new(nbufs),
         meta: (0..nbufs).map(|_| Cell::new((0, 0))).collect(),
     }));
-    let mr = mlx4rs::hw::reg_mr_range(&hca, mlx4rs::mem::DmaRange::of_static(arena))?;
+    let dev = Soft::new(hca.clone(), MemSource::Heap);
+    let mr = dev
+        .reg_mr(mlx4rs::mem::DmaRange::of_static(arena))
+        .map_err(|e| e.to_string())?;
     let burst = usize::from(c.burst);
     let frames: &'static [u8] = (0..usize::from(c.size) * burst)
         .map(|i| (i * 7) as u8)
@@ -112,8 +116,8 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         .leak();
     let pkts: Vec<Pkt> = frames.chunks(usize::from(c.size)).map(Pkt).collect();
     let mut tx: TxQueue<Pkt> = TxQueue::new(
-        &hca,
-        "txbench-rx".into(),
+        &dev,
+        "txbench-rx",
         0,
         1024,
         TxConfig {
@@ -123,10 +127,11 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
             fast_free: false,
             source: MemSource::Heap,
         },
-        Arc::from(vec![]),
-    )?;
+        &[],
+    )
+    .map_err(|e| e.to_string())?;
     let mut rx: RxQueue<Buf> = RxQueue::new(
-        &hca,
+        &dev,
         0,
         1024,
         RxConfig {
@@ -137,8 +142,9 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
             source: MemSource::Heap,
         },
         pool,
-        Arc::from(vec![mr]),
-    )?;
+        &[mr],
+    )
+    .map_err(|e| e.to_string())?;
     let mut out: Vec<Buf> = vec![Buf(0, pool); burst];
     let mut received = 0u64;
     while received < c.packets {
@@ -166,8 +172,8 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         "callgrind RX mode: size {} burst {} packets {received} rx errors {} nombuf {}",
         c.size, c.burst, st.errors, st.nombuf
     );
-    drop(rx);
-    drop(tx);
+    rx.destroy(&dev);
+    tx.destroy(&dev);
     hca.stop();
     Ok(())
 }

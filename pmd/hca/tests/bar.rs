@@ -109,10 +109,8 @@ fn an_adapter_runs_on_device_memory_its_opener_provides() {
         cqn: cq.cqn,
     };
     // SAFETY: refused, so nothing is kept.
-    assert!(matches!(
-        unsafe { hca.create_sq(&attr) },
-        Err(mlx4_hca::HcaError::NoResources(_))
-    ));
+    let refused = unsafe { hca.create_sq(&attr) };
+    assert!(matches!(refused, Err(mlx4_hca::HcaError::NoResources(_))));
     drop(more);
     // 20 frames looped back to a port with no RX queue: its 16-frame receive buffer refuses
     // 4, the other 16 find no RX WQE. The counters in the memory say so.

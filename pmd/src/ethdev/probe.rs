@@ -1,0 +1,314 @@
+//! Registration with EAL's vdev bus, probe and remove.
+
+use std::ffi::{c_char, c_int, CStr};
+use std::mem::size_of;
+use std::ptr;
+
+use dpdk_sys as sys;
+
+use super::eth::Proc;
+use super::{errno, fmt_mac, mp, ops, queue, Error};
+use crate::devargs::Devargs;
+use crate::hw::Device;
+use crate::mem::{DmaBox, DmaRange, MemSource};
+use crate::pmd_log;
+use crate::port::Port;
+
+/// Driver name as EAL matches it against `--vdev net_mlx4rs<N>`.
+pub const DRIVER_NAME: &CStr = c"net_mlx4rs";
+
+/// The vdev driver record. EAL links it into its driver list, so it must live for the whole
+/// process and have a stable address.
+static mut VDEV_DRIVER: sys::rte_vdev_driver = sys::rte_vdev_driver {
+    next: sys::rte_vdev_driver__bindgen_ty_1 {
+        tqe_next: ptr::null_mut(),
+        tqe_prev: ptr::null_mut(),
+    },
+    driver: sys::rte_driver {
+        next: sys::rte_driver__bindgen_ty_1 {
+            tqe_next: ptr::null_mut(),
+            tqe_prev: ptr::null_mut(),
+        },
+        name: DRIVER_NAME.as_ptr(),
+        alias: ptr::null(),
+    },
+    probe: Some(vdev_probe),
+    remove: Some(vdev_remove),
+    dma_map: None,
+    dma_unmap: None,
+    drv_flags: 0,
+};
+
+/// Runs when the library is loaded (by `-d`, from EAL's plugin directory, or linked into an
+/// application), which is always before EAL scans the vdev bus.
+///
+/// A process can load two copies of the library (one from EAL's driver directory, one by `-d`,
+/// or one linked in): two entries named `net_mlx4rs` would make EAL probe with whichever it
+/// met first while the other copy's state stayed half-alive. The first copy to load keeps the
+/// name; later copies withdraw. EAL loads `-d` plugins before its driver directory, so the
+/// explicit copy is the one that stays.
+#[ctor::ctor]
+fn register_driver() {
+    crate::log::register();
+    let me = ptr::addr_of_mut!(VDEV_DRIVER);
+    // SAFETY: runs once per copy, at load time under the loader's lock, before EAL scans; the
+    // list entries we read are drivers' static records that live as long as the process.
+    unsafe {
+        sys::rte_vdev_register(me);
+        if let Some(first) = registered_before(me) {
+            sys::rte_vdev_unregister(me);
+            pmd_log!(
+                WARNING,
+                "driver already registered by {}; this copy ({}) stays unregistered",
+                object_path(first.cast()),
+                object_path(me.cast())
+            );
+        }
+    }
+}
+
+/// An entry named like ours that precedes `me` on EAL's vdev driver list. EAL exports no
+/// lookup by name, but the list is a BSD tail queue whose head and links share one layout,
+/// so from our own (just appended) entry the walk back is `TAILQ_PREV`.
+///
+/// # Safety
+/// `me` must be on the vdev driver list.
+unsafe fn registered_before(me: *mut sys::rte_vdev_driver) -> Option<*mut sys::rte_vdev_driver> {
+    type Link = sys::rte_vdev_driver__bindgen_ty_1;
+    let mut cur = me;
+    loop {
+        // SAFETY: `tqe_prev` points at the previous link's first word (or the head's), and
+        // the word after it leads to that link's predecessor; the head ends the walk with NULL.
+        cur = unsafe { *(*((*cur).next.tqe_prev as *const Link)).tqe_prev };
+        if cur.is_null() {
+            return None;
+        }
+        // SAFETY: every registered driver has a NUL-terminated static name (or none).
+        let same = unsafe {
+            let name = (*cur).driver.name;
+            !name.is_null() && CStr::from_ptr(name) == DRIVER_NAME
+        };
+        if same {
+            return Some(cur);
+        }
+    }
+}
+
+/// The file of the loaded object that holds `addr`, for telling two copies apart in a log.
+fn object_path(addr: *const std::ffi::c_void) -> String {
+    // SAFETY: `Dl_info` is pointers only, valid all-zero; dladdr only reads the loader's
+    // tables and fills `info`.
+    let (found, info) = unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        (libc::dladdr(addr, &mut info), info)
+    };
+    if found == 0 || info.dli_fname.is_null() {
+        return "?".into();
+    }
+    c_str(info.dli_fname).to_owned()
+}
+
+fn c_str<'a>(p: *const c_char) -> &'a str {
+    if p.is_null() {
+        return "";
+    }
+    // SAFETY: EAL hands us NUL-terminated strings that live as long as the device.
+    unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("")
+}
+
+unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
+    // SAFETY: EAL passes a live vdev device.
+    let (name, args, socket) = unsafe {
+        (
+            c_str(sys::mlx4rs_vdev_name(vdev)).to_owned(),
+            c_str(sys::mlx4rs_vdev_args(vdev)).to_owned(),
+            sys::mlx4rs_vdev_numa_node(vdev),
+        )
+    };
+    let devargs: Devargs = match args
+        .parse()
+        .and_then(|d: Devargs| d.check_targets().map(|()| d))
+    {
+        Ok(d) => d,
+        Err(e) => {
+            pmd_log!(ERR, "{name}: {e}");
+            return -libc::EINVAL;
+        }
+    };
+    pmd_log!(INFO, "{name}: probing with devargs {args:?}");
+    if mp::secondary() {
+        return match attach_secondary(vdev, &name) {
+            Ok(()) => 0,
+            Err(e) => {
+                pmd_log!(ERR, "{name}: {e}");
+                errno(&e)
+            }
+        };
+    }
+    mp::serve();
+    let mem = memseg_ranges();
+    let source = MemSource::Dpdk { socket };
+    let opened = crate::hw::open(&name, &devargs, source).and_then(|h| {
+        Ok((
+            Port::open(&name, &devargs, source, &mem, h.dev.as_ref())?,
+            h,
+        ))
+    });
+    let (port, handles) = match opened {
+        Ok(p) => p,
+        Err(e) => {
+            pmd_log!(ERR, "{name}: cannot open: {e}");
+            return errno(&Error::from(e));
+        }
+    };
+    match attach_port(vdev, &name, socket, port, handles) {
+        Ok(()) => 0,
+        Err(e) => {
+            pmd_log!(ERR, "{name}: {e}");
+            errno(&e)
+        }
+    }
+}
+
+/// In a secondary process: attaches to the primary's port of this name and creates nothing.
+/// The port and its queues are read from shared memory; this process gets its own handles
+/// (a [`mp::Remote`] device that asks the primary what only its device knows), ops and burst
+/// functions.
+fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), Error> {
+    let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
+    // SAFETY: plain ethdev call with a valid C string.
+    let dev = unsafe { sys::rte_eth_dev_attach_secondary(cname.as_ptr()) };
+    if dev.is_null() {
+        return Err(Error::Invalid(
+            "the primary process drives no port of this name".into(),
+        ));
+    }
+    // SAFETY: an attached ethdev shares the primary's data; its private data is the Port the
+    // primary's probe wrote, which this process only reads here.
+    let (port_id, caps) = unsafe {
+        let d = &*(*dev).data;
+        let port = (d.dev_private as *const Port)
+            .as_ref()
+            .ok_or_else(|| Error::Invalid("the primary's port is closed".into()))?;
+        (d.port_id, port.caps)
+    };
+    let remote = mp::Remote::new(port_id, caps);
+    // A device the primary runs in its polling lcore must now run by itself.
+    remote.secondary_attached(true);
+    let proc_ = Proc {
+        dev: Box::new(remote),
+        lcore: None,
+    };
+    // SAFETY: `dev` is attached for this process: its per-process fields are ours to set;
+    // `vdev` is the live device being probed.
+    unsafe {
+        (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
+        (*dev).device = ptr::addr_of_mut!((*vdev).device);
+        (*dev).dev_ops = &*ops::OPS;
+        queue::set_bursts(&mut *dev, queue::Bursts::Secondary);
+        sys::rte_eth_dev_probing_finish(dev);
+    }
+    pmd_log!(NOTICE, "{name}: attached to the primary's port {port_id}");
+    Ok(())
+}
+
+/// Allocates the ethdev: `port` goes into DPDK shared memory as its private data, `proc_` is
+/// this process's.
+fn attach_port(
+    vdev: *mut sys::rte_vdev_device,
+    name: &str,
+    socket: c_int,
+    port: Port,
+    proc_: Proc,
+) -> Result<(), Error> {
+    let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
+    let mac = port.mac;
+    // rte_eth_dev_release_port frees `dev_private` and `mac_addrs` with rte_free: both come
+    // from rte_zmalloc.
+    let private = DmaBox::new(port, MemSource::Dpdk { socket })
+        .ok_or_else(|| Error::NoMemory("no DPDK memory for the port".into()))?;
+    // SAFETY: plain allocation call.
+    let macs = unsafe {
+        sys::rte_zmalloc_socket(
+            c"mlx4rs_mac".as_ptr(),
+            size_of::<sys::rte_ether_addr>(),
+            0,
+            socket,
+        )
+    } as *mut sys::rte_ether_addr;
+    if macs.is_null() {
+        return Err(Error::NoMemory("no DPDK memory for the MAC table".into()));
+    }
+    // SAFETY: plain ethdev call with a valid C string.
+    let dev = unsafe { sys::rte_eth_dev_allocate(cname.as_ptr()) };
+    if dev.is_null() {
+        // SAFETY: allocated above, not handed to anyone.
+        unsafe { sys::rte_free(macs.cast()) };
+        return Err(Error::Invalid(
+            "cannot allocate an ethdev (name taken or no free port id)".into(),
+        ));
+    }
+    // SAFETY: `dev` is freshly allocated and ours, with zeroed data; `vdev` is the live device
+    // being probed.
+    unsafe {
+        let d = &mut *(*dev).data;
+        (*macs).addr_bytes = mac;
+        d.dev_private = private.into_raw().as_ptr().cast();
+        d.mac_addrs = macs;
+        d.numa_node = socket;
+        d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
+        (*dev).device = ptr::addr_of_mut!((*vdev).device);
+        let bursts = match proc_.lcore {
+            Some(_) => queue::Bursts::Lcore,
+            None => queue::Bursts::Plain,
+        };
+        (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
+        (*dev).dev_ops = &*ops::OPS;
+        queue::set_bursts(&mut *dev, bursts);
+        sys::rte_eth_dev_probing_finish(dev);
+        pmd_log!(
+            INFO,
+            "{name}: port {} ready, MAC {}",
+            d.port_id,
+            fmt_mac(&mac)
+        );
+    }
+    Ok(())
+}
+
+/// Every memseg list's virtual range: where mbufs can live. Registered once per port so the
+/// data path never registers memory.
+fn memseg_ranges() -> Vec<DmaRange> {
+    unsafe extern "C" fn cb(msl: *const sys::rte_memseg_list, arg: *mut std::ffi::c_void) -> c_int {
+        // SAFETY: EAL passes a live list and our Vec as `arg`.
+        unsafe {
+            let v = &mut *(arg as *mut Vec<DmaRange>);
+            let base = (*msl).__bindgen_anon_1.base_va as usize;
+            if base != 0 && (*msl).len > 0 {
+                // A memseg list's address range is reserved until EAL cleans up, after
+                // every port is closed.
+                v.push(DmaRange::new(base, base + (*msl).len));
+            }
+        }
+        0
+    }
+    let mut v: Vec<DmaRange> = Vec::new();
+    // SAFETY: the callback only appends to `v`, which outlives the walk.
+    unsafe { sys::rte_memseg_list_walk(Some(cb), (&mut v as *mut Vec<DmaRange>).cast()) };
+    v
+}
+
+unsafe extern "C" fn vdev_remove(vdev: *mut sys::rte_vdev_device) -> c_int {
+    // SAFETY: EAL passes a live vdev device.
+    let name = unsafe { sys::mlx4rs_vdev_name(vdev) };
+    // SAFETY: lookup by name; NULL when the primary released the port. A secondary's lookup
+    // still finds a port it closed (shared data outlives its per-process state): its state
+    // says so.
+    let dev = unsafe { sys::rte_eth_dev_allocated(name) };
+    // SAFETY: a non-NULL answer is an entry of ethdev's array.
+    if dev.is_null() || unsafe { (*dev).state } == sys::rte_eth_dev_state_RTE_ETH_DEV_UNUSED {
+        return 0;
+    }
+    // SAFETY: `dev` is live; closing runs our dev_close and releases the port.
+    unsafe { sys::rte_eth_dev_close((*(*dev).data).port_id) }
+}

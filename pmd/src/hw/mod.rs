@@ -1,0 +1,384 @@
+//! The hardware boundary, control side: what the driver asks of a device besides the stores of
+//! the data path. One trait, [`Device`], with one implementation per backend: [`soft`] over the
+//! software HCA today, rdma-core (verbs + mlx4dv) later.
+//!
+//! Queue memory fits both kinds of device because the backend owns it: a create call returns a
+//! descriptor of the rings, records and registers ([`SqDesc`], [`CqDesc`], [`RqDesc`]), which
+//! the software HCA's backend allocates and hands to the model, and which rdma-core hands back
+//! from `mlx4dv_init_obj`. The queue code builds its ring views on a descriptor and does not
+//! care which. Descriptors are plain data (addresses and numbers), so they may live in memory
+//! that several processes share; the register addresses are the creating process's mapping.
+//!
+//! The burst functions never call through this trait: queues do not hold a device. Control
+//! operations that need one (create, reset, recover, destroy) take it as a parameter.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crate::mem::{DmaRange, Mr};
+
+pub mod soft;
+
+/// RX and TX queues a port sets up at most (the device allows more; this keeps per-port memory
+/// sane).
+pub const MAX_QUEUES: u16 = 16;
+
+/// The Toeplitz key length of the mlx4 family (bytes).
+pub const RSS_KEY_LEN: usize = 40;
+/// The well-known default Toeplitz key (also mlx4's historic default).
+pub const DEFAULT_RSS_KEY: [u8; RSS_KEY_LEN] = [
+    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
+    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
+    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+];
+
+/// Why a device request failed. Its kind decides the errno DPDK sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HwError {
+    /// The request is outside what the device accepts (a bad configuration): `EINVAL`.
+    Invalid(String),
+    /// Host memory for queue memory ran out: `ENOMEM`.
+    NoMemory(String),
+    /// The device failed, or is out of its own resources: `EIO`.
+    Device(String),
+    /// This backend (or this process) cannot do it: `ENOTSUP`.
+    Unsupported(&'static str),
+}
+
+impl fmt::Display for HwError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HwError::Invalid(s) | HwError::NoMemory(s) | HwError::Device(s) => f.write_str(s),
+            HwError::Unsupported(what) => write!(f, "{what} is not supported here"),
+        }
+    }
+}
+
+impl std::error::Error for HwError {}
+
+/// What the device reports about itself (QUERY_DEV_CAP, `ibv_query_device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// Largest send queue, in 64-byte TXBBs.
+    pub max_sq_txbbs: u32,
+    /// Largest receive queue, in WQEs.
+    pub max_rq_wqes: u32,
+    /// Largest completion queue, in CQEs.
+    pub max_cqes: u32,
+    /// Scatter entries per receive WQE.
+    pub max_rq_sges: u32,
+    /// Largest send WQE, in bytes.
+    pub max_wqe_size: u32,
+    /// BlueFlame register size in bytes (two halves); 0 when BlueFlame is unusable.
+    pub bf_reg_size: u32,
+}
+
+/// A BlueFlame register: two halves of `half_size` bytes from `reg`, written alternately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BfDesc {
+    pub reg: NonNull<u8>,
+    pub half_size: usize,
+}
+
+/// A send queue as the device hands it over. Building one is the backend's promise about the
+/// memory it names; the ring views ([`crate::ring`]) take it by value and give it back for
+/// destroy, so no view outlives its queue.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SqDesc {
+    buf: NonNull<u8>,
+    txbb_cnt: u32,
+    doorbell: NonNull<u32>,
+    bf: Option<BfDesc>,
+    qpn: u32,
+}
+
+impl SqDesc {
+    /// # Safety
+    /// `buf` is `txbb_cnt` (a power of two) TXBBs of 64 bytes, 64-byte aligned, readable and
+    /// writable; `doorbell` is the SQ's 4-byte aligned UAR send doorbell register; `bf`, if
+    /// any, is a 64-byte aligned register of two `half_size` halves. All stay valid until the
+    /// SQ is destroyed through the device that created it.
+    pub unsafe fn new(
+        buf: NonNull<u8>,
+        txbb_cnt: u32,
+        doorbell: NonNull<u32>,
+        bf: Option<BfDesc>,
+        qpn: u32,
+    ) -> SqDesc {
+        assert!(txbb_cnt.is_power_of_two());
+        SqDesc {
+            buf,
+            txbb_cnt,
+            doorbell,
+            bf,
+            qpn,
+        }
+    }
+
+    /// The ring: `txbb_cnt` TXBBs (the stride is 64 bytes).
+    pub fn buf(&self) -> NonNull<u8> {
+        self.buf
+    }
+
+    pub fn txbb_cnt(&self) -> u32 {
+        self.txbb_cnt
+    }
+
+    /// The UAR send doorbell register.
+    pub fn doorbell(&self) -> NonNull<u32> {
+        self.doorbell
+    }
+
+    pub fn bf(&self) -> Option<BfDesc> {
+        self.bf
+    }
+
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+}
+
+/// A completion queue as the device hands it over (see [`SqDesc`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct CqDesc {
+    buf: NonNull<u8>,
+    cqe_cnt: u32,
+    cqe_size: u32,
+    set_ci_db: NonNull<u32>,
+    cqn: u32,
+}
+
+impl CqDesc {
+    /// # Safety
+    /// `buf` is `cqe_cnt` (a power of two) entries of `cqe_size` (32 or 64) bytes, aligned to
+    /// an entry, and `set_ci_db` the CQ's 4-byte aligned consumer-index record; both readable
+    /// and writable until the CQ is destroyed through the device that created it.
+    pub unsafe fn new(
+        buf: NonNull<u8>,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        set_ci_db: NonNull<u32>,
+        cqn: u32,
+    ) -> CqDesc {
+        assert!(cqe_cnt.is_power_of_two() && (cqe_size == 32 || cqe_size == 64));
+        CqDesc {
+            buf,
+            cqe_cnt,
+            cqe_size,
+            set_ci_db,
+            cqn,
+        }
+    }
+
+    pub fn buf(&self) -> NonNull<u8> {
+        self.buf
+    }
+
+    pub fn cqe_cnt(&self) -> u32 {
+        self.cqe_cnt
+    }
+
+    /// 32, or 64 (the 32-byte CQE then sits in the entry's second half, as rdma-core lays it out).
+    pub fn cqe_size(&self) -> u32 {
+        self.cqe_size
+    }
+
+    /// The consumer-index record (BE32, 24 bits significant).
+    pub fn set_ci_db(&self) -> NonNull<u32> {
+        self.set_ci_db
+    }
+
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+}
+
+/// A receive queue as the device hands it over (see [`SqDesc`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct RqDesc {
+    buf: NonNull<u8>,
+    wqe_cnt: u32,
+    sges: u32,
+    db_rec: NonNull<u32>,
+    qpn: u32,
+}
+
+impl RqDesc {
+    /// # Safety
+    /// `buf` is `wqe_cnt` (a power of two) WQEs of `sges` (a power of two) 16-byte scatter
+    /// entries, 16-byte aligned, and `db_rec` the RQ's 4-byte aligned doorbell record; both
+    /// readable and writable until the RQ is destroyed through the device that created it.
+    pub unsafe fn new(
+        buf: NonNull<u8>,
+        wqe_cnt: u32,
+        sges: u32,
+        db_rec: NonNull<u32>,
+        qpn: u32,
+    ) -> RqDesc {
+        assert!(wqe_cnt.is_power_of_two() && sges.is_power_of_two());
+        RqDesc {
+            buf,
+            wqe_cnt,
+            sges,
+            db_rec,
+            qpn,
+        }
+    }
+
+    pub fn buf(&self) -> NonNull<u8> {
+        self.buf
+    }
+
+    pub fn wqe_cnt(&self) -> u32 {
+        self.wqe_cnt
+    }
+
+    /// Scatter entries per WQE: the stride is `16 * sges` bytes.
+    pub fn sges(&self) -> u32 {
+        self.sges
+    }
+
+    /// The doorbell record (BE32 producer count, 16 bits significant).
+    pub fn db_rec(&self) -> NonNull<u32> {
+        self.db_rec
+    }
+
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+}
+
+// SAFETY: descriptors are addresses of memory the device shares with whichever thread (or
+// process) runs the queue; they carry no thread affinity.
+unsafe impl Send for SqDesc {}
+// SAFETY: as above.
+unsafe impl Send for CqDesc {}
+// SAFETY: as above.
+unsafe impl Send for RqDesc {}
+
+/// A queue's state as the device reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueState {
+    Ready,
+    /// A WQE completed in error; the queue executes nothing until it is recreated.
+    Error,
+}
+
+/// Packet fields the RSS hash covers, as the device can hash them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RssHash(u8);
+
+impl RssHash {
+    pub const NONE: RssHash = RssHash(0);
+    /// IPv4 source and destination addresses.
+    pub const IPV4: RssHash = RssHash(1 << 0);
+    /// IPv4 addresses and TCP ports.
+    pub const IPV4_TCP: RssHash = RssHash(1 << 1);
+    /// IPv4 addresses and UDP ports.
+    pub const IPV4_UDP: RssHash = RssHash(1 << 2);
+    pub const IPV6: RssHash = RssHash(1 << 3);
+    pub const IPV6_TCP: RssHash = RssHash(1 << 4);
+    pub const IPV6_UDP: RssHash = RssHash(1 << 5);
+
+    pub fn contains(self, other: RssHash) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for RssHash {
+    type Output = RssHash;
+    fn bitor(self, o: RssHash) -> RssHash {
+        RssHash(self.0 | o.0)
+    }
+}
+
+impl std::ops::BitOrAssign for RssHash {
+    fn bitor_assign(&mut self, o: RssHash) {
+        self.0 |= o.0;
+    }
+}
+
+/// The control side of one device port.
+///
+/// Methods take `&self`: a backend serialises what needs serialising (the software HCA has its
+/// own lock, rdma-core its kernel commands). Queue memory a create call returns stays valid
+/// until the matching destroy call returns.
+pub trait Device: Send + Sync {
+    fn caps(&self) -> Caps;
+
+    /// Registers memory the device may read packets from and write packets to.
+    fn reg_mr(&self, range: DmaRange) -> Result<Mr, HwError>;
+    fn dereg_mr(&self, mr: &Mr) -> Result<(), HwError>;
+
+    /// A CQ of at least `cqe_cnt` entries, its memory on NUMA node `socket` (-1: any).
+    fn create_cq(&self, cqe_cnt: u32, socket: i32) -> Result<CqDesc, HwError>;
+    /// Destroys the CQ (after the queues reporting to it) and frees its memory.
+    fn destroy_cq(&self, cq: CqDesc) -> Result<(), HwError>;
+    /// A send queue of `txbb_cnt` TXBBs completing into `cq`, ready to post on.
+    fn create_sq(&self, txbb_cnt: u32, cq: &CqDesc, socket: i32) -> Result<SqDesc, HwError>;
+    fn destroy_sq(&self, sq: SqDesc) -> Result<(), HwError>;
+    /// A receive queue of `wqe_cnt` WQEs of `sges` scatter entries completing into `cq`. The
+    /// device uses a WQE once the doorbell record covers it.
+    fn create_rq(
+        &self,
+        wqe_cnt: u32,
+        sges: u32,
+        cq: &CqDesc,
+        socket: i32,
+    ) -> Result<RqDesc, HwError>;
+    fn destroy_rq(&self, rq: RqDesc) -> Result<(), HwError>;
+    fn sq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
+    fn rq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
+
+    /// Which frames the port accepts: promiscuous, or those to `mac`, broadcast, and with
+    /// `allmulti` every multicast address.
+    fn set_rx_filter(&self, mac: [u8; 6], promisc: bool, allmulti: bool) -> Result<(), HwError>;
+    fn set_mtu(&self, mtu: u16) -> Result<(), HwError>;
+    fn set_rss(&self, key: &[u8; RSS_KEY_LEN], hash: RssHash) -> Result<(), HwError>;
+    /// The RSS indirection table: received frames go to `rqs[hash % rqs.len()]`.
+    fn set_rx_steering(&self, rqs: &[u32]) -> Result<(), HwError>;
+
+    /// Brings the port up: frames flow.
+    fn start(&self) -> Result<(), HwError>;
+    /// Takes the port down; the device executes nothing more until the next start.
+    fn stop(&self);
+    fn link_up(&self) -> bool;
+
+    /// The device's own counters as `(xstat name, value)`.
+    fn counters(&self) -> Vec<(String, u64)>;
+    fn reset_counters(&self);
+    /// Frames the port received and lost for want of a posted buffer or of room on the way
+    /// (DPDK's `imissed`).
+    fn missed(&self) -> u64;
+
+    /// For a device that runs in the caller's context (the software HCA stepped by the
+    /// polling thread): does its pending work now. The control path calls it while it waits
+    /// for the device; a card needs nothing.
+    fn poll(&self) {}
+
+    /// A secondary process attached to this port (`true`) or left it. A device that runs in
+    /// the primary's polling lcore must then run by itself, since a secondary's bursts cannot
+    /// run a device that lives in the primary; a card needs nothing.
+    fn secondary_attached(&self, _attached: bool) {}
+}
+
+/// This process's handles to a port's device.
+pub struct Handles {
+    pub dev: Box<dyn Device>,
+    /// Set when the device runs in the polling lcore: what the burst glue calls.
+    pub lcore: Option<soft::Lcore>,
+}
+
+/// Opens the device behind the port `name`: today always the software HCA, as the devargs
+/// describe it, its queue memory from `source`.
+pub fn open(
+    name: &str,
+    args: &crate::devargs::Devargs,
+    source: crate::mem::MemSource,
+) -> Result<Handles, HwError> {
+    let soft = soft::Soft::open(name, args, source)?;
+    Ok(Handles {
+        lcore: soft.lcore(),
+        dev: Box::new(soft),
+    })
+}

@@ -1,0 +1,538 @@
+//! The software HCA backend: [`Device`] over [`mlx4_hca`], the one module of the driver that
+//! names the model. It plays the part rdma-core plays for a card: it allocates queue memory
+//! (from the port's [`MemSource`]), hands it to the model, and keeps it until the queue is
+//! destroyed.
+//!
+//! It also decides where the model's device loop runs ([`DeviceLoop`]): in the lcore that polls
+//! the port (the ethdev burst glue calls the model's runners through [`Lcore`] after `tx_burst`
+//! posts and before `rx_burst` polls), on a thread per port, or on the model's one thread for
+//! the process's ports. The model's device pages (UAR pages, BlueFlame registers, counters, the
+//! port's receive buffer) live in its BAR, which comes from the port's [`MemSource`]: DPDK
+//! shared memory under EAL, so secondary processes ring the same doorbells.
+
+use std::collections::HashMap;
+use std::ptr::NonNull;
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Arc;
+
+use mlx4_hca::{
+    Bar, CqAttr, Hca, HcaConfig, HcaError, RqAttr, RssFields, RxRunner, SqAttr, SqRunner, Wire,
+};
+use parking_lot::Mutex;
+
+use super::{
+    BfDesc, Caps, CqDesc, Device, HwError, QueueState, RqDesc, RssHash, SqDesc, RSS_KEY_LEN,
+};
+use crate::devargs::{Devargs, DeviceLoop, WcMode};
+use crate::mem::{DmaBuf, DmaRange, MemSource, Mr};
+
+/// The model this backend drives, for tests and benchmarks that open and step it themselves.
+pub use mlx4_hca as hca;
+
+// The port's RSS key is the device's, byte for byte.
+const _: () = assert!(RSS_KEY_LEN == mlx4_hca::RSS_KEY_LEN);
+
+/// Records (CQ consumer index, RQ doorbell) sit after their ring, on a cache line of their own.
+const RECORD_SPACE: usize = 64;
+
+/// Checks a `wire=` devarg value without opening anything (a `peer:` may not exist yet).
+pub fn check_wire(spec: &str) -> Result<(), String> {
+    spec.parse::<Wire>().map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// One software HCA port and the queue memory it was given.
+pub struct Soft {
+    /// First to go: the model, then (last field) the memory its BAR lives in.
+    hca: Hca,
+    device_loop: DeviceLoop,
+    /// Secondary processes attached: their bursts cannot run a device that lives in this
+    /// process, so an lcore-run device gets a thread while any is attached.
+    secondaries: Mutex<u32>,
+    started: std::sync::atomic::AtomicBool,
+
+    /// Where queue memory comes from; a `Dpdk` source takes each queue's socket.
+    source: MemSource,
+    /// Opened at start, so that a `peer:` partner may be probed after this port.
+    wire: Option<String>,
+    /// Queue memory by kind and number, freed once the model forgot the queue.
+    mem: Mutex<QueueMem>,
+    /// The model's device memory, when this backend provided it; dropped after the model.
+    bar_mem: Option<Arc<DmaBuf>>,
+}
+
+#[derive(Default)]
+struct QueueMem {
+    cqs: HashMap<u32, DmaBuf>,
+    sqs: HashMap<u32, DmaBuf>,
+    rqs: HashMap<u32, DmaBuf>,
+}
+
+fn hw_err(what: &str) -> impl Fn(HcaError) -> HwError + '_ {
+    move |e| match e {
+        HcaError::InvalidArgument(_) | HcaError::NameInUse(_) => {
+            HwError::Invalid(format!("{what}: {e}"))
+        }
+        _ => HwError::Device(format!("{what}: {e}")),
+    }
+}
+
+impl Soft {
+    /// Opens the software HCA for the port `name` as its devargs describe it.
+    pub fn open(name: &str, args: &Devargs, source: MemSource) -> Result<Soft, HwError> {
+        let cfg = HcaConfig {
+            wc: args.wc == WcMode::On,
+            // A thread is started only where the device loop runs on one (in lcore mode, while
+            // a secondary process is attached).
+            threaded: true,
+            shared_thread: args.device_loop == DeviceLoop::ProcessThread,
+            busy_poll: args.busy_poll,
+            name: name.to_owned(),
+            ..HcaConfig::default()
+        };
+        let (hca, bar_mem) = match source {
+            MemSource::Dpdk { .. } => {
+                let mem = Arc::new(
+                    DmaBuf::new(Bar::required_len(&cfg), source)
+                        .ok_or_else(|| HwError::NoMemory("no memory for device pages".into()))?,
+                );
+                // SAFETY: page-aligned DPDK memory of the required length, kept (`bar_mem`, and
+                // a clone in every Lcore) until the model and its runners are gone.
+                let bar = unsafe { Bar::from_raw(mem.as_ptr(), mem.len()) }
+                    .map_err(hw_err("device memory"))?;
+                let hca = Hca::open_on(cfg, bar).map_err(hw_err("opening the software HCA"))?;
+                (hca, Some(mem))
+            }
+            MemSource::Heap => (
+                Hca::open(cfg).map_err(hw_err("opening the software HCA"))?,
+                None,
+            ),
+        };
+        let mut soft = Soft::new(hca, source);
+        soft.bar_mem = bar_mem;
+        soft.wire = Some(args.wire.as_str().to_owned());
+        soft.device_loop = args.device_loop;
+        Ok(soft)
+    }
+
+    /// A backend over a model the caller opened and wires itself (tests, benchmarks).
+    /// Its device loop runs on the model's own thread (`HcaConfig::threaded`) once started.
+    pub fn new(hca: Hca, source: MemSource) -> Soft {
+        Soft {
+            hca,
+            device_loop: DeviceLoop::PortThread,
+            secondaries: Mutex::new(0),
+            started: std::sync::atomic::AtomicBool::new(false),
+
+            source,
+            wire: None,
+            mem: Mutex::new(QueueMem::default()),
+            bar_mem: None,
+        }
+    }
+
+    /// The model behind this port.
+    pub fn hca(&self) -> &Hca {
+        &self.hca
+    }
+
+    /// What the burst glue of this process calls, when the device runs in the polling lcore.
+    pub fn lcore(&self) -> Option<Lcore> {
+        (self.device_loop == DeviceLoop::Lcore).then(|| Lcore {
+            hca: self.hca.clone(),
+            rx: self.hca.rx_runner(),
+            sqs: (0..super::MAX_QUEUES)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+            _bar_mem: self.bar_mem.clone(),
+        })
+    }
+
+    /// Starts the device loop where it runs: a thread of its own or the process's thread;
+    /// in the polling lcore, a thread only while a secondary process is attached.
+    fn run_loop(&self) -> Result<(), HwError> {
+        match self.device_loop {
+            DeviceLoop::PortThread | DeviceLoop::ProcessThread => {
+                self.hca.start().map_err(hw_err("start the device loop"))
+            }
+            DeviceLoop::Lcore if *self.secondaries.lock() > 0 => {
+                self.hca.start().map_err(hw_err("start the device loop"))
+            }
+            DeviceLoop::Lcore => Ok(()),
+        }
+    }
+
+    fn stop_loop(&self) {
+        self.hca.stop();
+    }
+
+    fn alloc(&self, len: usize, socket: i32, what: &str) -> Result<DmaBuf, HwError> {
+        let source = match self.source {
+            MemSource::Dpdk { .. } => MemSource::Dpdk { socket },
+            MemSource::Heap => MemSource::Heap,
+        };
+        DmaBuf::new(len, source).ok_or_else(|| HwError::NoMemory(format!("no memory for {what}")))
+    }
+}
+
+fn rss_fields(h: RssHash) -> RssFields {
+    let mut f = RssFields::NONE;
+    for (ours, theirs) in [
+        (RssHash::IPV4, RssFields::IPV4),
+        (RssHash::IPV4_TCP, RssFields::IPV4_TCP),
+        (RssHash::IPV4_UDP, RssFields::IPV4_UDP),
+        (RssHash::IPV6, RssFields::IPV6),
+        (RssHash::IPV6_TCP, RssFields::IPV6_TCP),
+        (RssHash::IPV6_UDP, RssFields::IPV6_UDP),
+    ] {
+        if h.contains(ours) {
+            f |= theirs;
+        }
+    }
+    f
+}
+
+fn state(s: mlx4_hca::QueueState) -> QueueState {
+    match s {
+        mlx4_hca::QueueState::Ready => QueueState::Ready,
+        mlx4_hca::QueueState::Error => QueueState::Error,
+    }
+}
+
+impl Device for Soft {
+    fn caps(&self) -> Caps {
+        let c = self.hca.caps();
+        Caps {
+            max_sq_txbbs: c.max_sq_wqes,
+            max_rq_wqes: c.max_rq_wqes,
+            max_cqes: c.max_cqes,
+            max_rq_sges: c.max_rq_sges,
+            max_wqe_size: c.max_wqe_size,
+            bf_reg_size: c.bf_reg_size,
+        }
+    }
+
+    fn reg_mr(&self, range: DmaRange) -> Result<Mr, HwError> {
+        let (start, end) = (range.start(), range.end());
+        // SAFETY: a `DmaRange` stays mapped for the device's life (its constructor's contract).
+        let lkey = unsafe { self.hca.reg_mr(start as *const u8, end - start) }
+            .map_err(hw_err(&format!("register memory {start:#x}..{end:#x}")))?;
+        Ok(Mr { start, end, lkey })
+    }
+
+    fn dereg_mr(&self, mr: &Mr) -> Result<(), HwError> {
+        self.hca
+            .dereg_mr(mr.lkey)
+            .map_err(hw_err("deregister memory"))
+    }
+
+    fn create_cq(&self, cqe_cnt: u32, socket: i32) -> Result<CqDesc, HwError> {
+        let ring = cqe_cnt as usize * mlx4_prm::CQE_SIZE;
+        let mem = self.alloc(ring + RECORD_SPACE, socket, "a CQ")?;
+        // SAFETY: the record space lies after the ring, inside the buffer.
+        let set_ci_db = unsafe { mem.as_ptr().add(ring) }.cast::<u32>();
+        let attr = CqAttr {
+            buf: mem.as_ptr(),
+            cqe_cnt,
+            set_ci_db,
+        };
+        // SAFETY: `mem` is kept in `self.mem` until destroy_cq has returned.
+        let cqn = unsafe { self.hca.create_cq(&attr) }.map_err(hw_err("create CQ"))?;
+        // SAFETY: the ring and the record are in `mem`, which stays in `self.mem` until
+        // destroy_cq takes this descriptor back; the model wrote every entry hardware-owned.
+        let desc = unsafe {
+            CqDesc::new(
+                mem.non_null(),
+                cqe_cnt,
+                mlx4_prm::CQE_SIZE as u32,
+                NonNull::new(set_ci_db).expect("inside a live buffer"),
+                cqn,
+            )
+        };
+        self.mem.lock().cqs.insert(cqn, mem);
+        Ok(desc)
+    }
+
+    fn destroy_cq(&self, cq: CqDesc) -> Result<(), HwError> {
+        self.hca
+            .destroy_cq(cq.cqn())
+            .map_err(hw_err("destroy CQ"))?;
+        self.mem.lock().cqs.remove(&cq.cqn());
+        Ok(())
+    }
+
+    fn create_sq(&self, txbb_cnt: u32, cq: &CqDesc, socket: i32) -> Result<SqDesc, HwError> {
+        let mem = self.alloc(
+            txbb_cnt as usize * mlx4_prm::TXBB_SIZE,
+            socket,
+            "a send ring",
+        )?;
+        let attr = SqAttr {
+            buf: mem.as_ptr(),
+            txbb_cnt,
+            cqn: cq.cqn(),
+        };
+        // SAFETY: `mem` is kept in `self.mem` until destroy_sq has returned.
+        let info = unsafe { self.hca.create_sq(&attr) }.map_err(hw_err("create SQ"))?;
+        // SAFETY: the send doorbell lies inside the 4 KiB UAR page the model maps for the SQ.
+        let doorbell = unsafe { info.uar.add(mlx4_prm::SEND_DOORBELL_OFFSET) }.cast::<u32>();
+        let bf = info.bf.map(|b| BfDesc {
+            reg: NonNull::new(b.reg).expect("the model maps its BlueFlame registers"),
+            half_size: b.half_size,
+        });
+        // SAFETY: the ring is `mem`, kept in `self.mem` until destroy_sq takes this descriptor
+        // back; the model keeps the SQ's UAR page and BlueFlame register until then too.
+        let desc = unsafe {
+            SqDesc::new(
+                mem.non_null(),
+                txbb_cnt,
+                NonNull::new(doorbell).expect("the model maps its UAR pages"),
+                bf,
+                info.qpn,
+            )
+        };
+        self.mem.lock().sqs.insert(info.qpn, mem);
+        Ok(desc)
+    }
+
+    fn destroy_sq(&self, sq: SqDesc) -> Result<(), HwError> {
+        self.hca
+            .destroy_sq(sq.qpn())
+            .map_err(hw_err("destroy SQ"))?;
+        self.mem.lock().sqs.remove(&sq.qpn());
+        Ok(())
+    }
+
+    fn create_rq(
+        &self,
+        wqe_cnt: u32,
+        sges: u32,
+        cq: &CqDesc,
+        socket: i32,
+    ) -> Result<RqDesc, HwError> {
+        let ring = wqe_cnt as usize * sges as usize * mlx4_prm::DS_SIZE;
+        let mem = self.alloc(ring + RECORD_SPACE, socket, "a receive ring")?;
+        // SAFETY: the record space lies after the ring, inside the buffer.
+        let db_rec = unsafe { mem.as_ptr().add(ring) }.cast::<u32>();
+        let attr = RqAttr {
+            buf: mem.as_ptr(),
+            wqe_cnt,
+            sges,
+            cqn: cq.cqn(),
+            db_rec,
+        };
+        // SAFETY: `mem` is kept in `self.mem` until destroy_rq has returned.
+        let qpn = unsafe { self.hca.create_rq(&attr) }.map_err(hw_err("create RQ"))?;
+        // SAFETY: the ring and the record are in `mem`, kept in `self.mem` until destroy_rq
+        // takes this descriptor back.
+        let desc = unsafe {
+            RqDesc::new(
+                mem.non_null(),
+                wqe_cnt,
+                sges,
+                NonNull::new(db_rec).expect("inside a live buffer"),
+                qpn,
+            )
+        };
+        self.mem.lock().rqs.insert(qpn, mem);
+        Ok(desc)
+    }
+
+    fn destroy_rq(&self, rq: RqDesc) -> Result<(), HwError> {
+        self.hca
+            .destroy_rq(rq.qpn())
+            .map_err(hw_err("destroy RQ"))?;
+        self.mem.lock().rqs.remove(&rq.qpn());
+        Ok(())
+    }
+
+    fn sq_state(&self, qpn: u32) -> Result<QueueState, HwError> {
+        self.hca
+            .sq_state(qpn)
+            .map(state)
+            .map_err(hw_err("SQ state"))
+    }
+
+    fn rq_state(&self, qpn: u32) -> Result<QueueState, HwError> {
+        self.hca
+            .rq_state(qpn)
+            .map(state)
+            .map_err(hw_err("RQ state"))
+    }
+
+    fn set_rx_filter(&self, mac: [u8; 6], promisc: bool, allmulti: bool) -> Result<(), HwError> {
+        self.hca.set_rx_filter(mac, promisc, allmulti);
+        Ok(())
+    }
+
+    fn set_mtu(&self, mtu: u16) -> Result<(), HwError> {
+        self.hca.set_mtu(mtu);
+        Ok(())
+    }
+
+    fn set_rss(&self, key: &[u8; RSS_KEY_LEN], hash: RssHash) -> Result<(), HwError> {
+        self.hca
+            .set_rss(key, rss_fields(hash))
+            .map_err(hw_err("set RSS"))
+    }
+
+    fn set_rx_steering(&self, rqs: &[u32]) -> Result<(), HwError> {
+        self.hca
+            .set_rx_steering(rqs)
+            .map_err(hw_err("set the RSS indirection table"))
+    }
+
+    fn start(&self) -> Result<(), HwError> {
+        if let Some(spec) = &self.wire {
+            // The spec and the error may hold what the operator typed: escaped in the log.
+            let what = format!("wire {}", spec.escape_debug());
+            let wire: Wire = spec.parse().map_err(hw_err(&what))?;
+            self.hca.set_wire(wire).map_err(|e| {
+                HwError::Device(format!("{what}: {}", e.to_string().escape_debug()))
+            })?;
+        }
+        self.run_loop()?;
+        self.hca.set_port_up(true);
+        self.started
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    fn stop(&self) {
+        self.started
+            .store(false, std::sync::atomic::Ordering::Release);
+        self.hca.set_port_up(false);
+        self.stop_loop();
+    }
+
+    fn link_up(&self) -> bool {
+        self.hca.port_up()
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        self.hca
+            .counters()
+            .iter()
+            .map(|(k, v)| (format!("hca_{k}"), v))
+            .collect()
+    }
+
+    fn reset_counters(&self) {
+        self.hca.reset_counters();
+    }
+
+    fn missed(&self) -> u64 {
+        self.hca.counters().rx_missed()
+    }
+
+    fn poll(&self) {
+        self.hca.step();
+    }
+
+    fn secondary_attached(&self, attached: bool) {
+        let mut n = self.secondaries.lock();
+        *n = if attached {
+            *n + 1
+        } else {
+            n.saturating_sub(1)
+        };
+        if self.device_loop != DeviceLoop::Lcore {
+            return;
+        }
+        // The primary's lcore may go on running the device too: both take the model's lock.
+        if *n > 0 && self.started.load(std::sync::atomic::Ordering::Acquire) {
+            let _ = self.hca.start();
+        } else if *n == 0 {
+            self.hca.stop();
+        }
+    }
+}
+
+impl Drop for Soft {
+    fn drop(&mut self) {
+        // The device loop must stop touching queue memory before it is freed.
+        self.stop_loop();
+        self.hca.stop();
+    }
+}
+
+/// The device loop's share of the polling lcore: the burst glue calls [`Lcore::after_tx`]
+/// after `tx_burst` posted and [`Lcore::before_rx`] before `rx_burst` polls. The queue code
+/// never does: it only stores to memory and device pages, as on a card. The model's runners
+/// cost a few loads and no lock when there is nothing to do.
+pub struct Lcore {
+    hca: Hca,
+    rx: RxRunner,
+    /// The runner of each TX queue's SQ, by queue index, set by the control path
+    /// ([`Lcore::set_sq`]) whenever the queue gets a new SQ.
+    sqs: Box<[AtomicPtr<SqRunner>]>,
+    /// Keeps the model's device memory until the runners are gone (dropped last).
+    _bar_mem: Option<Arc<DmaBuf>>,
+}
+
+impl Lcore {
+    /// Executes what TX queue `qid`'s SQ was told to do (doorbells, BlueFlame copies).
+    #[inline]
+    pub fn after_tx(&self, qid: u16) {
+        let p = self.sqs[usize::from(qid)].load(Ordering::Acquire);
+        // SAFETY: NULL or a runner set_sq boxed, which is only replaced or freed by the control
+        // path while no burst of this process runs on the queue (DPDK's rule for queue setup,
+        // release and port stop; recovery runs in the queue's own lcore, between bursts).
+        if let Some(r) = unsafe { p.as_ref() } {
+            r.run();
+        }
+    }
+
+    /// Delivers frames waiting at the port to its receive queues.
+    #[inline]
+    pub fn before_rx(&self) {
+        self.rx.run();
+    }
+
+    /// TX queue `qid` now runs on the SQ `qpn` (None: the queue is gone). Call it only while no
+    /// burst of this process runs on the queue (see [`Lcore::after_tx`]).
+    pub fn set_sq(&self, qid: u16, qpn: Option<u32>) {
+        let new = qpn
+            .and_then(|q| self.hca.sq_runner(q).ok())
+            .map_or(std::ptr::null_mut(), |r| Box::into_raw(Box::new(r)));
+        let old = self.sqs[usize::from(qid)].swap(new, Ordering::AcqRel);
+        if !old.is_null() {
+            // SAFETY: a box set_sq made; no burst runs on the queue (the caller's contract).
+            drop(unsafe { Box::from_raw(old) });
+        }
+    }
+}
+
+impl Drop for Lcore {
+    fn drop(&mut self) {
+        for qid in 0..self.sqs.len() {
+            self.set_sq(qid as u16, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rss_hash_maps_each_field_set() {
+        assert_eq!(rss_fields(RssHash::NONE), RssFields::NONE);
+        let all = RssHash::IPV4
+            | RssHash::IPV4_TCP
+            | RssHash::IPV4_UDP
+            | RssHash::IPV6
+            | RssHash::IPV6_TCP
+            | RssHash::IPV6_UDP;
+        assert_eq!(rss_fields(all), RssFields::ALL);
+        assert_eq!(
+            rss_fields(RssHash::IPV4 | RssHash::IPV6_UDP),
+            RssFields::IPV4 | RssFields::IPV6_UDP
+        );
+    }
+
+    #[test]
+    fn default_key_is_the_devices() {
+        assert_eq!(super::super::DEFAULT_RSS_KEY, mlx4_hca::DEFAULT_RSS_KEY);
+    }
+}

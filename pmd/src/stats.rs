@@ -1,0 +1,137 @@
+//! Counter definitions. Each counter is written once, in a `counters!` list: its field, its
+//! kind (a basic ethdev statistic or an extended one) and its name follow from that line, and
+//! so do summing and resetting. The ethdev layer maps the basic ones onto `rte_eth_stats`.
+
+/// Where a counter shows up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A field of `rte_eth_stats` (packets, bytes, errors, ...): not repeated as an xstat.
+    Basic,
+    /// An extended statistic, named after the field (`tx_<name>` and `tx_q<N>_<name>`).
+    Extended,
+}
+
+/// Declares a set of `u64` counters: the struct, its names and kinds, iteration, sum and reset.
+macro_rules! counters {
+    ($(#[$meta:meta])* pub struct $name:ident {
+        $($(#[doc = $doc:literal])* $field:ident: $kind:ident,)*
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+        #[repr(C)]
+        pub struct $name {
+            $($(#[doc = $doc])* pub $field: u64,)*
+        }
+
+        impl $name {
+            /// Every counter: its name and kind, in declaration order.
+            pub const FIELDS: &'static [(&'static str, $crate::stats::Kind)] =
+                &[$((stringify!($field), $crate::stats::Kind::$kind)),*];
+
+            /// `(name, kind, value)` for every counter, in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, $crate::stats::Kind, u64)> {
+                [$((stringify!($field), $crate::stats::Kind::$kind, self.$field)),*].into_iter()
+            }
+
+            /// The extended counters only: `(name, value)`.
+            pub fn extended(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                self.iter()
+                    .filter(|(_, k, _)| *k == $crate::stats::Kind::Extended)
+                    .map(|(n, _, v)| (n, v))
+            }
+
+            /// Adds `other` into `self`, counter by counter.
+            pub fn add(&mut self, other: &Self) {
+                $(self.$field += other.$field;)*
+            }
+
+            /// Zeroes every counter.
+            pub fn reset(&mut self) {
+                *self = Self::default();
+            }
+        }
+    };
+}
+counters! {
+    /// One TX queue's counters.
+    pub struct TxStats {
+        /// Packets posted to the device (`opackets`).
+        packets: Basic,
+        /// Their bytes (`obytes`).
+        bytes: Basic,
+        /// Packets dropped because they can never be sent, and error completions (`oerrors`).
+        errors: Basic,
+        /// UAR doorbell writes.
+        doorbells: Extended,
+        /// BlueFlame copies (each one also acts as the doorbell).
+        bf_writes: Extended,
+        /// Packets copied into their WQE.
+        inline_packets: Extended,
+        /// Packets sent by gather WQEs (data segments pointing at the buffers).
+        gather_packets: Extended,
+        /// Completions consumed.
+        completions: Extended,
+        /// Bursts cut short because the ring (or the completion bookkeeping) was full.
+        ring_full: Extended,
+        /// Error completions (the queue is recreated after one).
+        error_cqes: Extended,
+        /// Of `inline_packets`, those the general path posted (offloads, VLAN, several
+        /// segments, inline WQEs beyond two TXBBs); the others took the straight-line path.
+        general_inline: Extended,
+        /// Of `gather_packets`, those the general path posted (the others: one segment, no
+        /// offload, a buffer in the lkey cache's region).
+        general_gather: Extended,
+    }
+}
+
+counters! {
+    /// One RX queue's counters.
+    pub struct RxStats {
+        /// Frames handed to the application (`ipackets`).
+        packets: Basic,
+        /// Their bytes (`ibytes`).
+        bytes: Basic,
+        /// Frames the device completed in error, or whose buffer could not be re-posted
+        /// (`ierrors`).
+        errors: Basic,
+        /// Frames dropped because the mempool had no buffers to replace them (`rx_nombuf`).
+        nombuf: Basic,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_kinds_sum_and_reset_follow_the_definition() {
+        let mut a = TxStats {
+            packets: 3,
+            doorbells: 1,
+            error_cqes: 2,
+            ..TxStats::default()
+        };
+        let names: Vec<_> = a.iter().map(|(n, _, _)| n).collect();
+        let fields: Vec<_> = TxStats::FIELDS.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, fields);
+        assert_eq!(names.first(), Some(&"packets"));
+        assert_eq!(names.last(), Some(&"general_gather"));
+        let ext: Vec<_> = a.extended().collect();
+        assert_eq!(
+            ext.len(),
+            9,
+            "every TX counter but packets, bytes, errors: {ext:?}"
+        );
+        assert_eq!(ext[0], ("doorbells", 1));
+        assert!(ext
+            .iter()
+            .all(|(n, _)| !["packets", "bytes", "errors"].contains(n)));
+        let b = a;
+        a.add(&b);
+        assert_eq!((a.packets, a.doorbells, a.error_cqes), (6, 2, 4));
+        a.reset();
+        assert_eq!(a, TxStats::default());
+        assert_eq!(RxStats::FIELDS.len(), 4);
+        assert!(RxStats::FIELDS.iter().all(|(_, k)| *k == Kind::Basic));
+    }
+}

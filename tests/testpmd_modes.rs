@@ -1,0 +1,212 @@
+//! The software HCA's device loop in each of its places (`device_loop=lcore|port|process`),
+//! through real `dpdk-testpmd`: txonly, io and rxonly forward and conserve frames across a
+//! loop and a cable, and a receiver nobody polls counts what it cannot take as `imissed`
+//! (`rx_missed_errors`), as a NIC does, then receives again once polled.
+
+mod common;
+
+use common::{testpmd, xstat, Step::*};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(90);
+const MODES: [&str; 3] = ["lcore", "port", "process"];
+
+/// xstat `name` of port `port` from the last `show port xstats` of that port in `all`.
+fn port_xstat(all: &str, port: u32, name: &str) -> u64 {
+    let marker = format!("NIC extended statistics for port {port}");
+    let start = all
+        .rfind(&marker)
+        .unwrap_or_else(|| panic!("no xstats of port {port}:\n{all}"));
+    let rest = &all[start + marker.len()..];
+    let end = rest
+        .find("NIC extended statistics for port")
+        .unwrap_or(rest.len());
+    xstat(&rest[..end], name).unwrap_or_else(|| panic!("no {name} for port {port}:\n{all}"))
+}
+
+fn cabled(mode: &str) -> Vec<String> {
+    vec![
+        format!("net_mlx4rs0,wire=peer:net_mlx4rs1,device_loop={mode}"),
+        format!("net_mlx4rs1,wire=peer:net_mlx4rs0,device_loop={mode}"),
+    ]
+}
+
+fn run(vdevs: &[String], app_args: &[&str], steps: &[common::Step]) -> String {
+    let vdevs: Vec<&str> = vdevs.iter().map(String::as_str).collect();
+    let out = testpmd(&vdevs, app_args, steps, LIMIT);
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    all
+}
+
+/// The probe log names the device loop each port runs with.
+fn assert_mode_logged(all: &str, mode: &str) {
+    assert!(
+        all.contains(&format!("device loop {mode}")),
+        "the log says where the device runs ({mode}):\n{all}"
+    );
+}
+
+#[test]
+fn txonly_sends_in_every_mode() {
+    for mode in MODES {
+        let all = run(
+            &[
+                format!("net_mlx4rs0,wire=null,device_loop={mode}"),
+                format!("net_mlx4rs1,wire=null,wc=off,device_loop={mode}"),
+            ],
+            &["--forward-mode=txonly", "--total-num-mbufs=16384"],
+            &[
+                Cmd("start"),
+                Sleep(1000),
+                Cmd("stop"),
+                // Port stop drains what tx_burst took.
+                Cmd("port stop all"),
+                Cmd("show port xstats all"),
+                Cmd("quit"),
+            ],
+        );
+        assert_mode_logged(&all, mode);
+        for port in [0, 1] {
+            let sent = port_xstat(&all, port, "tx_good_packets");
+            assert!(sent > 1000, "{mode}: port {port} sent {sent}\n{all}");
+            assert_eq!(
+                port_xstat(&all, port, "hca_tx_frames"),
+                sent,
+                "{mode}: port {port}: every packet taken reached the wire"
+            );
+        }
+    }
+}
+
+#[test]
+fn io_across_a_cable_and_a_loop_conserves_in_every_mode() {
+    for mode in MODES {
+        let all = run(
+            &cabled(mode),
+            &["--forward-mode=io", "--total-num-mbufs=8192"],
+            &[
+                Cmd("start tx_first 4"),
+                Sleep(1500),
+                Cmd("stop"),
+                Cmd("port stop all"),
+                Cmd("show port xstats all"),
+                Cmd("quit"),
+            ],
+        );
+        for (a, b) in [(0, 1), (1, 0)] {
+            let sent = port_xstat(&all, a, "hca_tx_frames");
+            assert!(sent > 128, "{mode}: port {a} forwarded {sent}\n{all}");
+            assert_eq!(
+                port_xstat(&all, b, "hca_rx_frames"),
+                sent,
+                "{mode}: port {b} received all port {a} sent\n{all}"
+            );
+            assert_eq!(port_xstat(&all, b, "rx_missed_errors"), 0, "{mode}");
+        }
+        let all = run(
+            &[format!("net_mlx4rs0,wire=loop,device_loop={mode}")],
+            &["--forward-mode=io", "--total-num-mbufs=4096"],
+            &[
+                Cmd("start tx_first"),
+                Sleep(1000),
+                Cmd("stop"),
+                Cmd("port stop all"),
+                Cmd("show port xstats all"),
+                Cmd("quit"),
+            ],
+        );
+        let sent = port_xstat(&all, 0, "hca_tx_frames");
+        assert!(sent > 32, "{mode}: frames circulated: {sent}\n{all}");
+        assert_eq!(
+            port_xstat(&all, 0, "hca_rx_frames"),
+            sent,
+            "{mode}: every frame came back"
+        );
+        assert_eq!(port_xstat(&all, 0, "rx_missed_errors"), 0, "{mode}");
+    }
+}
+
+/// txonly on two cabled ports: neither polls its receive queue, so once its ring (and the
+/// port's buffer) is full each port misses what arrives. Then rxonly takes what waited, and
+/// io forwarding receives continuously again.
+#[test]
+fn an_unpolled_receiver_counts_missed_frames_then_receives_in_every_mode() {
+    for mode in MODES {
+        let all = run(
+            &cabled(mode),
+            &[
+                "--forward-mode=txonly",
+                "--txpkts=64",
+                "--total-num-mbufs=16384",
+            ],
+            &[
+                Cmd("start"),
+                Sleep(1500),
+                Cmd("stop"),
+                Cmd("show port xstats all"),
+                Cmd("clear port xstats all"),
+                Cmd("set fwd rxonly"),
+                Cmd("start"),
+                Sleep(500),
+                Cmd("stop"),
+                Cmd("show port xstats 1"),
+                Cmd("clear port xstats all"),
+                Cmd("set fwd io"),
+                Cmd("start tx_first"),
+                Sleep(1000),
+                Cmd("stop"),
+                Cmd("show port xstats 1"),
+                Cmd("quit"),
+            ],
+        );
+        let marker = "NIC extended statistics for port 1";
+        let blocks: Vec<usize> = all.match_indices(marker).map(|(i, _)| i).collect();
+        assert_eq!(blocks.len(), 3, "{mode}: three xstats blocks:\n{all}");
+        let unpolled = &all[..blocks[1]];
+        let rxonly = &all[..blocks[2]];
+        let missed = port_xstat(unpolled, 1, "rx_missed_errors");
+        let no_wqe = port_xstat(unpolled, 1, "hca_rx_drops_no_wqe");
+        let wire = port_xstat(unpolled, 1, "hca_rx_drops_wire");
+        let got = port_xstat(unpolled, 1, "hca_rx_frames");
+        // What port 0's device put towards the wire; the cable refuses what port 1's buffer
+        // cannot hold, and both ends count that (the sender as tx_drops_wire).
+        let sent =
+            port_xstat(unpolled, 0, "hca_tx_frames") + port_xstat(unpolled, 0, "hca_tx_drops_wire");
+        assert!(
+            missed > 10_000,
+            "{mode}: an unpolled receiver misses frames: {missed}\n{all}"
+        );
+        assert_eq!(
+            missed,
+            no_wqe + wire,
+            "{mode}: imissed is the device's count of frames lost for want of a buffer or room"
+        );
+        assert!(
+            got <= 1024,
+            "{mode}: at most a ring's worth was delivered while nobody polled: {got}"
+        );
+        assert_eq!(
+            port_xstat(unpolled, 1, "rx_good_packets"),
+            0,
+            "{mode}: nobody polled"
+        );
+        // Frames may wait at port 1 (its buffer holds 1024), and a device thread may still
+        // execute what port 0 posted while the counters are read.
+        assert!(
+            got + missed + 1024 >= sent && got + missed <= sent + 1024,
+            "{mode}: port 1 accounts for what port 0 sent ({sent}): {got} received, {missed} missed"
+        );
+        let waited = port_xstat(rxonly, 1, "rx_good_packets");
+        assert!(
+            (1000..=2048).contains(&waited),
+            "{mode}: rxonly took what waited in the ring and at the port: {waited}\n{all}"
+        );
+        let received = port_xstat(&all, 1, "rx_good_packets");
+        assert!(
+            received > 1024,
+            "{mode}: polled again, the port receives: {received}\n{all}"
+        );
+        assert_eq!(port_xstat(&all, 1, "rx_missed_errors"), 0, "{mode}");
+    }
+}
