@@ -63,11 +63,65 @@ pub enum Step<'a> {
     Sleep(u64),
     /// A shell command run at this point of the session (its failure fails the test).
     Shell(&'a str),
+    /// A command written without the pause that follows `Cmd`: for long scripted sessions of
+    /// commands that complete before testpmd reads the next line (port stop/start/config).
+    Quick(&'a str),
+    /// Repeats a command (every 20 ms, each time once its answer is complete, i.e. the next
+    /// prompt appeared) until `done` holds for its answer, or `limit` passes: waiting for a
+    /// condition instead of sleeping for a guess.
+    Until {
+        cmd: &'a str,
+        done: fn(&str) -> bool,
+        limit: Duration,
+    },
+}
+
+/// Writes `cmd` and returns its answer. testpmd prints one prompt at start and one after each
+/// line it has processed, so with `written` lines before this one, the answer lies between
+/// prompt `written + 1` and prompt `written + 2` (or is whatever arrived within `limit`).
+fn ask(
+    stdin: &mut std::process::ChildStdin,
+    seen: &std::sync::Mutex<String>,
+    written: &mut usize,
+    cmd: &str,
+    limit: Duration,
+) -> String {
+    let _ = writeln!(stdin, "{cmd}");
+    *written += 1;
+    let start = Instant::now();
+    loop {
+        {
+            let text = seen.lock().unwrap();
+            let prompts: Vec<usize> = text.match_indices("testpmd> ").map(|(i, _)| i).collect();
+            if prompts.len() > *written {
+                let from = prompts[*written - 1] + "testpmd> ".len();
+                return text[from..prompts[*written]].to_owned();
+            }
+            if start.elapsed() > limit {
+                let from = prompts.last().map_or(0, |i| i + "testpmd> ".len());
+                return text[from..].to_owned();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// Runs `dpdk-testpmd` with the plugin and `vdevs`, feeding `steps` to its `-i` prompt over a
 /// pipe, and waits for it to exit (at most `limit`).
 pub fn testpmd(vdevs: &[&str], app_args: &[&str], steps: &[Step], limit: Duration) -> Output {
+    testpmd_in(&file_prefix("testpmd"), 512, vdevs, app_args, steps, limit)
+}
+
+/// As [`testpmd`], with a chosen `--file-prefix` (so a test can find the process by it) and
+/// `mem_mb` of EAL memory.
+pub fn testpmd_in(
+    prefix: &str,
+    mem_mb: u32,
+    vdevs: &[&str],
+    app_args: &[&str],
+    steps: &[Step],
+    limit: Duration,
+) -> Output {
     let dir = plugin_dir();
     // Line-buffered stdout: testpmd prints with stdio but its prompt with write(2), so a
     // block-buffered pipe would splice prompts into the middle of lines.
@@ -75,8 +129,15 @@ pub fn testpmd(vdevs: &[&str], app_args: &[&str], steps: &[Step], limit: Duratio
     cmd.args(["-oL", "dpdk-testpmd"])
         .current_dir(std::env::temp_dir())
         .env("LD_LIBRARY_PATH", &dir)
-        .args(["-l", "0-1", "--no-huge", "-m", "512", "--no-pci"])
-        .arg(format!("--file-prefix={}", file_prefix("testpmd")))
+        .args([
+            "-l",
+            "0-1",
+            "--no-huge",
+            "-m",
+            &mem_mb.to_string(),
+            "--no-pci",
+        ])
+        .arg(format!("--file-prefix={prefix}"))
         .args(["-d", PLUGIN]);
     for v in vdevs {
         cmd.arg("--vdev").arg(v);
@@ -108,16 +169,40 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Lines written so far: each earns one prompt once testpmd has processed it.
+    let mut written = 0usize;
     for s in steps {
         match s {
             Step::Cmd(c) => {
+                written += 1;
                 // A closed pipe means testpmd already exited; the output tells why.
                 let _ = writeln!(stdin, "{c}");
                 let _ = stdin.flush();
                 std::thread::sleep(Duration::from_millis(150));
             }
             Step::Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
+            Step::Quick(c) => {
+                let _ = writeln!(stdin, "{c}");
+                written += 1;
+            }
+            Step::Until { cmd, done, limit } => {
+                let start = Instant::now();
+                loop {
+                    let answer = ask(&mut stdin, &seen, &mut written, cmd, *limit);
+                    if done(&answer) {
+                        break;
+                    }
+                    if start.elapsed() > *limit {
+                        eprintln!(
+                            "gave up waiting after {limit:?}; last answer to {cmd:?}:\n{answer}"
+                        );
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
             Step::Shell(c) => {
+                let _ = stdin.flush();
                 let st = Command::new("sh").arg("-c").arg(c).status().expect("sh");
                 assert!(st.success(), "shell step failed: {c}");
             }
