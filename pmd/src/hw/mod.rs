@@ -18,6 +18,7 @@ use std::ptr::NonNull;
 use crate::mem::{DmaRange, Mr};
 
 pub mod soft;
+pub mod verbs;
 
 /// The Toeplitz key length of the mlx4 family (bytes).
 pub const RSS_KEY_LEN: usize = 40;
@@ -377,4 +378,23 @@ pub fn open(
         lcore: soft.lcore(),
         dev: Box::new(soft),
     })
+}
+
+/// Opens the ports of the ConnectX-3 at PCI address `pci` through rdma-core: one device per
+/// Ethernet port, with the port's name as DPDK's mlx4 gives it and its netdev's MAC.
+pub fn open_pci(pci: &str) -> Result<Vec<(String, Option<[u8; 6]>, Handles)>, HwError> {
+    Ok(verbs::open_pci(pci)?
+        .into_iter()
+        .map(|(name, v)| {
+            let mac = v.mac();
+            (
+                name,
+                mac,
+                Handles {
+                    dev: Box::new(v),
+                    lcore: None,
+                },
+            )
+        })
+        .collect())
 }
