@@ -2,6 +2,7 @@
 //! callbacks from C.
 //!
 //! - [`probe`]: the vdev driver record, its registration, probe and remove;
+//! - [`pci`]: the PCI driver for the ConnectX-3 family, probed through rdma-core;
 //! - [`eth`]: a small safe wrapper over `rte_eth_dev` that hands each op one `&mut Port` and the
 //!   port's queues, and turns every op's `Result` into the errno DPDK expects ([`errno`]);
 //! - [`ops`]: the device ops (configure, start, stop, close, info, link, filters, MTU);
@@ -18,7 +19,9 @@ use std::fmt;
 use crate::hw::HwError;
 
 mod eth;
+mod mr;
 mod ops;
+mod pci;
 mod probe;
 mod queue;
 mod rss;
