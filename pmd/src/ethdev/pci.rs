@@ -159,7 +159,7 @@ unsafe extern "C" fn pci_probe(
     let source = MemSource::Dpdk { socket };
     let mut status = 0;
     let mut up = 0;
-    for (name, mac, handles) in ports {
+    for crate::hw::PciPort { name, mac, handles } in ports {
         let mut args = devargs.clone();
         args.mac = args.mac.or(mac);
         // Packet buffers are registered per mempool chunk when queues are set up, not as
@@ -220,7 +220,10 @@ mod tests {
         assert_eq!(d.device_loop, DeviceLoop::PortThread);
         for k in ["wire=loop", "wc=off", "busy_poll=1", "device_loop=lcore"] {
             let e = parse_pci_devargs(k).unwrap_err();
-            assert!(e.contains("software HCA") && e.contains("bf, txq_inline, mac"), "{e}");
+            assert!(
+                e.contains("software HCA") && e.contains("bf, txq_inline, mac"),
+                "{e}"
+            );
         }
         let e = parse_pci_devargs("colour=red").unwrap_err();
         assert!(e.contains("unknown key"), "{e}");
@@ -235,6 +238,14 @@ mod tests {
             .collect();
         assert_eq!(&ids[..3], &PCI_IDS[..]);
         assert_eq!(ids[3], (0, 0));
-        assert_eq!(pci_name(&sys::rte_pci_addr { domain: 0, bus: 5, devid: 0x1f, function: 1 }), "0000:05:1f.1");
+        assert_eq!(
+            pci_name(&sys::rte_pci_addr {
+                domain: 0,
+                bus: 5,
+                devid: 0x1f,
+                function: 1
+            }),
+            "0000:05:1f.1"
+        );
     }
 }

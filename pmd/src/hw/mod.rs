@@ -380,21 +380,26 @@ pub fn open(
     })
 }
 
-/// Opens the ports of the ConnectX-3 at PCI address `pci` through rdma-core: one device per
-/// Ethernet port, with the port's name as DPDK's mlx4 gives it and its netdev's MAC.
-pub fn open_pci(pci: &str) -> Result<Vec<(String, Option<[u8; 6]>, Handles)>, HwError> {
+/// A port of a ConnectX-3 found on the PCI bus.
+pub struct PciPort {
+    /// As DPDK's mlx4 names it: `mlx4_0 port 1`.
+    pub name: String,
+    /// Its netdev's MAC, if it has one.
+    pub mac: Option<[u8; 6]>,
+    pub handles: Handles,
+}
+
+/// Opens the Ethernet ports of the ConnectX-3 at PCI address `pci` through rdma-core.
+pub fn open_pci(pci: &str) -> Result<Vec<PciPort>, HwError> {
     Ok(verbs::open_pci(pci)?
         .into_iter()
-        .map(|(name, v)| {
-            let mac = v.mac();
-            (
-                name,
-                mac,
-                Handles {
-                    dev: Box::new(v),
-                    lcore: None,
-                },
-            )
+        .map(|(name, v)| PciPort {
+            name,
+            mac: v.mac(),
+            handles: Handles {
+                dev: Box::new(v),
+                lcore: None,
+            },
         })
         .collect())
 }

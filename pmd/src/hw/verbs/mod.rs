@@ -39,8 +39,8 @@ use rdma_sys as sys;
 use super::{Caps, CqDesc, Device, HwError, QueueState, RqDesc, RssHash, SqDesc, RSS_KEY_LEN};
 use crate::mem::{DmaRange, Mr};
 use crate::pmd_log;
-pub use rdma::{ENV_DIR, IBVERBS, MLX4};
 use rdma::{errno, strerror, Rdma};
+pub use rdma::{ENV_DIR, IBVERBS, MLX4};
 
 /// Spare TXBBs libmlx4 adds to a 64-byte-stride send queue (`(2048 >> 6) + 1`): asking for
 /// `n - SQ_SPARE` WRs gives a ring of exactly `n` TXBBs.
@@ -124,7 +124,9 @@ struct Built {
 
 unsafe extern "C" fn alloc_buf(size: usize, data: *mut c_void) -> *mut c_void {
     // SAFETY: `data` is the backend's AllocCtx, which outlives the context.
-    let socket = unsafe { &*data.cast::<AllocCtx>() }.socket.load(Ordering::Relaxed);
+    let socket = unsafe { &*data.cast::<AllocCtx>() }
+        .socket
+        .load(Ordering::Relaxed);
     // SAFETY: plain allocation call; rdma-core's buffers are page-aligned.
     unsafe { dpdk::rte_zmalloc_socket(c"mlx4rs_verbs".as_ptr(), size, 4096, socket) }
 }
@@ -190,7 +192,10 @@ pub fn open_pci(pci: &str) -> Result<Vec<(String, Verbs)>, HwError> {
         };
         let path = PathBuf::from(path);
         let slot = netdev::pci_slot(&path);
-        seen.push(format!("{name} ({})", slot.as_deref().unwrap_or("no PCI address")));
+        seen.push(format!(
+            "{name} ({})",
+            slot.as_deref().unwrap_or("no PCI address")
+        ));
         if slot.as_deref() == Some(&pci.to_lowercase()) && found.is_none() {
             found = Some(Candidate { dev, name, path });
         }
@@ -413,7 +418,12 @@ impl Verbs {
         self.destroy_qp(b.qp);
         // SAFETY: our table, with its only QP gone.
         if let Err(e) = unsafe { rdma::destroy_rwq_ind_table(b.table) } {
-            pmd_log!(ERR, "{}: destroying the indirection table: {}", self.name, strerror(e));
+            pmd_log!(
+                ERR,
+                "{}: destroying the indirection table: {}",
+                self.name,
+                strerror(e)
+            );
         }
     }
 
@@ -428,7 +438,9 @@ impl Verbs {
         let mut wqs = Vec::with_capacity(wqns.len());
         for q in &wqns {
             let wq = st.wqs.get(q).copied().ok_or_else(|| {
-                HwError::Invalid(format!("RSS names WQ {q:#x}, which is not one of this port's"))
+                HwError::Invalid(format!(
+                    "RSS names WQ {q:#x}, which is not one of this port's"
+                ))
             })?;
             wqs.push(wq);
         }
@@ -477,7 +489,8 @@ impl Verbs {
         let moved = self
             .modify_qp(qp, sys::IBV_QPS_INIT)
             .and_then(|()| self.modify_qp(qp, sys::IBV_QPS_RTR));
-        let mut result = moved.map_err(|e| dev_err(format!("{}: RSS hash QP to RTR", self.name), e));
+        let mut result =
+            moved.map_err(|e| dev_err(format!("{}: RSS hash QP to RTR", self.name), e));
         if result.is_ok() {
             for mut rule in steer::flow_rules(self.port, s.mac, s.promisc, s.allmulti) {
                 // SAFETY: a live QP; the rule's header is followed by its spec.
@@ -567,7 +580,11 @@ impl Device for Verbs {
         obj.cq.in_ = cq;
         obj.cq.out = &mut out;
         // SAFETY: a live CQ and its out struct.
-        let rc = unsafe { self.rdma.dv.mlx4dv_init_obj(&mut obj, sys::MLX4DV_OBJ_CQ as u64) };
+        let rc = unsafe {
+            self.rdma
+                .dv
+                .mlx4dv_init_obj(&mut obj, sys::MLX4DV_OBJ_CQ as u64)
+        };
         let desc = (|| {
             if rc != 0 {
                 return Err(dev_err("mlx4dv_init_obj(CQ)", rc));
@@ -579,9 +596,13 @@ impl Device for Verbs {
                     out.cqe_cnt
                 )));
             }
-            let (Some(buf), Some(ci)) = (NonNull::new(out.buf.buf.cast()), NonNull::new(out.set_ci_db))
-            else {
-                return Err(HwError::Device("rdma-core handed back a CQ without memory".into()));
+            let (Some(buf), Some(ci)) = (
+                NonNull::new(out.buf.buf.cast()),
+                NonNull::new(out.set_ci_db),
+            ) else {
+                return Err(HwError::Device(
+                    "rdma-core handed back a CQ without memory".into(),
+                ));
             };
             // SAFETY: libmlx4's ring of `cqe_cnt` entries of `cqe_size` bytes and its
             // consumer-index record, both valid until ibv_destroy_cq in destroy_cq.
@@ -636,7 +657,10 @@ impl Device for Verbs {
         // SAFETY: a live PD and a filled attribute.
         let qp = unsafe { self.rdma.ibv.ibv_create_qp(self.pd, &mut a) };
         if qp.is_null() {
-            return Err(dev_err(format!("{}: creating a send QP", self.name), errno()));
+            return Err(dev_err(
+                format!("{}: creating a send QP", self.name),
+                errno(),
+            ));
         }
         let made = (|| {
             for s in [sys::IBV_QPS_INIT, sys::IBV_QPS_RTR, sys::IBV_QPS_RTS] {
@@ -648,7 +672,11 @@ impl Device for Verbs {
             obj.qp.in_ = qp;
             obj.qp.out = &mut out;
             // SAFETY: a live QP and its out struct.
-            let rc = unsafe { self.rdma.dv.mlx4dv_init_obj(&mut obj, sys::MLX4DV_OBJ_QP as u64) };
+            let rc = unsafe {
+                self.rdma
+                    .dv
+                    .mlx4dv_init_obj(&mut obj, sys::MLX4DV_OBJ_QP as u64)
+            };
             if rc != 0 {
                 return Err(dev_err("mlx4dv_init_obj(QP)", rc));
             }
@@ -664,7 +692,9 @@ impl Device for Verbs {
             // SAFETY: the send queue lies `sq.offset` bytes into libmlx4's QP buffer.
             let buf = unsafe { out.buf.buf.cast::<u8>().add(out.sq.offset as usize) };
             let (Some(buf), Some(db)) = (NonNull::new(buf), NonNull::new(out.sdb)) else {
-                return Err(HwError::Device("rdma-core handed back a QP without memory".into()));
+                return Err(HwError::Device(
+                    "rdma-core handed back a QP without memory".into(),
+                ));
             };
             Ok((buf, txbbs, db))
         })();
@@ -726,7 +756,12 @@ impl Device for Verbs {
                 )
             };
             if rc != 0 {
-                pmd_log!(WARNING, "{}: no WQN range reserved: {}", self.name, strerror(rc));
+                pmd_log!(
+                    WARNING,
+                    "{}: no WQN range reserved: {}",
+                    self.name,
+                    strerror(rc)
+                );
             }
             st.wq_range_left = WQ_RANGE;
         }
@@ -755,8 +790,11 @@ impl Device for Verbs {
             obj.rwq.in_ = wq;
             obj.rwq.out = &mut out;
             // SAFETY: a live WQ and its out struct.
-            let rc =
-                unsafe { self.rdma.dv.mlx4dv_init_obj(&mut obj, sys::MLX4DV_OBJ_RWQ as u64) };
+            let rc = unsafe {
+                self.rdma
+                    .dv
+                    .mlx4dv_init_obj(&mut obj, sys::MLX4DV_OBJ_RWQ as u64)
+            };
             if rc != 0 {
                 return Err(dev_err("mlx4dv_init_obj(RWQ)", rc));
             }
@@ -771,7 +809,9 @@ impl Device for Verbs {
             // SAFETY: the receive queue lies `rq.offset` bytes into libmlx4's buffer.
             let buf = unsafe { out.buf.buf.cast::<u8>().add(out.rq.offset as usize) };
             let (Some(buf), Some(db)) = (NonNull::new(buf), NonNull::new(out.rdb)) else {
-                return Err(HwError::Device("rdma-core handed back a WQ without memory".into()));
+                return Err(HwError::Device(
+                    "rdma-core handed back a WQ without memory".into(),
+                ));
             };
             // SAFETY: a live WQ.
             let wqn = unsafe { (*wq).wq_num };
@@ -905,6 +945,9 @@ impl Device for Verbs {
         let mut st = self.st.lock();
         st.steer.started = false;
         self.teardown(&mut st.steer);
+        // The queues are recreated while the port is stopped (new WQNs): the next start
+        // brings its own redirection table.
+        st.steer.reta.clear();
     }
 
     fn link_up(&self) -> bool {
@@ -943,6 +986,7 @@ impl Drop for Verbs {
         // order: WQs and QPs before their CQs, MRs and queues before the PD, all before the
         // context.
         for (_, wq) in st.wqs {
+            // SAFETY: see above.
             let _ = unsafe { rdma::destroy_wq(wq) };
         }
         for (_, (qp, _)) in st.qps {

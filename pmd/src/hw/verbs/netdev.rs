@@ -133,7 +133,11 @@ mod tests {
         let pci = dir.join("pci/0000:00:07.0");
         fs::create_dir_all(pci.join("net/ethA")).unwrap();
         fs::create_dir_all(pci.join("net/ethB")).unwrap();
-        fs::write(pci.join("uevent"), "DRIVER=mlx4_core\nPCI_SLOT_NAME=0000:00:07.0\n").unwrap();
+        fs::write(
+            pci.join("uevent"),
+            "DRIVER=mlx4_core\nPCI_SLOT_NAME=0000:00:07.0\n",
+        )
+        .unwrap();
         fs::write(pci.join("net/ethA/dev_port"), "1\n").unwrap();
         fs::write(pci.join("net/ethB/dev_port"), "0\n").unwrap();
         let ib = dir.join("ib/mlx4_0");

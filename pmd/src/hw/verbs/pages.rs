@@ -120,7 +120,8 @@ mod tests {
         let fd = unsafe { libc::memfd_create(c"bf".as_ptr(), 0) };
         assert!(fd >= 0);
         // SAFETY: sizing our own memfd.
-        assert_eq!(unsafe { libc::ftruncate(fd, 2 * page_size() as libc::off_t) }, 0);
+        let rc = unsafe { libc::ftruncate(fd, 2 * page_size() as libc::off_t) };
+        assert_eq!(rc, 0);
         let page = BfPage::map(fd).unwrap();
         let n = page.registers();
         assert_eq!(n, page_size() / 512);

@@ -67,7 +67,10 @@ impl Rdma {
     fn check(&self) -> Result<(), String> {
         let missing: Vec<&str> = [
             ("ibv_get_device_list", self.ibv.ibv_get_device_list.is_err()),
-            ("ibv_free_device_list", self.ibv.ibv_free_device_list.is_err()),
+            (
+                "ibv_free_device_list",
+                self.ibv.ibv_free_device_list.is_err(),
+            ),
             ("ibv_get_device_name", self.ibv.ibv_get_device_name.is_err()),
             ("ibv_open_device", self.ibv.ibv_open_device.is_err()),
             ("ibv_close_device", self.ibv.ibv_close_device.is_err()),
@@ -290,7 +293,14 @@ pub unsafe fn query_port(
     let mut attr = sys::ibv_port_attr::default();
     let rc = match op!(ctx, query_port) {
         // SAFETY: the provider's op, writing at most the size we pass.
-        Some(f) => unsafe { f(ctx, port, &mut attr, std::mem::size_of::<sys::ibv_port_attr>()) },
+        Some(f) => unsafe {
+            f(
+                ctx,
+                port,
+                &mut attr,
+                std::mem::size_of::<sys::ibv_port_attr>(),
+            )
+        },
         // SAFETY: the exported call writes the compat layout, a prefix of ibv_port_attr.
         None => unsafe {
             rdma.ibv

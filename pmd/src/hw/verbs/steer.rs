@@ -22,7 +22,10 @@ pub fn ind_table(reta: &[u32]) -> Result<Vec<u32>, String> {
         }
     }
     let n = queues.len();
-    let round_robin = reta.iter().enumerate().all(|(i, &q)| q == queues[i % n.max(1)]);
+    let round_robin = reta
+        .iter()
+        .enumerate()
+        .all(|(i, &q)| q == queues[i % n.max(1)]);
     let consecutive = queues
         .iter()
         .enumerate()
@@ -117,9 +120,17 @@ mod tests {
         assert_eq!(ind_table(&reta).unwrap(), vec![0x40, 0x41, 0x42, 0x43]);
         assert_eq!(ind_table(&[7; 128]).unwrap(), vec![7]);
         for (what, reta) in [
-            ("three queues", (0..128).map(|i| 10 + i % 3).collect::<Vec<u32>>()),
+            (
+                "three queues",
+                (0..128).map(|i| 10 + i % 3).collect::<Vec<u32>>(),
+            ),
             ("a gap", (0..128).map(|i| 10 + 2 * (i % 2)).collect()),
-            ("out of turn", (0..128).map(|i| if i == 5 { 10 } else { 10 + i % 2 }).collect()),
+            (
+                "out of turn",
+                (0..128)
+                    .map(|i| if i == 5 { 10 } else { 10 + i % 2 })
+                    .collect(),
+            ),
             ("empty", Vec::new()),
         ] {
             assert!(ind_table(&reta).is_err(), "{what}");
