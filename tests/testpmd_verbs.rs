@@ -427,6 +427,48 @@ fn without_rdma_core_or_a_verbs_device_the_probe_says_what_is_missing() {
     );
 }
 
+#[test]
+fn dpdk_pmdinfo_lists_name_kernel_modules_pci_ids_and_devargs() {
+    let plugin = common::plugin_dir().join(common::PLUGIN);
+    // The script's own interpreter (/usr/bin/python3), where Debian's pyelftools lives.
+    let out = Command::new("dpdk-pmdinfo.py")
+        .arg(&plugin)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "dpdk-pmdinfo.py failed (python3-pyelftools missing? run scripts/setup.sh): {err}"
+    );
+    let at = text
+        .find("\"name\": \"net_mlx4rs\"")
+        .unwrap_or_else(|| panic!("net_mlx4rs not listed:\n{text}"));
+    let entry = &text[at..];
+    let entry = &entry[..entry.find("\n  }").unwrap_or(entry.len())];
+    assert!(
+        entry.contains("\"kmod\": \"* ib_uverbs & mlx4_en & mlx4_core & mlx4_ib\""),
+        "{entry}"
+    );
+    for dev in ["1003", "1007", "1004"] {
+        assert!(
+            entry.contains(&format!(
+                "\"vendor\": \"15b3\",\n        \"device\": \"{dev}\""
+            )),
+            "15b3:{dev} in:\n{entry}"
+        );
+    }
+    for p in [
+        "wire=",
+        "bf=auto|on|off",
+        "txq_inline=",
+        "mac=",
+        "device_loop=",
+    ] {
+        assert!(entry.contains(p), "params lack {p}:\n{entry}");
+    }
+}
+
 /// The variable naming where the backend loads rdma-core from (see `hw::verbs`).
 fn rdma_dir() -> &'static str {
     "MLX4RS_RDMA_CORE"

@@ -22,6 +22,7 @@ mod eth;
 mod mr;
 mod ops;
 mod pci;
+mod pmdinfo;
 mod probe;
 mod queue;
 mod rss;
