@@ -210,6 +210,10 @@ fn txonly_stats_and_restart_on_a_verbs_port() {
         Some(0),
         "no BF page through the stand-in"
     );
+    assert!(
+        !all.contains("still open at close"),
+        "verbs objects leaked:\n{all}"
+    );
 }
 
 #[test]
@@ -323,6 +327,33 @@ fn io_rss_filter_and_mtu_across_a_cable_of_verbs_ports() {
         b["rx_drops_filter"] > 0,
         "promiscuous off dropped foreign frames: {b:?}"
     );
+}
+
+#[test]
+fn rss_over_three_queues_is_refused_and_nothing_leaks() {
+    // mlx4 indirection tables cover a power-of-two run of queues: port start fails with a
+    // line saying why, the port still closes cleanly, and every verbs object goes.
+    let c = cards("verbs-rss3", &["null".to_owned()]);
+    let out = c.testpmd(
+        &ours(),
+        &[],
+        &[],
+        &["--rxq=3", "--txq=3", "--total-num-mbufs=8192"],
+        &[Cmd("port start 0"), Cmd("show port info 0"), Cmd("quit")],
+    );
+    let all = out.all();
+    assert!(
+        all.contains("mlx4_0 port 1: start: mlx4 spreads received frames over a power-of-two run"),
+        "{all}"
+    );
+    assert!(all.contains("Fail to start port 0"), "{all}");
+    assert!(all.contains("mlx4_0 port 1: closed"), "{all}");
+    assert!(
+        !all.contains("still open at close"),
+        "verbs objects leaked:\n{all}"
+    );
+    let m = c.model(0, &out);
+    assert_eq!((m["tx_frames"], m["error_cqes"]), (0, 0), "{m:?}");
 }
 
 #[test]

@@ -294,7 +294,8 @@ impl Verbs {
         };
         if u32::from(pa.link_layer) != sys::IBV_LINK_LAYER_ETHERNET {
             pmd_log!(NOTICE, "{name}: not an Ethernet port (InfiniBand), skipped");
-            close(HwError::Unsupported("InfiniBand"));
+            // SAFETY: our context, closed once; nothing was made on it.
+            unsafe { rdma.ibv.ibv_close_device(ctx) };
             return Ok(None);
         }
         // SAFETY: a live context.

@@ -162,7 +162,10 @@ macro_rules! op {
 /// The `errno` the inline functions of `verbs.h` report when the provider lacks an op.
 const NO_OP: c_int = libc::EOPNOTSUPP;
 
-/// `ibv_create_wq`. # Safety: `ctx` live, `attr` valid for the call.
+/// `ibv_create_wq`.
+///
+/// # Safety
+/// `ctx` live, `attr` valid for the call.
 pub unsafe fn create_wq(
     ctx: *mut sys::ibv_context,
     attr: *mut sys::ibv_wq_init_attr,
@@ -184,7 +187,10 @@ pub unsafe fn create_wq(
     Ok(wq)
 }
 
-/// `ibv_modify_wq`. # Safety: `wq` live.
+/// `ibv_modify_wq`.
+///
+/// # Safety
+/// `wq` live.
 pub unsafe fn modify_wq(wq: *mut sys::ibv_wq, attr: *mut sys::ibv_wq_attr) -> Result<(), c_int> {
     // SAFETY: a live WQ knows its context.
     let ctx = unsafe { (*wq).context };
@@ -196,7 +202,10 @@ pub unsafe fn modify_wq(wq: *mut sys::ibv_wq, attr: *mut sys::ibv_wq_attr) -> Re
     }
 }
 
-/// `ibv_destroy_wq`. # Safety: `wq` live, not used again.
+/// `ibv_destroy_wq`.
+///
+/// # Safety
+/// `wq` live, not used again.
 pub unsafe fn destroy_wq(wq: *mut sys::ibv_wq) -> Result<(), c_int> {
     // SAFETY: a live WQ knows its context.
     let ctx = unsafe { (*wq).context };
@@ -208,7 +217,10 @@ pub unsafe fn destroy_wq(wq: *mut sys::ibv_wq) -> Result<(), c_int> {
     }
 }
 
-/// `ibv_create_rwq_ind_table`. # Safety: `ctx` live, `attr` valid for the call.
+/// `ibv_create_rwq_ind_table`.
+///
+/// # Safety
+/// `ctx` live, `attr` valid for the call.
 pub unsafe fn create_rwq_ind_table(
     ctx: *mut sys::ibv_context,
     attr: *mut sys::ibv_rwq_ind_table_init_attr,
@@ -223,7 +235,10 @@ pub unsafe fn create_rwq_ind_table(
     }
 }
 
-/// `ibv_destroy_rwq_ind_table`. # Safety: `t` live, not used again.
+/// `ibv_destroy_rwq_ind_table`.
+///
+/// # Safety
+/// `t` live, not used again.
 pub unsafe fn destroy_rwq_ind_table(t: *mut sys::ibv_rwq_ind_table) -> Result<(), c_int> {
     // SAFETY: a live table knows its context.
     let ctx = unsafe { (*t).context };
@@ -235,8 +250,10 @@ pub unsafe fn destroy_rwq_ind_table(t: *mut sys::ibv_rwq_ind_table) -> Result<()
     }
 }
 
-/// `ibv_create_qp_ex` for what the plain call cannot say (an RSS hash QP). # Safety: `ctx`
-/// live, `attr` valid for the call.
+/// `ibv_create_qp_ex` for what the plain call cannot say (an RSS hash QP).
+///
+/// # Safety
+/// `ctx` live, `attr` valid for the call.
 pub unsafe fn create_qp_ex(
     ctx: *mut sys::ibv_context,
     attr: *mut sys::ibv_qp_init_attr_ex,
@@ -251,7 +268,10 @@ pub unsafe fn create_qp_ex(
     }
 }
 
-/// `ibv_create_flow`. # Safety: `qp` live, `attr` followed by its specs.
+/// `ibv_create_flow`.
+///
+/// # Safety
+/// `qp` live, `attr` followed by its specs.
 pub unsafe fn create_flow(
     qp: *mut sys::ibv_qp,
     attr: *mut sys::ibv_flow_attr,
@@ -268,7 +288,10 @@ pub unsafe fn create_flow(
     }
 }
 
-/// `ibv_destroy_flow`. # Safety: `flow` live, not used again.
+/// `ibv_destroy_flow`.
+///
+/// # Safety
+/// `flow` live, not used again.
 pub unsafe fn destroy_flow(flow: *mut sys::ibv_flow) -> Result<(), c_int> {
     // SAFETY: a live flow knows its context.
     let ctx = unsafe { (*flow).context };
