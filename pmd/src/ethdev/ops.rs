@@ -127,6 +127,7 @@ fn stop(e: &mut Eth<'_>) {
             pmd_log!(ERR, "{name}: TX queue {i}: reset failed: {err}");
         }
     });
+    dev.rq_batch(e.nb_rx_queues());
     e.for_each_rxq(|i, q| {
         if let Err(err) = q.reset(dev) {
             pmd_log!(ERR, "{name}: RX queue {i}: reset failed: {err}");

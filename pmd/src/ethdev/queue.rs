@@ -142,6 +142,9 @@ fn rx_setup(
         port_id: e.port_id(),
         source: MemSource::Dpdk { socket },
     };
+    if qid == 0 {
+        e.dev.rq_batch(e.nb_rx_queues());
+    }
     super::mr::register_pools(e, Some(pool.0))?;
     let q = RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice())
         .map_err(|err| with_queue("RX", qid, err.into()))?;

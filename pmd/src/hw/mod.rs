@@ -324,6 +324,10 @@ pub trait Device: Send + Sync {
         socket: i32,
     ) -> Result<RqDesc, HwError>;
     fn destroy_rq(&self, rq: RqDesc) -> Result<(), HwError>;
+    /// The next `count` receive queues are created one after the other, in queue order (at
+    /// setup, and when the port stops and renews them). A device whose RSS needs consecutive
+    /// queue numbers reserves them now (mlx4 through verbs: a WQN range); others need nothing.
+    fn rq_batch(&self, _count: u16) {}
     fn sq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
     fn rq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
 

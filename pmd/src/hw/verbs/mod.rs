@@ -11,7 +11,7 @@
 //! | `reg_mr`, `dereg_mr` | `ibv_reg_mr` (local write), `ibv_dereg_mr` |
 //! | `create_cq` | `ibv_create_cq`, `mlx4dv_init_obj(CQ)`: ring, CQE count and size, CI record |
 //! | `create_sq` | RAW_PACKET `ibv_create_qp` (send only, 64-byte stride), INIT -> RTR -> RTS, `mlx4dv_init_obj(QP)`: ring, `sdb` in the context's UAR page; a register of the BF page |
-//! | `create_rq` | `ibv_create_wq` (in a reserved WQN range), RDY, `mlx4dv_init_obj(RWQ)`: ring, stride, doorbell record |
+//! | `create_rq` | `ibv_create_wq` (the first of a batch reserving an aligned WQN range, `rq_batch`), RDY, `mlx4dv_init_obj(RWQ)`: ring, stride, doorbell record |
 //! | `sq_state`, `rq_state` | `ibv_query_qp` / the WQ's state |
 //! | `set_rss`, `set_rx_steering`, `set_rx_filter` | while started: indirection table, Toeplitz hash QP (INIT -> RTR), flow rules on it ([`steer`]) |
 //! | `set_mtu`, `start`, `link_up` | the port's netdev (`SIOCSIFMTU`, `IFF_UP`), `ibv_query_port` |
@@ -45,9 +45,6 @@ pub use rdma::{ENV_DIR, IBVERBS, MLX4};
 /// Spare TXBBs libmlx4 adds to a 64-byte-stride send queue (`(2048 >> 6) + 1`): asking for
 /// `n - SQ_SPARE` WRs gives a ring of exactly `n` TXBBs.
 const SQ_SPARE: u32 = 33;
-/// WQN range reserved for each batch of receive queues: the most RX queues of a port, so a
-/// port's queues created in order get consecutive, aligned WQNs (see [`steer`]).
-const WQ_RANGE: u32 = crate::port::MAX_QUEUES as u32;
 /// The largest send WQE of ConnectX-3 (QUERY_DEV_CAP `max_desc_sz_sq`), which verbs does not
 /// report.
 const MAX_WQE_SIZE: u32 = 1008;
@@ -83,8 +80,8 @@ struct State {
     qps: HashMap<u32, (*mut sys::ibv_qp, Option<usize>)>,
     wqs: HashMap<u32, *mut sys::ibv_wq>,
     mrs: HashMap<u32, *mut sys::ibv_mr>,
-    /// WQNs left in the range reserved last.
-    wq_range_left: u32,
+    /// The WQN range to reserve with the next WQ (`rq_batch`).
+    wq_range: Option<u32>,
     steer: Steer,
 }
 
@@ -511,6 +508,27 @@ impl Verbs {
         result
     }
 
+    /// The WQN range size libmlx4 passes with the next WQ (a power of two).
+    fn set_wq_range(&self, n: u32) {
+        let mut log = n.next_power_of_two().trailing_zeros() as u8;
+        // SAFETY: a live context; the attribute is one byte, copied.
+        let rc = unsafe {
+            self.rdma.dv.mlx4dv_set_context_attr(
+                self.ctx,
+                sys::MLX4DV_SET_CTX_ATTR_LOG_WQS_RANGE_SZ,
+                (&mut log as *mut u8).cast(),
+            )
+        };
+        if rc != 0 {
+            pmd_log!(
+                WARNING,
+                "{}: no WQN range reserved: {}",
+                self.name,
+                strerror(rc)
+            );
+        }
+    }
+
     fn set_socket(&self, socket: i32) {
         self.alloc.socket.store(socket, Ordering::Relaxed);
     }
@@ -744,28 +762,6 @@ impl Device for Verbs {
             return Err(HwError::Invalid(format!("no CQ {:#x}", cq.cqn())));
         };
         self.set_socket(socket);
-        if st.wq_range_left == 0 {
-            // Reserve an aligned WQN range for this batch, so an indirection table can cover
-            // the port's queues (mlx4_ib's rule; libmlx4 passes the size with the next WQ).
-            let mut log = WQ_RANGE.trailing_zeros() as u8;
-            // SAFETY: a live context; the attribute is one byte.
-            let rc = unsafe {
-                self.rdma.dv.mlx4dv_set_context_attr(
-                    self.ctx,
-                    sys::MLX4DV_SET_CTX_ATTR_LOG_WQS_RANGE_SZ,
-                    (&mut log as *mut u8).cast(),
-                )
-            };
-            if rc != 0 {
-                pmd_log!(
-                    WARNING,
-                    "{}: no WQN range reserved: {}",
-                    self.name,
-                    strerror(rc)
-                );
-            }
-            st.wq_range_left = WQ_RANGE;
-        }
         let mut a = sys::ibv_wq_init_attr {
             wq_type: sys::IBV_WQT_RQ,
             max_wr: wqe_cnt,
@@ -774,10 +770,28 @@ impl Device for Verbs {
             cq: cqp,
             ..Default::default()
         };
+        // The first WQ of a batch reserves an aligned range of WQNs the rest take in turn
+        // (mlx4_ib hands them out so; libmlx4 passes the size with the next WQ only).
+        let range = st.wq_range.take().filter(|&n| n > 1);
+        if let Some(n) = range {
+            self.set_wq_range(n);
+        }
         // SAFETY: a live context and a filled attribute.
-        let wq = unsafe { rdma::create_wq(self.ctx, &mut a) }
-            .map_err(|e| dev_err(format!("{}: creating a receive WQ", self.name), e))?;
-        st.wq_range_left -= 1;
+        let mut made = unsafe { rdma::create_wq(self.ctx, &mut a) };
+        if let (Some(n), Err(libc::EINVAL)) = (range, made) {
+            // mlx4_ib refuses a new range while the last one is open (not all its WQNs
+            // taken, none destroyed): such queues cannot share an indirection table, which
+            // the port says at start.
+            pmd_log!(
+                WARNING,
+                "{}: no WQN range for {n} receive queues; RSS over them will be refused",
+                self.name
+            );
+            self.set_wq_range(1);
+            // SAFETY: as above.
+            made = unsafe { rdma::create_wq(self.ctx, &mut a) };
+        }
+        let wq = made.map_err(|e| dev_err(format!("{}: creating a receive WQ", self.name), e))?;
         let made = (|| {
             let mut m = sys::ibv_wq_attr {
                 attr_mask: sys::IBV_WQ_ATTR_STATE,
@@ -850,6 +864,10 @@ impl Device for Verbs {
         // SAFETY: our WQ, out of every table, destroyed once.
         unsafe { rdma::destroy_wq(wq) }
             .map_err(|e| dev_err(format!("{}: destroying a WQ", self.name), e))
+    }
+
+    fn rq_batch(&self, count: u16) {
+        self.st.lock().wq_range = Some(u32::from(count));
     }
 
     fn sq_state(&self, qpn: u32) -> Result<QueueState, HwError> {
