@@ -370,8 +370,8 @@ pub struct Handles {
     pub lcore: Option<soft::Lcore>,
 }
 
-/// Opens the device behind the port `name`: today always the software HCA, as the devargs
-/// describe it, its queue memory from `source`.
+/// Opens the device behind the vdev port `name`: the software HCA, as the devargs describe it,
+/// its queue memory from `source` (a card on the PCI bus opens with [`open_pci`]).
 pub fn open(
     name: &str,
     args: &crate::devargs::Devargs,
