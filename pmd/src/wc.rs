@@ -206,7 +206,7 @@ const TIMED_NOPS: u32 = 16;
 const ROUNDS: u32 = 8;
 
 /// Times NOPs posted through the BF register against NOPs posted with the doorbell, on a
-/// queue of their own. Each round writes [`TIMED_NOPS`] NOPs (only the last signaled) and waits
+/// queue of their own. Each round writes `TIMED_NOPS` NOPs (only the last signaled) and waits
 /// for its completion; the time per NOP of the fastest round of each path is kept, so that a
 /// preempted round does not count.
 pub fn time_stores(dev: &dyn Device, socket: i32, copy: Copy64) -> Result<StoreTiming, String> {

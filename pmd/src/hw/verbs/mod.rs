@@ -2,18 +2,18 @@
 //! the mlx4 direct verbs, as DPDK's own mlx4 reaches the card.
 //!
 //! One verbs context per physical port (as DPDK's mlx4 opens them), with its protection
-//! domain, its BlueFlame page ([`pages`]) and an allocator that puts queue memory in DPDK
+//! domain, its BlueFlame page (`pages`) and an allocator that puts queue memory in DPDK
 //! memory on the queue's NUMA node (`mlx4dv_set_context_attr`). How each trait operation maps:
 //!
 //! | `Device` | verbs / mlx4dv |
 //! |---|---|
-//! | `caps` | `ibv_query_device` (WRs, CQEs, SGEs), the BF page ([`pages::BF_REG_SIZE`]) |
+//! | `caps` | `ibv_query_device` (WRs, CQEs, SGEs), the BF page (`pages::BF_REG_SIZE`, 512) |
 //! | `reg_mr`, `dereg_mr` | `ibv_reg_mr` (local write), `ibv_dereg_mr` |
 //! | `create_cq` | `ibv_create_cq`, `mlx4dv_init_obj(CQ)`: ring, CQE count and size, CI record |
 //! | `create_sq` | RAW_PACKET `ibv_create_qp` (send only, 64-byte stride), INIT -> RTR -> RTS, `mlx4dv_init_obj(QP)`: ring, `sdb` in the context's UAR page; a register of the BF page |
 //! | `create_rq` | `ibv_create_wq` (the first of a batch reserving an aligned WQN range, `rq_batch`), RDY, `mlx4dv_init_obj(RWQ)`: ring, stride, doorbell record |
 //! | `sq_state`, `rq_state` | `ibv_query_qp` / the WQ's state |
-//! | `set_rss`, `set_rx_steering`, `set_rx_filter` | while started: indirection table, Toeplitz hash QP (INIT -> RTR), flow rules on it ([`steer`]) |
+//! | `set_rss`, `set_rx_steering`, `set_rx_filter` | while started: indirection table, Toeplitz hash QP (INIT -> RTR), flow rules on it (`steer`) |
 //! | `set_mtu`, `start`, `link_up` | the port's netdev (`SIOCSIFMTU`, `IFF_UP`), `ibv_query_port` |
 //! | `stop` | flows, hash QP and table destroyed: nothing more is received |
 //! | `counters`, `missed` | none: mlx4 reports no per-port counters through verbs |
