@@ -38,6 +38,7 @@ fn sdk_dir(version: &str) -> PathBuf {
         "lib/ethdev/ethdev_driver.h",
         "lib/ethdev/ethdev_vdev.h",
         "drivers/bus/vdev/bus_vdev_driver.h",
+        "drivers/bus/pci/bus_pci_driver.h",
         "lib/eal/include/dev_driver.h",
         "lib/eal/include/bus_driver.h",
     ];
@@ -78,6 +79,7 @@ fn main() {
     let sdk_includes = [
         sdk.join("lib/ethdev"),
         sdk.join("drivers/bus/vdev"),
+        sdk.join("drivers/bus/pci"),
         sdk.join("lib/eal/include"),
     ];
 
@@ -127,6 +129,7 @@ fn main() {
     for lib in [
         "rte_ethdev",
         "rte_bus_vdev",
+        "rte_bus_pci",
         "rte_net",
         "rte_mbuf",
         "rte_mempool",

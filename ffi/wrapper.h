@@ -21,4 +21,5 @@
 #include <ethdev_driver.h>
 #include <ethdev_vdev.h>
 #include <bus_vdev_driver.h>
+#include <bus_pci_driver.h>
 #include "glue.h"

@@ -9,7 +9,8 @@
 //! - the data path: [`txq`] and [`wqe`] (TX), [`rxq`] (RX), [`ring`] (views of the rings a device
 //!   hands over), [`mmio`] (doorbell and BlueFlame stores), [`mbuf`] (mbufs as buffers), [`mem`]
 //!   (memory for the device and shared arrays);
-//! - the hardware boundary: [`hw`], the control trait, and its backends ([`hw::soft`]);
+//! - the hardware boundary: [`hw`], the control trait, and its backends ([`hw::soft`], the
+//!   software HCA; [`hw::verbs`], a ConnectX-3 through rdma-core);
 //! - the capability check: [`wc`];
 //! - plain Rust configuration: [`devargs`], [`port`], [`stats`] (counter definitions);
 //! - C callbacks: `ethdev`, the only layer DPDK calls into. `mbuf`, `mem` and `log` call DPDK

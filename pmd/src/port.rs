@@ -68,6 +68,24 @@ impl MrTable {
     pub fn as_slice(&self) -> &[Mr] {
         &self.regions[..self.n]
     }
+
+    /// Whether one region holds all of `[start, end)`.
+    pub fn covers(&self, start: usize, end: usize) -> bool {
+        self.as_slice()
+            .iter()
+            .any(|m| m.contains(start, end.saturating_sub(start)))
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.n == MAX_MRS
+    }
+
+    /// Adds a region registered after probe (a mempool chunk at queue setup).
+    pub fn push(&mut self, mr: Mr) {
+        assert!(!self.is_full(), "checked by the caller");
+        self.regions[self.n] = mr;
+        self.n += 1;
+    }
 }
 
 /// RSS redirection table size (entries of queue indices).

@@ -152,6 +152,9 @@ impl CDevice {
             // The C driver logs its probe (device, MAC, netdev, MTU) at INFO.
             .arg("--log-level=pmd.net.mlx4:info");
         if !vdevs.is_empty() {
+            // net_mlx4rs claims the ConnectX-3 IDs too: naming Debian's driver first makes it
+            // the one that gets the card (EAL probes with drivers in registration order).
+            cmd.arg("-d").arg(pmd_dir().join("librte_net_mlx4.so"));
             cmd.args(["-d", common::PLUGIN]);
             for v in vdevs {
                 cmd.arg("--vdev").arg(v);

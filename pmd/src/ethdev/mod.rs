@@ -2,6 +2,7 @@
 //! callbacks from C.
 //!
 //! - [`probe`]: the vdev driver record, its registration, probe and remove;
+//! - [`pci`]: the PCI driver for the ConnectX-3 family, probed through rdma-core;
 //! - [`eth`]: a small safe wrapper over `rte_eth_dev` that hands each op one `&mut Port` and the
 //!   port's queues, and turns every op's `Result` into the errno DPDK expects ([`errno`]);
 //! - [`ops`]: the device ops (configure, start, stop, close, info, link, filters, MTU);
@@ -20,7 +21,10 @@ use crate::hw::HwError;
 
 mod eth;
 mod mp;
+mod mr;
 mod ops;
+mod pci;
+mod pmdinfo;
 mod probe;
 mod queue;
 mod rss;

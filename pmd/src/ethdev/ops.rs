@@ -138,6 +138,7 @@ fn stop(e: &mut Eth<'_>) {
             l.set_sq(i, Some(q.qpn()));
         }
     });
+    dev.rq_batch(e.nb_rx_queues());
     e.for_each_rxq(|i, q| {
         if let Err(err) = q.reset(dev) {
             pmd_log!(ERR, "{name}: RX queue {i}: reset failed: {err}");

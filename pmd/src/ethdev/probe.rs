@@ -63,8 +63,10 @@ fn register_driver() {
                 object_path(first.cast()),
                 object_path(me.cast())
             );
+            return;
         }
     }
+    super::pci::register();
 }
 
 /// An entry named like ours that precedes `me` on EAL's vdev driver list. EAL exports no
@@ -161,7 +163,9 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
             return errno(&Error::from(e));
         }
     };
-    match attach_port(vdev, &name, socket, port, handles) {
+    // SAFETY: EAL passes a live vdev device.
+    let device = unsafe { ptr::addr_of_mut!((*vdev).device) };
+    match attach_port(device, &name, socket, port, handles) {
         Ok(()) => 0,
         Err(e) => {
             pmd_log!(ERR, "{name}: {e}");
@@ -212,10 +216,10 @@ fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), E
     Ok(())
 }
 
-/// Allocates the ethdev: `port` goes into DPDK shared memory as its private data, `proc_` is
-/// this process's.
-fn attach_port(
-    vdev: *mut sys::rte_vdev_device,
+/// Allocates the ethdev of bus device `device`: `port` goes into DPDK shared memory as its
+/// private data, `proc_` is this process's.
+pub(super) fn attach_port(
+    device: *mut sys::rte_device,
     name: &str,
     socket: c_int,
     port: Port,
@@ -248,8 +252,8 @@ fn attach_port(
             "cannot allocate an ethdev (name taken or no free port id)".into(),
         ));
     }
-    // SAFETY: `dev` is freshly allocated and ours, with zeroed data; `vdev` is the live device
-    // being probed.
+    // SAFETY: `dev` is freshly allocated and ours, with zeroed data; `device` is the live
+    // device being probed.
     unsafe {
         let d = &mut *(*dev).data;
         (*macs).addr_bytes = mac;
@@ -257,7 +261,7 @@ fn attach_port(
         d.mac_addrs = macs;
         d.numa_node = socket;
         d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
-        (*dev).device = ptr::addr_of_mut!((*vdev).device);
+        (*dev).device = device;
         let bursts = match proc_.lcore {
             Some(_) => queue::Bursts::Lcore,
             None => queue::Bursts::Plain,

@@ -56,6 +56,7 @@ fn tx_setup(
     e.primary_only()?;
     let offloads = conf_offloads | e.tx_offloads();
     let fast_free = offloads & sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0;
+    super::mr::register_pools(e, None)?;
     let p = &*e.port;
     let cfg = p.tx_config(fast_free, socket);
     let q = TxQ::new(e.dev, p.name.as_str(), qid, nb_desc, cfg, p.mrs.as_slice())
@@ -166,6 +167,10 @@ fn rx_setup(
         port_id: e.port_id(),
         source: MemSource::Dpdk { socket },
     };
+    if qid == 0 {
+        e.dev.rq_batch(e.nb_rx_queues());
+    }
+    super::mr::register_pools(e, Some(pool.0))?;
     let q = RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice())
         .map_err(|err| with_queue("RX", qid, err.into()))?;
     let port_id = e.port_id();

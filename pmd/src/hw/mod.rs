@@ -18,6 +18,7 @@ use std::ptr::NonNull;
 use crate::mem::{DmaRange, Mr};
 
 pub mod soft;
+pub mod verbs;
 
 /// RX and TX queues a port sets up at most (the device allows more; this keeps per-port memory
 /// sane).
@@ -327,6 +328,10 @@ pub trait Device: Send + Sync {
         socket: i32,
     ) -> Result<RqDesc, HwError>;
     fn destroy_rq(&self, rq: RqDesc) -> Result<(), HwError>;
+    /// The next `count` receive queues are created one after the other, in queue order (at
+    /// setup, and when the port stops and renews them). A device whose RSS needs consecutive
+    /// queue numbers reserves them now (mlx4 through verbs: a WQN range); others need nothing.
+    fn rq_batch(&self, _count: u16) {}
     fn sq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
     fn rq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
 
@@ -369,8 +374,8 @@ pub struct Handles {
     pub lcore: Option<soft::Lcore>,
 }
 
-/// Opens the device behind the port `name`: today always the software HCA, as the devargs
-/// describe it, its queue memory from `source`.
+/// Opens the device behind the vdev port `name`: the software HCA, as the devargs describe it,
+/// its queue memory from `source` (a card on the PCI bus opens with [`open_pci`]).
 pub fn open(
     name: &str,
     args: &crate::devargs::Devargs,
@@ -381,4 +386,28 @@ pub fn open(
         lcore: soft.lcore(),
         dev: Box::new(soft),
     })
+}
+
+/// A port of a ConnectX-3 found on the PCI bus.
+pub struct PciPort {
+    /// As DPDK's mlx4 names it: `mlx4_0 port 1`.
+    pub name: String,
+    /// Its netdev's MAC, if it has one.
+    pub mac: Option<[u8; 6]>,
+    pub handles: Handles,
+}
+
+/// Opens the Ethernet ports of the ConnectX-3 at PCI address `pci` through rdma-core.
+pub fn open_pci(pci: &str) -> Result<Vec<PciPort>, HwError> {
+    Ok(verbs::open_pci(pci)?
+        .into_iter()
+        .map(|(name, v)| PciPort {
+            name,
+            mac: v.mac(),
+            handles: Handles {
+                dev: Box::new(v),
+                lcore: None,
+            },
+        })
+        .collect())
 }

@@ -1,0 +1,1029 @@
+//! The rdma-core backend: [`Device`] over a real ConnectX-3 (or a VF of one) through verbs and
+//! the mlx4 direct verbs, as DPDK's own mlx4 reaches the card.
+//!
+//! One verbs context per physical port (as DPDK's mlx4 opens them), with its protection
+//! domain, its BlueFlame page (`pages`) and an allocator that puts queue memory in DPDK
+//! memory on the queue's NUMA node (`mlx4dv_set_context_attr`). How each trait operation maps:
+//!
+//! | `Device` | verbs / mlx4dv |
+//! |---|---|
+//! | `caps` | `ibv_query_device` (WRs, CQEs, SGEs), the BF page (`pages::BF_REG_SIZE`, 512) |
+//! | `reg_mr`, `dereg_mr` | `ibv_reg_mr` (local write), `ibv_dereg_mr` |
+//! | `create_cq` | `ibv_create_cq`, `mlx4dv_init_obj(CQ)`: ring, CQE count and size, CI record |
+//! | `create_sq` | RAW_PACKET `ibv_create_qp` (send only, 64-byte stride), INIT -> RTR -> RTS, `mlx4dv_init_obj(QP)`: ring, `sdb` in the context's UAR page; a register of the BF page |
+//! | `create_rq` | `ibv_create_wq` (the first of a batch reserving an aligned WQN range, `rq_batch`), RDY, `mlx4dv_init_obj(RWQ)`: ring, stride, doorbell record |
+//! | `sq_state`, `rq_state` | `ibv_query_qp` / the WQ's state |
+//! | `set_rss`, `set_rx_steering`, `set_rx_filter` | while started: indirection table, Toeplitz hash QP (INIT -> RTR), flow rules on it (`steer`) |
+//! | `set_mtu`, `start`, `link_up` | the port's netdev (`SIOCSIFMTU`, `IFF_UP`), `ibv_query_port` |
+//! | `stop` | flows, hash QP and table destroyed: nothing more is received |
+//! | `counters`, `missed` | none: mlx4 reports no per-port counters through verbs |
+//!
+//! Teardown runs in dependency order (flows, hash QP, indirection table, WQs, QPs, CQs, MRs,
+//! BF page, PD, context), and every create undoes what it did when a later step fails.
+
+mod netdev;
+mod pages;
+mod rdma;
+mod steer;
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::path::PathBuf;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use dpdk_sys as dpdk;
+use parking_lot::Mutex;
+use rdma_sys as sys;
+
+use super::{Caps, CqDesc, Device, HwError, QueueState, RqDesc, RssHash, SqDesc, RSS_KEY_LEN};
+use crate::mem::{DmaRange, Mr};
+use crate::pmd_log;
+use rdma::{errno, strerror, Rdma};
+pub use rdma::{ENV_DIR, IBVERBS, MLX4};
+
+/// Spare TXBBs libmlx4 adds to a 64-byte-stride send queue (`(2048 >> 6) + 1`): asking for
+/// `n - SQ_SPARE` WRs gives a ring of exactly `n` TXBBs.
+const SQ_SPARE: u32 = 33;
+/// The largest send WQE of ConnectX-3 (QUERY_DEV_CAP `max_desc_sz_sq`), which verbs does not
+/// report.
+const MAX_WQE_SIZE: u32 = 1008;
+
+/// A port of a ConnectX-3 as rdma-core presents it.
+pub struct Verbs {
+    rdma: &'static Rdma,
+    name: String,
+    ctx: *mut sys::ibv_context,
+    pd: *mut sys::ibv_pd,
+    port: u8,
+    caps: Caps,
+    netdev: Option<netdev::Netdev>,
+    bf: Option<pages::BfPage>,
+    /// Where the allocator puts the next queue's memory (set under `st`'s lock).
+    alloc: Box<AllocCtx>,
+    st: Mutex<State>,
+}
+
+// SAFETY: the verbs objects are used under `st`'s lock or are immutable after open; rdma-core
+// serialises its own commands.
+unsafe impl Send for Verbs {}
+// SAFETY: as above.
+unsafe impl Sync for Verbs {}
+
+struct AllocCtx {
+    socket: AtomicI32,
+}
+
+#[derive(Default)]
+struct State {
+    cqs: HashMap<u32, *mut sys::ibv_cq>,
+    qps: HashMap<u32, (*mut sys::ibv_qp, Option<usize>)>,
+    wqs: HashMap<u32, *mut sys::ibv_wq>,
+    mrs: HashMap<u32, *mut sys::ibv_mr>,
+    /// The WQN range to reserve with the next WQ (`rq_batch`).
+    wq_range: Option<u32>,
+    steer: Steer,
+}
+
+struct Steer {
+    mac: [u8; 6],
+    promisc: bool,
+    allmulti: bool,
+    key: [u8; RSS_KEY_LEN],
+    hash: RssHash,
+    reta: Vec<u32>,
+    started: bool,
+    built: Option<Built>,
+}
+
+impl Default for Steer {
+    fn default() -> Steer {
+        Steer {
+            mac: [0; 6],
+            promisc: true,
+            allmulti: true,
+            key: super::DEFAULT_RSS_KEY,
+            hash: RssHash::NONE,
+            reta: Vec::new(),
+            started: false,
+            built: None,
+        }
+    }
+}
+
+/// Steering objects in place while the port is started.
+struct Built {
+    table: *mut sys::ibv_rwq_ind_table,
+    qp: *mut sys::ibv_qp,
+    flows: Vec<*mut sys::ibv_flow>,
+    wqns: Vec<u32>,
+}
+
+unsafe extern "C" fn alloc_buf(size: usize, data: *mut c_void) -> *mut c_void {
+    // SAFETY: `data` is the backend's AllocCtx, which outlives the context.
+    let socket = unsafe { &*data.cast::<AllocCtx>() }
+        .socket
+        .load(Ordering::Relaxed);
+    // SAFETY: plain allocation call; rdma-core's buffers are page-aligned.
+    unsafe { dpdk::rte_zmalloc_socket(c"mlx4rs_verbs".as_ptr(), size, 4096, socket) }
+}
+
+unsafe extern "C" fn free_buf(ptr: *mut c_void, _data: *mut c_void) {
+    // SAFETY: rdma-core frees what `alloc_buf` gave it, once.
+    unsafe { dpdk::rte_free(ptr) };
+}
+
+fn dev_err(what: impl std::fmt::Display, e: c_int) -> HwError {
+    match e {
+        libc::EINVAL => HwError::Invalid(format!("{what}: {}", strerror(e))),
+        libc::ENOMEM => HwError::NoMemory(format!("{what}: {}", strerror(e))),
+        _ => HwError::Device(format!("{what}: {}", strerror(e))),
+    }
+}
+
+/// Largest power of two not above `n` (0 for 0).
+fn pow2_floor(n: u32) -> u32 {
+    if n == 0 {
+        0
+    } else {
+        1 << (31 - n.leading_zeros())
+    }
+}
+
+/// One verbs device of the list, with what the probe needs of it.
+struct Candidate {
+    dev: *mut sys::ibv_device,
+    name: String,
+    path: PathBuf,
+}
+
+/// Opens every Ethernet port of the ConnectX-3 at PCI address `pci` (`0000:05:00.0`), named as
+/// DPDK's mlx4 names them (`mlx4_0 port 1`). The error is one line naming what is missing
+/// and how to get it.
+pub fn open_pci(pci: &str) -> Result<Vec<(String, Verbs)>, HwError> {
+    let rdma = Rdma::get().map_err(HwError::Device)?;
+    let mut n: c_int = 0;
+    // SAFETY: rdma-core call with a valid out pointer.
+    let list = unsafe { rdma.ibv.ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        let e = errno();
+        return Err(HwError::Device(if e == libc::ENOSYS {
+            "cannot list verbs devices: the kernel's ib_uverbs is not loaded (modprobe ib_uverbs \
+             mlx4_ib)"
+                .to_owned()
+        } else {
+            format!("cannot list verbs devices: {}", strerror(e))
+        }));
+    }
+    let mut seen = Vec::new();
+    let mut found = None;
+    for i in 0..n.max(0) as usize {
+        // SAFETY: the list holds `n` live devices.
+        let dev = unsafe { *list.add(i) };
+        // SAFETY: a live device's name and path are NUL-terminated arrays.
+        let (name, path) = unsafe {
+            (
+                rdma::c_str(rdma.ibv.ibv_get_device_name(dev)),
+                rdma::c_str((*dev).ibdev_path.as_ptr()),
+            )
+        };
+        let path = PathBuf::from(path);
+        let slot = netdev::pci_slot(&path);
+        seen.push(format!(
+            "{name} ({})",
+            slot.as_deref().unwrap_or("no PCI address")
+        ));
+        if slot.as_deref() == Some(&pci.to_lowercase()) && found.is_none() {
+            found = Some(Candidate { dev, name, path });
+        }
+    }
+    let result = match found {
+        None => Err(HwError::Device(format!(
+            "no verbs device is PCI {pci} (rdma-core lists {}): load mlx4_core, mlx4_en and \
+             mlx4_ib (modprobe mlx4_ib) and check that rdma-core sees it (ibv_devices)",
+            if seen.is_empty() {
+                "none".to_owned()
+            } else {
+                seen.join(", ")
+            }
+        ))),
+        Some(c) => open_ports(rdma, &c),
+    };
+    // SAFETY: the list from ibv_get_device_list, freed once; opened contexts keep their
+    // device.
+    unsafe { rdma.ibv.ibv_free_device_list(list) };
+    result
+}
+
+fn open_ctx(rdma: &Rdma, c: &Candidate) -> Result<*mut sys::ibv_context, HwError> {
+    // SAFETY: a live device of the list.
+    let ctx = unsafe { rdma.ibv.ibv_open_device(c.dev) };
+    if !ctx.is_null() {
+        return Ok(ctx);
+    }
+    let e = errno();
+    Err(HwError::Device(match e {
+        libc::EACCES | libc::EPERM => format!(
+            "no permission to open verbs device {} (/dev/infiniband/uverbs*): run as root, or \
+             give the user read-write access to /dev/infiniband and a memlock limit (ulimit -l)",
+            c.name
+        ),
+        _ => format!("cannot open verbs device {}: {}", c.name, strerror(e)),
+    }))
+}
+
+fn open_ports(rdma: &'static Rdma, c: &Candidate) -> Result<Vec<(String, Verbs)>, HwError> {
+    let ctx = open_ctx(rdma, c)?;
+    let mut attr = sys::ibv_device_attr::default();
+    // SAFETY: a live context and an out struct.
+    let rc = unsafe { rdma.ibv.ibv_query_device(ctx, &mut attr) };
+    // SAFETY: the probe's context, closed once.
+    unsafe { rdma.ibv.ibv_close_device(ctx) };
+    if rc != 0 {
+        return Err(dev_err(format!("querying {}", c.name), rc));
+    }
+    let caps = Caps {
+        max_sq_txbbs: pow2_floor((attr.max_qp_wr.max(0) as u32).saturating_add(SQ_SPARE)),
+        max_rq_wqes: pow2_floor(attr.max_qp_wr.max(0) as u32),
+        max_cqes: pow2_floor((attr.max_cqe.max(0) as u32).saturating_add(1)),
+        max_rq_sges: pow2_floor(attr.max_sge.max(0) as u32),
+        max_wqe_size: MAX_WQE_SIZE,
+        bf_reg_size: 0,
+    };
+    let mut ports = Vec::new();
+    for port in 1..=attr.phys_port_cnt {
+        let name = format!("{} port {port}", c.name);
+        match Verbs::open(rdma, c, port, caps, &name) {
+            Ok(Some(v)) => ports.push((name, v)),
+            Ok(None) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if ports.is_empty() {
+        return Err(HwError::Device(format!(
+            "{}: no port is in Ethernet mode (set the port type: mlx4_core's port_type_array, or \
+             /sys/bus/pci/devices/<pci>/mlx4_port<N>)",
+            c.name
+        )));
+    }
+    Ok(ports)
+}
+
+impl Verbs {
+    /// Port `port` in a context of its own; `None` when the port is not an Ethernet port.
+    fn open(
+        rdma: &'static Rdma,
+        c: &Candidate,
+        port: u8,
+        mut caps: Caps,
+        name: &str,
+    ) -> Result<Option<Verbs>, HwError> {
+        let ctx = open_ctx(rdma, c)?;
+        let close = |e: HwError| {
+            // SAFETY: our context, closed once on this error path.
+            unsafe { rdma.ibv.ibv_close_device(ctx) };
+            e
+        };
+        // SAFETY: a live context.
+        let pa = match unsafe { rdma::query_port(rdma, ctx, port) } {
+            Ok(a) => a,
+            Err(rc) => return Err(close(dev_err(format!("{name}: querying the port"), rc))),
+        };
+        if u32::from(pa.link_layer) != sys::IBV_LINK_LAYER_ETHERNET {
+            pmd_log!(NOTICE, "{name}: not an Ethernet port (InfiniBand), skipped");
+            // SAFETY: our context, closed once; nothing was made on it.
+            unsafe { rdma.ibv.ibv_close_device(ctx) };
+            return Ok(None);
+        }
+        // SAFETY: a live context.
+        let pd = unsafe { rdma.ibv.ibv_alloc_pd(ctx) };
+        if pd.is_null() {
+            return Err(close(dev_err(format!("{name}: allocating a PD"), errno())));
+        }
+        let alloc = Box::new(AllocCtx {
+            socket: AtomicI32::new(-1),
+        });
+        let mut allocators = sys::mlx4dv_ctx_allocators {
+            alloc: Some(alloc_buf),
+            free: Some(free_buf),
+            data: (&*alloc as *const AllocCtx).cast_mut().cast(),
+        };
+        // Queue memory in DPDK memory (on each queue's node, and where other processes of the
+        // application find it), as DPDK's mlx4 asks for it.
+        // SAFETY: a live context; libmlx4 copies the allocator triple.
+        let rc = unsafe {
+            rdma.dv.mlx4dv_set_context_attr(
+                ctx,
+                sys::MLX4DV_SET_CTX_ATTR_BUF_ALLOCATORS,
+                (&mut allocators as *mut sys::mlx4dv_ctx_allocators).cast(),
+            )
+        };
+        if rc != 0 {
+            pmd_log!(
+                WARNING,
+                "{name}: rdma-core keeps queue memory on its own heap ({}): other processes \
+                 cannot reach the queues",
+                strerror(rc)
+            );
+        }
+        // SAFETY: a live context.
+        let cmd_fd = unsafe { (*ctx).cmd_fd };
+        let bf = match pages::BfPage::map(cmd_fd) {
+            Ok(p) => {
+                caps.bf_reg_size = pages::BF_REG_SIZE as u32;
+                pmd_log!(
+                    INFO,
+                    "{name}: BlueFlame page mapped ({} registers of {} bytes)",
+                    p.registers(),
+                    pages::BF_REG_SIZE
+                );
+                Some(p)
+            }
+            Err(e) => {
+                pmd_log!(NOTICE, "{name}: no BlueFlame page: {e}; bf_reg_size 0");
+                None
+            }
+        };
+        let netdev = match netdev::netdev_of(&c.path, u32::from(port)) {
+            Some(n) => netdev::Netdev::open(&n).ok(),
+            None => {
+                pmd_log!(
+                    WARNING,
+                    "{name}: no netdev under {}/device/net (is mlx4_en loaded?): MTU and link \
+                     cannot be set",
+                    c.path.display()
+                );
+                None
+            }
+        };
+        Ok(Some(Verbs {
+            rdma,
+            name: name.to_owned(),
+            ctx,
+            pd,
+            port,
+            caps,
+            netdev,
+            bf,
+            alloc,
+            st: Mutex::new(State::default()),
+        }))
+    }
+
+    /// The port's MAC: its netdev's.
+    pub fn mac(&self) -> Option<[u8; 6]> {
+        self.netdev.as_ref().and_then(|n| n.mac().ok())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn modify_qp(&self, qp: *mut sys::ibv_qp, state: sys::ibv_qp_state) -> Result<(), c_int> {
+        let mut a = sys::ibv_qp_attr {
+            qp_state: state,
+            port_num: self.port,
+            ..Default::default()
+        };
+        let mut mask = sys::IBV_QP_STATE;
+        if state == sys::IBV_QPS_INIT {
+            mask |= sys::IBV_QP_PORT;
+        }
+        // SAFETY: a live QP of ours and a filled attribute.
+        match unsafe { self.rdma.ibv.ibv_modify_qp(qp, &mut a, mask as c_int) } {
+            0 => Ok(()),
+            e => Err(e),
+        }
+    }
+
+    fn destroy_qp(&self, qp: *mut sys::ibv_qp) {
+        // SAFETY: a QP of ours with no flows left, destroyed once.
+        let rc = unsafe { self.rdma.ibv.ibv_destroy_qp(qp) };
+        if rc != 0 {
+            pmd_log!(ERR, "{}: destroying a QP: {}", self.name, strerror(rc));
+        }
+    }
+
+    /// Takes steering down: flows, hash QP, indirection table, in that order.
+    fn teardown(&self, s: &mut Steer) {
+        let Some(b) = s.built.take() else { return };
+        for f in b.flows {
+            // SAFETY: a flow of ours, destroyed once.
+            if let Err(e) = unsafe { rdma::destroy_flow(f) } {
+                pmd_log!(ERR, "{}: destroying a flow: {}", self.name, strerror(e));
+            }
+        }
+        self.destroy_qp(b.qp);
+        // SAFETY: our table, with its only QP gone.
+        if let Err(e) = unsafe { rdma::destroy_rwq_ind_table(b.table) } {
+            pmd_log!(
+                ERR,
+                "{}: destroying the indirection table: {}",
+                self.name,
+                strerror(e)
+            );
+        }
+    }
+
+    /// Puts steering in place for the current settings, replacing what was there.
+    fn rebuild(&self, st: &mut State) -> Result<(), HwError> {
+        self.teardown(&mut st.steer);
+        let s = &st.steer;
+        if !s.started || s.reta.is_empty() {
+            return Ok(());
+        }
+        let wqns = steer::ind_table(&s.reta).map_err(HwError::Invalid)?;
+        let mut wqs = Vec::with_capacity(wqns.len());
+        for q in &wqns {
+            let wq = st.wqs.get(q).copied().ok_or_else(|| {
+                HwError::Invalid(format!(
+                    "RSS names WQ {q:#x}, which is not one of this port's"
+                ))
+            })?;
+            wqs.push(wq);
+        }
+        let mut ta = sys::ibv_rwq_ind_table_init_attr {
+            log_ind_tbl_size: wqns.len().trailing_zeros(),
+            ind_tbl: wqs.as_mut_ptr(),
+            comp_mask: 0,
+        };
+        // SAFETY: a live context; the WQ array outlives the call.
+        let table = unsafe { rdma::create_rwq_ind_table(self.ctx, &mut ta) }.map_err(|e| {
+            dev_err(
+                format!("{}: indirection table over WQs {wqns:#x?}", self.name),
+                e,
+            )
+        })?;
+        let mut key = s.key;
+        let mut qa = sys::ibv_qp_init_attr_ex {
+            qp_type: sys::IBV_QPT_RAW_PACKET,
+            comp_mask: sys::IBV_QP_INIT_ATTR_PD
+                | sys::IBV_QP_INIT_ATTR_IND_TABLE
+                | sys::IBV_QP_INIT_ATTR_RX_HASH,
+            pd: self.pd,
+            rwq_ind_tbl: table,
+            rx_hash_conf: sys::ibv_rx_hash_conf {
+                rx_hash_function: sys::IBV_RX_HASH_FUNC_TOEPLITZ as u8,
+                rx_hash_key_len: RSS_KEY_LEN as u8,
+                rx_hash_key: key.as_mut_ptr(),
+                rx_hash_fields_mask: steer::hash_fields(s.hash),
+            },
+            ..Default::default()
+        };
+        let drop_table = |e: HwError| {
+            // SAFETY: our table, no QP on it.
+            let _ = unsafe { rdma::destroy_rwq_ind_table(table) };
+            e
+        };
+        // SAFETY: a live context; the key outlives the call.
+        let qp = unsafe { rdma::create_qp_ex(self.ctx, &mut qa) }
+            .map_err(|e| drop_table(dev_err(format!("{}: RSS hash QP", self.name), e)))?;
+        let mut built = Built {
+            table,
+            qp,
+            flows: Vec::new(),
+            wqns,
+        };
+        let moved = self
+            .modify_qp(qp, sys::IBV_QPS_INIT)
+            .and_then(|()| self.modify_qp(qp, sys::IBV_QPS_RTR));
+        let mut result =
+            moved.map_err(|e| dev_err(format!("{}: RSS hash QP to RTR", self.name), e));
+        if result.is_ok() {
+            for mut rule in steer::flow_rules(self.port, s.mac, s.promisc, s.allmulti) {
+                // SAFETY: a live QP; the rule's header is followed by its spec.
+                match unsafe { rdma::create_flow(qp, &mut rule.attr) } {
+                    Ok(f) => built.flows.push(f),
+                    Err(e) => {
+                        result = Err(dev_err(format!("{}: flow rule", self.name), e));
+                        break;
+                    }
+                }
+            }
+        }
+        st.steer.built = Some(built);
+        if result.is_err() {
+            self.teardown(&mut st.steer);
+        }
+        result
+    }
+
+    /// The WQN range size libmlx4 passes with the next WQ (a power of two).
+    fn set_wq_range(&self, n: u32) {
+        let mut log = n.next_power_of_two().trailing_zeros() as u8;
+        // SAFETY: a live context; the attribute is one byte, copied.
+        let rc = unsafe {
+            self.rdma.dv.mlx4dv_set_context_attr(
+                self.ctx,
+                sys::MLX4DV_SET_CTX_ATTR_LOG_WQS_RANGE_SZ,
+                (&mut log as *mut u8).cast(),
+            )
+        };
+        if rc != 0 {
+            pmd_log!(
+                WARNING,
+                "{}: no WQN range reserved: {}",
+                self.name,
+                strerror(rc)
+            );
+        }
+    }
+
+    fn set_socket(&self, socket: i32) {
+        self.alloc.socket.store(socket, Ordering::Relaxed);
+    }
+}
+
+impl Device for Verbs {
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    fn reg_mr(&self, range: DmaRange) -> Result<Mr, HwError> {
+        let (start, end) = (range.start(), range.end());
+        // SAFETY: a live PD; the range stays mapped while registered (DmaRange's contract).
+        let mr = unsafe {
+            self.rdma.ibv.ibv_reg_mr(
+                self.pd,
+                start as *mut c_void,
+                end - start,
+                sys::IBV_ACCESS_LOCAL_WRITE as c_int,
+            )
+        };
+        if mr.is_null() {
+            let e = errno();
+            let hint = if matches!(e, libc::ENOMEM | libc::EPERM | libc::EAGAIN) {
+                " (pinned memory is limited by RLIMIT_MEMLOCK: raise `ulimit -l`)"
+            } else {
+                ""
+            };
+            return Err(HwError::Device(format!(
+                "{}: registering memory {start:#x}..{end:#x}: {}{hint}",
+                self.name,
+                strerror(e)
+            )));
+        }
+        // SAFETY: a fresh MR.
+        let lkey = unsafe { (*mr).lkey };
+        self.st.lock().mrs.insert(lkey, mr);
+        Ok(Mr { start, end, lkey })
+    }
+
+    fn dereg_mr(&self, mr: &Mr) -> Result<(), HwError> {
+        let Some(p) = self.st.lock().mrs.remove(&mr.lkey) else {
+            return Err(HwError::Invalid(format!("no MR with lkey {:#x}", mr.lkey)));
+        };
+        // SAFETY: our MR, deregistered once.
+        match unsafe { self.rdma.ibv.ibv_dereg_mr(p) } {
+            0 => Ok(()),
+            e => Err(dev_err(format!("{}: deregistering memory", self.name), e)),
+        }
+    }
+
+    fn create_cq(&self, cqe_cnt: u32, socket: i32) -> Result<CqDesc, HwError> {
+        let mut st = self.st.lock();
+        self.set_socket(socket);
+        // libmlx4 sizes the CQ as the next power of two above the count asked for.
+        let want = cqe_cnt.max(2) as c_int - 1;
+        // SAFETY: a live context; no channel, no completion vector.
+        let cq = unsafe {
+            self.rdma
+                .ibv
+                .ibv_create_cq(self.ctx, want, ptr::null_mut(), ptr::null_mut(), 0)
+        };
+        if cq.is_null() {
+            return Err(dev_err(format!("{}: creating a CQ", self.name), errno()));
+        }
+        let mut out = sys::mlx4dv_cq::default();
+        let mut obj = sys::mlx4dv_obj::default();
+        obj.cq.in_ = cq;
+        obj.cq.out = &mut out;
+        // SAFETY: a live CQ and its out struct.
+        let rc = unsafe {
+            self.rdma
+                .dv
+                .mlx4dv_init_obj(&mut obj, sys::MLX4DV_OBJ_CQ as u64)
+        };
+        let desc = (|| {
+            if rc != 0 {
+                return Err(dev_err("mlx4dv_init_obj(CQ)", rc));
+            }
+            let size = out.cqe_size as u32;
+            if !out.cqe_cnt.is_power_of_two() || !(size == 32 || size == 64) {
+                return Err(HwError::Device(format!(
+                    "rdma-core handed back a CQ of {} entries of {size} bytes",
+                    out.cqe_cnt
+                )));
+            }
+            let (Some(buf), Some(ci)) = (
+                NonNull::new(out.buf.buf.cast()),
+                NonNull::new(out.set_ci_db),
+            ) else {
+                return Err(HwError::Device(
+                    "rdma-core handed back a CQ without memory".into(),
+                ));
+            };
+            // SAFETY: libmlx4's ring of `cqe_cnt` entries of `cqe_size` bytes and its
+            // consumer-index record, both valid until ibv_destroy_cq in destroy_cq.
+            Ok(unsafe { CqDesc::new(buf, out.cqe_cnt, size, ci.cast(), out.cqn) })
+        })();
+        match desc {
+            Ok(d) => {
+                st.cqs.insert(d.cqn(), cq);
+                Ok(d)
+            }
+            Err(e) => {
+                // SAFETY: the CQ just created, destroyed once.
+                unsafe { self.rdma.ibv.ibv_destroy_cq(cq) };
+                Err(e)
+            }
+        }
+    }
+
+    fn destroy_cq(&self, cq: CqDesc) -> Result<(), HwError> {
+        let Some(p) = self.st.lock().cqs.remove(&cq.cqn()) else {
+            return Err(HwError::Invalid(format!("no CQ {:#x}", cq.cqn())));
+        };
+        // SAFETY: our CQ, its queues destroyed before (the trait's order), destroyed once.
+        match unsafe { self.rdma.ibv.ibv_destroy_cq(p) } {
+            0 => Ok(()),
+            e => Err(dev_err(format!("{}: destroying a CQ", self.name), e)),
+        }
+    }
+
+    fn create_sq(&self, txbb_cnt: u32, cq: &CqDesc, socket: i32) -> Result<SqDesc, HwError> {
+        let mut st = self.st.lock();
+        let Some(&cqp) = st.cqs.get(&cq.cqn()) else {
+            return Err(HwError::Invalid(format!("no CQ {:#x}", cq.cqn())));
+        };
+        if txbb_cnt <= SQ_SPARE || !txbb_cnt.is_power_of_two() {
+            return Err(HwError::Invalid(format!(
+                "a send queue of {txbb_cnt} TXBBs (a power of two above {SQ_SPARE})"
+            )));
+        }
+        self.set_socket(socket);
+        let mut a = sys::ibv_qp_init_attr {
+            send_cq: cqp,
+            recv_cq: cqp,
+            cap: sys::ibv_qp_cap {
+                max_send_wr: txbb_cnt - SQ_SPARE,
+                max_send_sge: 1,
+                ..Default::default()
+            },
+            qp_type: sys::IBV_QPT_RAW_PACKET,
+            ..Default::default()
+        };
+        // SAFETY: a live PD and a filled attribute.
+        let qp = unsafe { self.rdma.ibv.ibv_create_qp(self.pd, &mut a) };
+        if qp.is_null() {
+            return Err(dev_err(
+                format!("{}: creating a send QP", self.name),
+                errno(),
+            ));
+        }
+        let made = (|| {
+            for s in [sys::IBV_QPS_INIT, sys::IBV_QPS_RTR, sys::IBV_QPS_RTS] {
+                self.modify_qp(qp, s)
+                    .map_err(|e| dev_err(format!("send QP to state {s}"), e))?;
+            }
+            let mut out = sys::mlx4dv_qp::default();
+            let mut obj = sys::mlx4dv_obj::default();
+            obj.qp.in_ = qp;
+            obj.qp.out = &mut out;
+            // SAFETY: a live QP and its out struct.
+            let rc = unsafe {
+                self.rdma
+                    .dv
+                    .mlx4dv_init_obj(&mut obj, sys::MLX4DV_OBJ_QP as u64)
+            };
+            if rc != 0 {
+                return Err(dev_err("mlx4dv_init_obj(QP)", rc));
+            }
+            let shift = out.sq.wqe_shift;
+            if !(6..=11).contains(&shift) || !out.sq.wqe_cnt.is_power_of_two() {
+                return Err(HwError::Device(format!(
+                    "rdma-core handed back a send queue of {} WQEs of stride 2^{shift}",
+                    out.sq.wqe_cnt
+                )));
+            }
+            // WQEs are built TXBB after TXBB whatever the stride (the device walks TXBBs).
+            let txbbs = out.sq.wqe_cnt << (shift - 6);
+            // SAFETY: the send queue lies `sq.offset` bytes into libmlx4's QP buffer.
+            let buf = unsafe { out.buf.buf.cast::<u8>().add(out.sq.offset as usize) };
+            let (Some(buf), Some(db)) = (NonNull::new(buf), NonNull::new(out.sdb)) else {
+                return Err(HwError::Device(
+                    "rdma-core handed back a QP without memory".into(),
+                ));
+            };
+            Ok((buf, txbbs, db))
+        })();
+        let (buf, txbbs, db) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                self.destroy_qp(qp);
+                return Err(e);
+            }
+        };
+        let bf = self.bf.as_ref().and_then(pages::BfPage::take);
+        // SAFETY: a live QP.
+        let qpn = unsafe { (*qp).qp_num };
+        // SAFETY: libmlx4's ring of `txbbs` TXBBs, the send doorbell of the context's UAR page
+        // and our BF register stay valid until destroy_sq destroys the QP and frees the
+        // register.
+        let desc = unsafe { SqDesc::new(buf, txbbs, db.cast(), bf.map(|b| b.1), qpn) };
+        st.qps.insert(qpn, (qp, bf.map(|b| b.0)));
+        Ok(desc)
+    }
+
+    fn destroy_sq(&self, sq: SqDesc) -> Result<(), HwError> {
+        let Some((qp, reg)) = self.st.lock().qps.remove(&sq.qpn()) else {
+            return Err(HwError::Invalid(format!("no send QP {:#x}", sq.qpn())));
+        };
+        // SAFETY: our QP, destroyed once.
+        let rc = unsafe { self.rdma.ibv.ibv_destroy_qp(qp) };
+        if let (Some(i), Some(p)) = (reg, &self.bf) {
+            p.give_back(i);
+        }
+        match rc {
+            0 => Ok(()),
+            e => Err(dev_err(format!("{}: destroying a send QP", self.name), e)),
+        }
+    }
+
+    fn create_rq(
+        &self,
+        wqe_cnt: u32,
+        sges: u32,
+        cq: &CqDesc,
+        socket: i32,
+    ) -> Result<RqDesc, HwError> {
+        let mut st = self.st.lock();
+        let Some(&cqp) = st.cqs.get(&cq.cqn()) else {
+            return Err(HwError::Invalid(format!("no CQ {:#x}", cq.cqn())));
+        };
+        self.set_socket(socket);
+        let mut a = sys::ibv_wq_init_attr {
+            wq_type: sys::IBV_WQT_RQ,
+            max_wr: wqe_cnt,
+            max_sge: sges,
+            pd: self.pd,
+            cq: cqp,
+            ..Default::default()
+        };
+        // The first WQ of a batch reserves an aligned range of WQNs the rest take in turn
+        // (mlx4_ib hands them out so; libmlx4 passes the size with the next WQ only).
+        let range = st.wq_range.take().filter(|&n| n > 1);
+        if let Some(n) = range {
+            self.set_wq_range(n);
+        }
+        // SAFETY: a live context and a filled attribute.
+        let mut made = unsafe { rdma::create_wq(self.ctx, &mut a) };
+        if let (Some(n), Err(libc::EINVAL)) = (range, made) {
+            // mlx4_ib refuses a new range while the last one is open (not all its WQNs
+            // taken, none destroyed): such queues cannot share an indirection table, which
+            // the port says at start.
+            pmd_log!(
+                WARNING,
+                "{}: no WQN range for {n} receive queues; RSS over them will be refused",
+                self.name
+            );
+            self.set_wq_range(1);
+            // SAFETY: as above.
+            made = unsafe { rdma::create_wq(self.ctx, &mut a) };
+        }
+        let wq = made.map_err(|e| dev_err(format!("{}: creating a receive WQ", self.name), e))?;
+        let made = (|| {
+            let mut m = sys::ibv_wq_attr {
+                attr_mask: sys::IBV_WQ_ATTR_STATE,
+                wq_state: sys::IBV_WQS_RDY,
+                ..Default::default()
+            };
+            // SAFETY: our live WQ.
+            unsafe { rdma::modify_wq(wq, &mut m) }.map_err(|e| dev_err("WQ to RDY", e))?;
+            let mut out = sys::mlx4dv_rwq::default();
+            let mut obj = sys::mlx4dv_obj::default();
+            obj.rwq.in_ = wq;
+            obj.rwq.out = &mut out;
+            // SAFETY: a live WQ and its out struct.
+            let rc = unsafe {
+                self.rdma
+                    .dv
+                    .mlx4dv_init_obj(&mut obj, sys::MLX4DV_OBJ_RWQ as u64)
+            };
+            if rc != 0 {
+                return Err(dev_err("mlx4dv_init_obj(RWQ)", rc));
+            }
+            let stride = 1u32 << out.rq.wqe_shift.clamp(4, 12);
+            let cnt = out.rq.wqe_cnt;
+            if !cnt.is_power_of_two() || cnt < wqe_cnt || stride / 16 < sges {
+                return Err(HwError::Device(format!(
+                    "rdma-core handed back a receive queue of {cnt} WQEs of {stride} bytes for \
+                     {wqe_cnt} of {sges} entries"
+                )));
+            }
+            // SAFETY: the receive queue lies `rq.offset` bytes into libmlx4's buffer.
+            let buf = unsafe { out.buf.buf.cast::<u8>().add(out.rq.offset as usize) };
+            let (Some(buf), Some(db)) = (NonNull::new(buf), NonNull::new(out.rdb)) else {
+                return Err(HwError::Device(
+                    "rdma-core handed back a WQ without memory".into(),
+                ));
+            };
+            // SAFETY: a live WQ.
+            let wqn = unsafe { (*wq).wq_num };
+            // SAFETY: libmlx4's ring of `cnt` WQEs of `stride / 16` entries and its doorbell
+            // record, valid until destroy_rq destroys the WQ.
+            Ok(unsafe { RqDesc::new(buf, cnt, stride / 16, db.cast(), wqn) })
+        })();
+        match made {
+            Ok(d) => {
+                st.wqs.insert(d.qpn(), wq);
+                Ok(d)
+            }
+            Err(e) => {
+                // SAFETY: the WQ just created, destroyed once.
+                let _ = unsafe { rdma::destroy_wq(wq) };
+                Err(HwError::Device(format!("{}: {e}", self.name)))
+            }
+        }
+    }
+
+    fn destroy_rq(&self, rq: RqDesc) -> Result<(), HwError> {
+        let mut st = self.st.lock();
+        // A WQ in an indirection table cannot be destroyed: steering goes first.
+        if st
+            .steer
+            .built
+            .as_ref()
+            .is_some_and(|b| b.wqns.contains(&rq.qpn()))
+        {
+            self.teardown(&mut st.steer);
+        }
+        let Some(wq) = st.wqs.remove(&rq.qpn()) else {
+            return Err(HwError::Invalid(format!("no WQ {:#x}", rq.qpn())));
+        };
+        // SAFETY: our WQ, out of every table, destroyed once.
+        unsafe { rdma::destroy_wq(wq) }
+            .map_err(|e| dev_err(format!("{}: destroying a WQ", self.name), e))
+    }
+
+    fn rq_batch(&self, count: u16) {
+        self.st.lock().wq_range = Some(u32::from(count));
+    }
+
+    fn sq_state(&self, qpn: u32) -> Result<QueueState, HwError> {
+        let st = self.st.lock();
+        let Some(&(qp, _)) = st.qps.get(&qpn) else {
+            return Err(HwError::Invalid(format!("no send QP {qpn:#x}")));
+        };
+        let Ok(query) = self.rdma.ibv.ibv_query_qp.as_ref() else {
+            return Ok(QueueState::Ready);
+        };
+        let mut a = sys::ibv_qp_attr::default();
+        let mut init = sys::ibv_qp_init_attr::default();
+        // SAFETY: a live QP and out structs.
+        let rc = unsafe { query(qp, &mut a, sys::IBV_QP_STATE as c_int, &mut init) };
+        match rc {
+            0 if a.qp_state == sys::IBV_QPS_RTS => Ok(QueueState::Ready),
+            0 => Ok(QueueState::Error),
+            // A provider without the query (the stand-in): errors show in completions.
+            libc::EOPNOTSUPP | libc::ENOSYS => Ok(QueueState::Ready),
+            e => Err(dev_err("querying a send QP", e)),
+        }
+    }
+
+    fn rq_state(&self, qpn: u32) -> Result<QueueState, HwError> {
+        let st = self.st.lock();
+        let Some(&wq) = st.wqs.get(&qpn) else {
+            return Err(HwError::Invalid(format!("no WQ {qpn:#x}")));
+        };
+        // SAFETY: a live WQ's state word, which the provider updates on modify.
+        let s = unsafe { (*wq).state };
+        Ok(if s == sys::IBV_WQS_ERR {
+            QueueState::Error
+        } else {
+            QueueState::Ready
+        })
+    }
+
+    fn set_rx_filter(&self, mac: [u8; 6], promisc: bool, allmulti: bool) -> Result<(), HwError> {
+        let mut st = self.st.lock();
+        let s = &mut st.steer;
+        if (s.mac, s.promisc, s.allmulti) == (mac, promisc, allmulti) && s.built.is_some() {
+            return Ok(());
+        }
+        (s.mac, s.promisc, s.allmulti) = (mac, promisc, allmulti);
+        self.rebuild(&mut st)
+    }
+
+    fn set_mtu(&self, mtu: u16) -> Result<(), HwError> {
+        let Some(n) = &self.netdev else {
+            return Err(HwError::Unsupported("setting the MTU without a netdev"));
+        };
+        n.set_mtu(u32::from(mtu)).map_err(|e| {
+            HwError::Device(format!(
+                "{}: MTU {mtu} on {}: {e} (the MTU is the netdev's; setting it needs \
+                 CAP_NET_ADMIN)",
+                self.name,
+                n.name()
+            ))
+        })
+    }
+
+    fn set_rss(&self, key: &[u8; RSS_KEY_LEN], hash: RssHash) -> Result<(), HwError> {
+        let mut st = self.st.lock();
+        let s = &mut st.steer;
+        if (&s.key, s.hash) == (key, hash) && s.built.is_some() {
+            return Ok(());
+        }
+        (s.key, s.hash) = (*key, hash);
+        self.rebuild(&mut st)
+    }
+
+    fn set_rx_steering(&self, rqs: &[u32]) -> Result<(), HwError> {
+        let mut st = self.st.lock();
+        if st.steer.reta == rqs && st.steer.built.is_some() {
+            return Ok(());
+        }
+        st.steer.reta = rqs.to_vec();
+        self.rebuild(&mut st)
+    }
+
+    fn start(&self) -> Result<(), HwError> {
+        if let Some(n) = &self.netdev {
+            // As DPDK's mlx4: the port passes no traffic while its netdev is down.
+            if let Err(e) = n.set_up() {
+                pmd_log!(WARNING, "{}: bringing {} up: {e}", self.name, n.name());
+            }
+        }
+        let mut st = self.st.lock();
+        st.steer.started = true;
+        self.rebuild(&mut st)
+    }
+
+    fn stop(&self) {
+        let mut st = self.st.lock();
+        st.steer.started = false;
+        self.teardown(&mut st.steer);
+        // The queues are recreated while the port is stopped (new WQNs): the next start
+        // brings its own redirection table.
+        st.steer.reta.clear();
+    }
+
+    fn link_up(&self) -> bool {
+        // SAFETY: a live context.
+        unsafe { rdma::query_port(self.rdma, self.ctx, self.port) }
+            .is_ok_and(|pa| pa.state == sys::IBV_PORT_ACTIVE)
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+
+    fn reset_counters(&self) {}
+
+    fn missed(&self) -> u64 {
+        0
+    }
+}
+
+impl Drop for Verbs {
+    fn drop(&mut self) {
+        let st = self.st.get_mut();
+        let mut steer = std::mem::take(&mut st.steer);
+        self.teardown(&mut steer);
+        let st = self.st.get_mut();
+        let leaked = st.wqs.len() + st.qps.len() + st.cqs.len();
+        if leaked > 0 {
+            pmd_log!(
+                WARNING,
+                "{}: {leaked} queues still open at close; destroying them",
+                self.name
+            );
+        }
+        let st = std::mem::take(self.st.get_mut());
+        // SAFETY (each call below): objects of this context, destroyed once, in dependency
+        // order: WQs and QPs before their CQs, MRs and queues before the PD, all before the
+        // context.
+        for (_, wq) in st.wqs {
+            // SAFETY: see above.
+            let _ = unsafe { rdma::destroy_wq(wq) };
+        }
+        for (_, (qp, _)) in st.qps {
+            self.destroy_qp(qp);
+        }
+        for (_, cq) in st.cqs {
+            // SAFETY: see above.
+            unsafe { self.rdma.ibv.ibv_destroy_cq(cq) };
+        }
+        for (_, mr) in st.mrs {
+            // SAFETY: see above.
+            unsafe { self.rdma.ibv.ibv_dereg_mr(mr) };
+        }
+        self.bf = None;
+        // SAFETY: see above.
+        unsafe {
+            self.rdma.ibv.ibv_dealloc_pd(self.pd);
+            self.rdma.ibv.ibv_close_device(self.ctx);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Receive steering on mlx4 through verbs, as rdma-core allows it: an RSS hash QP over an
+//! indirection table of work queues, and flow rules on that QP for the MAC, broadcast,
+//! all-multicast and promiscuous mode.
+//!
+//! mlx4_ib builds an indirection table from a base QPN and a power-of-two range
+//! (`mlx4_ib_create_rwq_ind_table` wants consecutive WQNs, the first aligned to the size; libmlx4's
+//! `LOG_WQS_RANGE_SZ` reserves such a range for the next WQs). So the driver's 128-entry
+//! redirection table maps onto a card only when it repeats `n` consecutive queues in order, `n`
+//! a power of two: the default round-robin table does.
+
+use rdma_sys as sys;
+
+use crate::hw::RssHash;
+
+/// The indirection table for a redirection table of WQNs: its `n` queues in order, or why the
+/// card cannot do it.
+pub fn ind_table(reta: &[u32]) -> Result<Vec<u32>, String> {
+    let mut queues: Vec<u32> = Vec::new();
+    for &q in reta {
+        if !queues.contains(&q) {
+            queues.push(q);
+        }
+    }
+    let n = queues.len();
+    let round_robin = reta
+        .iter()
+        .enumerate()
+        .all(|(i, &q)| q == queues[i % n.max(1)]);
+    let consecutive = queues
+        .iter()
+        .enumerate()
+        .all(|(k, &q)| q == queues[0].wrapping_add(k as u32));
+    if n == 0 || !n.is_power_of_two() || !round_robin || !consecutive {
+        return Err(format!(
+            "mlx4 spreads received frames over a power-of-two run of queues created one after \
+             the other, each bucket in turn; this redirection table ({n} queues{}) is not one",
+            if round_robin { "" } else { ", not in turn" }
+        ));
+    }
+    Ok(queues)
+}
+
+/// The verbs hash fields for the device's field sets: addresses of each IP version hashed,
+/// ports of each L4 protocol hashed (verbs has one field mask, not one per packet type).
+pub fn hash_fields(h: RssHash) -> u64 {
+    let mut f = 0u64;
+    let any = |sets: &[RssHash]| sets.iter().any(|s| h.contains(*s));
+    if any(&[RssHash::IPV4, RssHash::IPV4_TCP, RssHash::IPV4_UDP]) {
+        f |= u64::from(sys::IBV_RX_HASH_SRC_IPV4 | sys::IBV_RX_HASH_DST_IPV4);
+    }
+    if any(&[RssHash::IPV6, RssHash::IPV6_TCP, RssHash::IPV6_UDP]) {
+        f |= u64::from(sys::IBV_RX_HASH_SRC_IPV6 | sys::IBV_RX_HASH_DST_IPV6);
+    }
+    if any(&[RssHash::IPV4_TCP, RssHash::IPV6_TCP]) {
+        f |= u64::from(sys::IBV_RX_HASH_SRC_PORT_TCP | sys::IBV_RX_HASH_DST_PORT_TCP);
+    }
+    if any(&[RssHash::IPV4_UDP, RssHash::IPV6_UDP]) {
+        f |= u64::from(sys::IBV_RX_HASH_SRC_PORT_UDP | sys::IBV_RX_HASH_DST_PORT_UDP);
+    }
+    f
+}
+
+/// A flow rule: its attribute header and at most one Ethernet spec, contiguous as
+/// `ibv_create_flow` reads them.
+#[repr(C)]
+pub struct FlowRule {
+    pub attr: sys::ibv_flow_attr,
+    pub eth: sys::ibv_flow_spec_eth,
+}
+
+/// What the port accepts, as flow rules on the hash QP of physical port `port`.
+pub fn flow_rules(port: u8, mac: [u8; 6], promisc: bool, allmulti: bool) -> Vec<FlowRule> {
+    let header = |kind, specs: u8| sys::ibv_flow_attr {
+        type_: kind,
+        size: if specs == 0 {
+            std::mem::size_of::<sys::ibv_flow_attr>()
+        } else {
+            std::mem::size_of::<FlowRule>()
+        } as u16,
+        num_of_specs: specs,
+        port,
+        ..Default::default()
+    };
+    let to = |dst: [u8; 6]| FlowRule {
+        attr: header(sys::IBV_FLOW_ATTR_NORMAL, 1),
+        eth: sys::ibv_flow_spec_eth {
+            type_: sys::IBV_FLOW_SPEC_ETH,
+            size: std::mem::size_of::<sys::ibv_flow_spec_eth>() as u16,
+            val: sys::ibv_flow_eth_filter {
+                dst_mac: dst,
+                ..Default::default()
+            },
+            mask: sys::ibv_flow_eth_filter {
+                dst_mac: [0xff; 6],
+                ..Default::default()
+            },
+        },
+    };
+    let bare = |kind| FlowRule {
+        attr: header(kind, 0),
+        eth: sys::ibv_flow_spec_eth::default(),
+    };
+    if promisc {
+        return vec![bare(sys::IBV_FLOW_ATTR_ALL_DEFAULT)];
+    }
+    let mut v = vec![to(mac), to([0xff; 6])];
+    if allmulti {
+        v.push(bare(sys::IBV_FLOW_ATTR_MC_DEFAULT));
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_robin_tables_over_consecutive_queues_map() {
+        let reta: Vec<u32> = (0..128).map(|i| 0x40 + (i % 4)).collect();
+        assert_eq!(ind_table(&reta).unwrap(), vec![0x40, 0x41, 0x42, 0x43]);
+        assert_eq!(ind_table(&[7; 128]).unwrap(), vec![7]);
+        for (what, reta) in [
+            (
+                "three queues",
+                (0..128).map(|i| 10 + i % 3).collect::<Vec<u32>>(),
+            ),
+            ("a gap", (0..128).map(|i| 10 + 2 * (i % 2)).collect()),
+            (
+                "out of turn",
+                (0..128)
+                    .map(|i| if i == 5 { 10 } else { 10 + i % 2 })
+                    .collect(),
+            ),
+            ("empty", Vec::new()),
+        ] {
+            assert!(ind_table(&reta).is_err(), "{what}");
+        }
+    }
+
+    #[test]
+    fn hash_fields_follow_the_field_sets() {
+        assert_eq!(hash_fields(RssHash::NONE), 0);
+        let v4 = u64::from(sys::IBV_RX_HASH_SRC_IPV4 | sys::IBV_RX_HASH_DST_IPV4);
+        let tcp = u64::from(sys::IBV_RX_HASH_SRC_PORT_TCP | sys::IBV_RX_HASH_DST_PORT_TCP);
+        assert_eq!(hash_fields(RssHash::IPV4), v4);
+        assert_eq!(hash_fields(RssHash::IPV4_TCP), v4 | tcp);
+        assert_eq!(
+            hash_fields(RssHash::IPV6_UDP).count_ones(),
+            4,
+            "IPv6 addresses and UDP ports"
+        );
+    }
+
+    #[test]
+    fn flows_for_each_filter_mode() {
+        let mac = [2, 0, 0, 0, 0, 9];
+        let f = flow_rules(1, mac, false, false);
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].eth.val.dst_mac, mac);
+        assert_eq!(f[1].eth.val.dst_mac, [0xff; 6]);
+        assert_eq!(usize::from(f[0].attr.size), std::mem::size_of::<FlowRule>());
+        assert_eq!((f[0].attr.num_of_specs, f[0].attr.port), (1, 1));
+        let m = flow_rules(2, mac, false, true);
+        assert_eq!(m[2].attr.type_, sys::IBV_FLOW_ATTR_MC_DEFAULT);
+        assert_eq!(m[2].attr.num_of_specs, 0);
+        let p = flow_rules(1, mac, true, true);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].attr.type_, sys::IBV_FLOW_ATTR_ALL_DEFAULT);
+    }
+}
