@@ -8,11 +8,16 @@
 //!
 //! ```text
 //! page 0                header: magic, version, where everything below is
-//! pages 1..=uars        UAR pages, one per send queue (send doorbell at 0x14)
-//! next bf_pages pages   BlueFlame pages, `bf_regs_per_page` registers each
+//! then, per UAR i       UAR page i (send doorbell at 0x14, CQ doorbell at 0x20), followed by
+//!                       its BlueFlame page (`bf_regs_per_page` registers) when the device has
+//!                       BlueFlame
 //! next                  counter words: one u64 per `Counters` field, in `Counters::NAMES` order
 //! next                  the port's receive buffer (a frame ring)
 //! ```
+//!
+//! A UAR page's BlueFlame page follows it, as mlx4_ib maps them to user space (page offset 0
+//! of the command fd the UAR, page offset 1 its BlueFlame page): whoever maps device memory
+//! by offset finds a queue's BlueFlame page one page after the UAR page it was given.
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -27,7 +32,7 @@ use crate::{Counters, HcaConfig, HcaError};
 
 const PAGE: usize = UAR_PAGE_SIZE;
 const MAGIC: u64 = u64::from_le_bytes(*b"MLX4HBAR");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Header fields, as byte offsets into page 0.
 mod hdr {
@@ -68,11 +73,7 @@ impl Layout {
                 cfg.bf_regs_per_page.max(1) as usize,
             )
         };
-        let bf_pages = if per_page == 0 {
-            0
-        } else {
-            uars.div_ceil(per_page)
-        };
+        let bf_pages = if per_page == 0 { 0 } else { uars };
         let counters_off = PAGE * (1 + uars + bf_pages);
         let counters_len = (Counters::NAMES.len() * 8).next_multiple_of(PAGE);
         let inbox_off = counters_off + counters_len;
@@ -91,12 +92,17 @@ impl Layout {
         }
     }
 
+    /// Pages per UAR: the UAR page and, with BlueFlame, its BlueFlame page.
+    fn per_uar(&self) -> usize {
+        1 + usize::from(self.bf_pages > 0)
+    }
+
     fn uar_off(&self, i: usize) -> usize {
-        PAGE * (1 + i)
+        PAGE * (1 + i * self.per_uar())
     }
 
     fn bf_page_off(&self, j: usize) -> usize {
-        PAGE * (1 + self.uars + j)
+        self.uar_off(j) + PAGE
     }
 }
 

@@ -37,8 +37,16 @@ macro_rules! counters {
 counters! {
     /// UAR send-doorbell writes taken (two that land before the device looks count once).
     doorbells,
-    /// Doorbells whose QPN did not match the queue owning the UAR page (ignored).
+    /// Doorbells naming no send queue of the adapter (ignored).
     doorbells_bad_qpn,
+    /// Doorbells for a send queue not in `Ready` (dropped, as by a QP not in RTS).
+    doorbells_not_ready,
+    /// Walks of a send queue that executed WQEs without a doorbell of its own seen: another
+    /// queue's doorbell arrived on the shared UAR page, where it may have overwritten this
+    /// queue's (two doorbells that land on one page before the device looks merge; a card
+    /// would have taken both). A driver that shares UAR pages and forgets a doorbell would
+    /// have its WQEs run anyway; this counter shows it.
+    doorbells_inferred,
     /// BlueFlame writes seen, whole or torn.
     bf_bursts,
     /// BlueFlame writes that did not arrive as one whole copy (all of them without WC): the
@@ -101,6 +109,8 @@ counters! {
     rx_drops_too_long,
     /// Received frames dropped on an RX queue in error (bad scatter entry).
     rx_drops_error,
+    /// Received frames steered to an RX queue not in `Ready` (as a WQ not in RDY).
+    rx_drops_not_ready,
     /// Received frames dropped by the destination-MAC filter (not promiscuous, not our MAC,
     /// not broadcast, and not multicast with all-multicast on).
     rx_drops_filter,
@@ -122,7 +132,11 @@ impl Counters {
     /// NIC reports as missed (DPDK's `imissed`, `rx_missed_errors`); the `rx_drops_*` fields
     /// say why.
     pub fn rx_missed(&self) -> u64 {
-        self.rx_drops_no_wqe + self.rx_drops_wire + self.rx_drops_cq_full + self.rx_drops_error
+        self.rx_drops_no_wqe
+            + self.rx_drops_wire
+            + self.rx_drops_cq_full
+            + self.rx_drops_error
+            + self.rx_drops_not_ready
     }
 
     /// Every frame that reached the port and was not delivered to an RQ as a good frame:
@@ -148,7 +162,11 @@ mod tests {
         let v: Vec<_> = c.iter().collect();
         assert_eq!(v.len(), Counters::NAMES.len());
         assert_eq!(v[0], ("doorbells", 3));
-        assert_eq!(v[Counters::NAMES.len() - 5], ("rx_drops_mtu", 7));
+        let mtu = Counters::NAMES
+            .iter()
+            .position(|&n| n == "rx_drops_mtu")
+            .unwrap();
+        assert_eq!(v[mtu], ("rx_drops_mtu", 7));
         let values: Vec<u64> = v.iter().map(|&(_, x)| x).collect();
         assert_eq!(Counters::from_values(&values), c);
     }

@@ -11,9 +11,9 @@ use crate::rq::{Rq, Rx};
 use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
 use crate::rx::{MacFilter, RxConfig};
 use crate::sq::{Bf, Scratch, Sq, SqWatch, TxCtx};
-use crate::tables::{MrTable, Pages, Slots, CQN_BASE, QPN_BASE};
+use crate::tables::{MrTable, Pages, Slots, UarPage, CQN_BASE, QPN_BASE};
 use crate::wire::{RxPort, WirePort};
-use crate::{BfReg, Caps, Counters, HcaError, QueueState, SqInfo};
+use crate::{BfReg, Caps, Counters, HcaError, QueueState, SqInfo, Uar};
 
 /// Received frames handled per poll, so TX doorbells are not starved by a receive flood.
 const RX_BUDGET: usize = 64;
@@ -25,15 +25,27 @@ enum Qp {
     Rq(Box<Rq>),
 }
 
+/// A UAR page in use, as the device polls it: its doorbell words and the send queues on it.
+struct ActiveUar {
+    page: UarPage,
+    sqs: Vec<u32>,
+}
+
 pub(crate) struct DevState {
     pub(crate) caps: Caps,
     wc: bool,
+    /// Queues are created in `Reset` (else `Ready`).
+    reset_on_create: bool,
     mrs: MrTable,
     cqs: Slots<Cq>,
     qps: Slots<Qp>,
     /// QPNs of the RQs, ascending: where frames go when the steering table is empty.
     rqs: Vec<u32>,
+    /// Reserved QPN ranges: (first QPN, count).
+    ranges: Vec<(u32, u32)>,
     pages: Pages,
+    /// UAR pages in use, in allocation order.
+    uars: Vec<ActiveUar>,
     wire: WirePort,
     port: Arc<RxPort>,
     rx: RxConfig,
@@ -53,15 +65,23 @@ fn qp_slot(qpn: u32) -> usize {
 }
 
 impl DevState {
-    pub(crate) fn new(caps: Caps, wc: bool, port: Arc<RxPort>, bar: Bar) -> Self {
+    pub(crate) fn new(
+        caps: Caps,
+        (wc, reset_on_create): (bool, bool),
+        port: Arc<RxPort>,
+        bar: Bar,
+    ) -> Self {
         DevState {
             caps,
             wc,
+            reset_on_create,
             mrs: MrTable::default(),
             cqs: Slots::new(caps.max_cqs as usize),
             qps: Slots::new(caps.max_qps as usize),
             rqs: Vec::new(),
+            ranges: Vec::new(),
             pages: Pages::new(bar),
+            uars: Vec::new(),
             wire: WirePort::null(),
             port,
             rx: RxConfig::default(),
@@ -108,64 +128,194 @@ impl DevState {
         Ok(())
     }
 
+    fn initial_state(&self) -> QueueState {
+        if self.reset_on_create {
+            QueueState::Reset
+        } else {
+            QueueState::Ready
+        }
+    }
+
+    /// Put a new queue at `qpn` (a free number of a reserved range) or at any free number.
+    fn insert_qp(
+        &mut self,
+        qpn: Option<u32>,
+        make: impl FnOnce(u32) -> Result<Qp, HcaError>,
+    ) -> Result<u32, HcaError> {
+        match qpn {
+            Some(q) => {
+                let slot = qp_slot(q);
+                self.qps.insert_at(slot, |_| make(q)).map_err(|_| {
+                    HcaError::InvalidArgument(format!(
+                        "QPN {q:#x} is not a free number of a reserved range"
+                    ))
+                })?;
+                Ok(q)
+            }
+            None => {
+                let slot = self
+                    .qps
+                    .insert_with("QPs", |slot| make(QPN_BASE + slot as u32))?;
+                Ok(QPN_BASE + slot as u32)
+            }
+        }
+    }
+
+    /// A UAR page of its own for a new send queue, or one more queue on page `shared`.
+    fn uar_for_sq(&mut self, shared: Option<u32>) -> Result<UarPage, HcaError> {
+        match shared {
+            Some(i) => self.pages.share_uar(i as usize),
+            None => {
+                let page = self.pages.alloc_uar(false)?;
+                self.uars.push(ActiveUar {
+                    page: page.clone(),
+                    sqs: Vec::new(),
+                });
+                Ok(page)
+            }
+        }
+    }
+
+    /// Release a send queue's share of UAR page `i`; the page leaves the polled list when
+    /// nobody uses it any more.
+    fn release_uar(&mut self, i: usize, qpn: u32) {
+        if let Some(a) = self.uars.iter_mut().find(|a| a.page.index == i) {
+            a.sqs.retain(|&q| q != qpn);
+        }
+        self.pages.drop_sq(i);
+        if !self.pages.in_use(i) {
+            self.uars.retain(|a| a.page.index != i);
+        }
+    }
+
+    pub(crate) fn alloc_uar(&mut self) -> Result<Uar, HcaError> {
+        let page = self.pages.alloc_uar(true)?;
+        let uar = Uar {
+            index: page.index as u32,
+            page: self.pages.bar.uar_ptr(page.index),
+            bf_page: self.pages.bf_page_ptr(page.index),
+        };
+        self.uars.push(ActiveUar {
+            page,
+            sqs: Vec::new(),
+        });
+        Ok(uar)
+    }
+
+    pub(crate) fn free_uar(&mut self, index: u32) -> Result<(), HcaError> {
+        self.pages.free_uar(index as usize)?;
+        self.uars.retain(|a| a.page.index != index as usize);
+        Ok(())
+    }
+
     pub(crate) fn create_sq(
         &mut self,
         ring: HostMem,
-        cnt: u32,
+        txbbs: u32,
         cqn: u32,
+        opts: &crate::SqOptions,
     ) -> Result<SqInfo, HcaError> {
         self.cq_mut(cqn)?;
-        let pages = &mut self.pages;
+        let state = self.initial_state();
+        let stride = opts.stride_shift;
+        let page = self.uar_for_sq(opts.uar)?;
+        let uar = page.index;
         let bf_reg_size = self.caps.bf_reg_size as usize;
-        let mut info = None;
-        self.qps.insert_with("QPs", |slot| {
-            let qpn = QPN_BASE + slot as u32;
-            let (uar, db, uar_ptr) = pages.alloc_uar()?;
-            let (bf, reg) = if bf_reg_size == 0 {
-                (None, None)
-            } else {
-                let (slot, halves, reg) = match pages.alloc_bf() {
-                    Ok(x) => x,
-                    Err(e) => {
-                        pages.free_uar(uar);
-                        return Err(e);
-                    }
-                };
-                let half_size = bf_reg_size / 2;
-                (
-                    Some(Bf::new(slot, halves, half_size)),
-                    Some(BfReg { reg, half_size }),
-                )
-            };
-            info = Some(SqInfo {
-                qpn,
-                uar: uar_ptr,
-                bf: reg,
-            });
-            Ok(Qp::Sq(Box::new(Sq::new(qpn, ring, cnt, cqn, uar, db, bf))))
-        })?;
+        let bf = if bf_reg_size == 0 {
+            None
+        } else {
+            self.pages.alloc_bf(uar)
+        };
+        let reg = bf.as_ref().map(|&(_, _, reg)| BfReg {
+            reg,
+            half_size: bf_reg_size / 2,
+        });
+        let cnt = txbbs >> (stride - mlx4_prm::TXBB_SHIFT);
+        let bf_slot = bf.as_ref().map(|b| b.0);
+        let made = self.insert_qp(opts.qpn, move |qpn| {
+            let bf = bf.map(|(slot, halves, _)| Bf::new(slot, halves, bf_reg_size / 2));
+            Ok(Qp::Sq(Box::new(Sq::new(
+                qpn, ring, cnt, stride, cqn, uar, bf, state,
+            ))))
+        });
+        let qpn = match made {
+            Ok(q) => q,
+            Err(e) => {
+                if let Some(slot) = bf_slot {
+                    self.pages.free_bf(slot);
+                }
+                self.release_uar(uar, 0);
+                return Err(e);
+            }
+        };
+        if let Some(a) = self.uars.iter_mut().find(|a| a.page.index == uar) {
+            a.sqs.push(qpn);
+        }
         self.cq_mut(cqn)?.users += 1;
-        Ok(info.expect("set by insert_with"))
+        Ok(SqInfo {
+            qpn,
+            uar: self.pages.bar.uar_ptr(uar),
+            uar_index: uar as u32,
+            bf: reg,
+        })
     }
 
     pub(crate) fn create_rq(
         &mut self,
         ring: HostMem,
-        cnt: u32,
-        sges: u32,
+        (cnt, sges): (u32, u32),
         cqn: u32,
         db: HostMem,
+        opts: &crate::RqOptions,
     ) -> Result<u32, HcaError> {
         self.cq_mut(cqn)?;
-        let slot = self.qps.insert_with("QPs", |slot| {
-            let qpn = QPN_BASE + slot as u32;
-            Ok(Qp::Rq(Box::new(Rq::new(qpn, ring, cnt, sges, cqn, db))))
+        let state = self.initial_state();
+        let qpn = self.insert_qp(opts.qpn, |qpn| {
+            Ok(Qp::Rq(Box::new(Rq::new(
+                qpn,
+                ring,
+                (cnt, sges),
+                cqn,
+                db,
+                state,
+            ))))
         })?;
         self.cq_mut(cqn)?.users += 1;
-        let qpn = QPN_BASE + slot as u32;
         let at = self.rqs.partition_point(|&q| q < qpn);
         self.rqs.insert(at, qpn);
         Ok(qpn)
+    }
+
+    /// Hold back `count` (a power of two) consecutive QPNs, the first a multiple of `count`,
+    /// for queues created at those numbers: an RSS context's range.
+    pub(crate) fn reserve_qpns(&mut self, count: u32) -> Result<u32, HcaError> {
+        if !count.is_power_of_two() || count > self.caps.max_qps {
+            return Err(HcaError::InvalidArgument(format!(
+                "a QPN range of {count}: not a power of two up to {}",
+                self.caps.max_qps
+            )));
+        }
+        let slot = self
+            .qps
+            .reserve_range(count as usize, |s| (QPN_BASE + s as u32) % count == 0)
+            .ok_or(HcaError::NoResources("aligned QPN ranges"))?;
+        let base = QPN_BASE + slot as u32;
+        self.ranges.push((base, count));
+        Ok(base)
+    }
+
+    pub(crate) fn release_qpns(&mut self, base: u32) -> Result<(), HcaError> {
+        let i = self
+            .ranges
+            .iter()
+            .position(|&(b, _)| b == base)
+            .ok_or(HcaError::NotFound("QPN range", base))?;
+        let count = self.ranges[i].1;
+        if !self.qps.release_range(qp_slot(base), count as usize) {
+            return Err(HcaError::Busy(base));
+        }
+        self.ranges.swap_remove(i);
+        Ok(())
     }
 
     fn release_cq(&mut self, cqn: u32) {
@@ -182,10 +332,10 @@ impl DevState {
         let Some(Qp::Sq(sq)) = self.qps.remove(slot) else {
             unreachable!("checked above")
         };
-        self.pages.free_uar(sq.uar);
         if let Some(bf) = &sq.bf {
             self.pages.free_bf(bf.slot);
         }
+        self.release_uar(sq.uar, qpn);
         self.release_cq(sq.cqn);
         Ok(())
     }
@@ -213,6 +363,28 @@ impl DevState {
     pub(crate) fn rq_state(&self, qpn: u32) -> Result<QueueState, HcaError> {
         match self.qps.get(qp_slot(qpn)) {
             Some(Qp::Rq(rq)) => Ok(rq.state),
+            _ => Err(HcaError::NotFound("RQ", qpn)),
+        }
+    }
+
+    pub(crate) fn set_sq_state(&mut self, qpn: u32, to: QueueState) -> Result<(), HcaError> {
+        match self.qps.get_mut(qp_slot(qpn)) {
+            Some(Qp::Sq(sq)) => {
+                check_transition("SQ", qpn, sq.state, to)?;
+                sq.set_state(to);
+                Ok(())
+            }
+            _ => Err(HcaError::NotFound("SQ", qpn)),
+        }
+    }
+
+    pub(crate) fn set_rq_state(&mut self, qpn: u32, to: QueueState) -> Result<(), HcaError> {
+        match self.qps.get_mut(qp_slot(qpn)) {
+            Some(Qp::Rq(rq)) => {
+                check_transition("RQ", qpn, rq.state, to)?;
+                rq.set_state(to);
+                Ok(())
+            }
             _ => Err(HcaError::NotFound("RQ", qpn)),
         }
     }
@@ -256,6 +428,9 @@ impl DevState {
     /// items done (0 = idle).
     pub(crate) fn poll(&mut self) -> usize {
         let mut work = 0;
+        for i in 0..self.uars.len() {
+            work += self.poll_uar(i);
+        }
         for slot in 0..self.qps.len() {
             if matches!(self.qps.get(slot), Some(Qp::Sq(_))) {
                 work += self.poll_sq_slot(slot);
@@ -281,13 +456,20 @@ impl DevState {
         }
     }
 
-    /// One send queue's share of a poll (a runner's call); 0 if `qpn` is no SQ (any more).
+    /// One send queue's share of a poll (a runner's call): the doorbells of its UAR page
+    /// (which may name other queues of the page), then its own work; 0 if `qpn` is no SQ (any
+    /// more).
     pub(crate) fn poll_sq(&mut self, qpn: u32) -> usize {
         let slot = qp_slot(qpn);
-        if !matches!(self.qps.get(slot), Some(Qp::Sq(sq)) if sq.qpn == qpn) {
-            return 0;
-        }
-        let work = self.poll_sq_slot(slot);
+        let uar = match self.qps.get(slot) {
+            Some(Qp::Sq(sq)) if sq.qpn == qpn => sq.uar,
+            _ => return 0,
+        };
+        let mut work = match self.uars.iter().position(|a| a.page.index == uar) {
+            Some(i) => self.poll_uar(i),
+            None => 0,
+        };
+        work += self.poll_sq_slot(slot);
         if work > 0 {
             self.wire.flush();
         }
@@ -308,9 +490,58 @@ impl DevState {
     /// What a runner of SQ `qpn` watches (see `Sq::watch`).
     pub(crate) fn sq_watch(&self, qpn: u32) -> Result<SqWatch, HcaError> {
         match self.qps.get(qp_slot(qpn)) {
-            Some(Qp::Sq(sq)) if sq.qpn == qpn => Ok(sq.watch()),
+            Some(Qp::Sq(sq)) if sq.qpn == qpn => {
+                let a = self
+                    .uars
+                    .iter()
+                    .find(|a| a.page.index == sq.uar)
+                    .expect("an SQ's UAR page is polled");
+                Ok(sq.watch(a.page.db.clone()))
+            }
             _ => Err(HcaError::NotFound("SQ", qpn)),
         }
+    }
+
+    /// The doorbells of the `i`th UAR page in use: a send doorbell is taken with a swap (read
+    /// first, so the driver's cache line is not stolen while none is there) and routed by the
+    /// QPN it names to that queue, whichever page it landed on (spec 3.2: the device routes by
+    /// QPN).
+    fn poll_uar(&mut self, i: usize) -> usize {
+        let db = &self.uars[i].page.db;
+        if db.load_be32(0).unwrap_or(0) == 0 {
+            return 0;
+        }
+        let v = db.take_be32(0).unwrap_or(0);
+        self.counters.doorbells += 1;
+        if self.faults.doorbell.tick() {
+            // An injected fault: the write never reached the device.
+            self.counters.inj_doorbells_dropped += 1;
+            return 1;
+        }
+        let qpn = mlx4_prm::doorbell_qpn(v.to_be_bytes());
+        match self.qps.get_mut(qp_slot(qpn)) {
+            Some(Qp::Sq(sq)) if sq.qpn == qpn => {
+                sq.doorbell(false, &mut self.counters);
+            }
+            _ => {
+                self.counters.doorbells_bad_qpn += 1;
+                return 1;
+            }
+        }
+        // On a shared page this doorbell may have overwritten another queue's.
+        let a = &self.uars[i];
+        if a.sqs.len() > 1 {
+            for k in 0..a.sqs.len() {
+                let other = self.uars[i].sqs[k];
+                if other == qpn {
+                    continue;
+                }
+                if let Some(Qp::Sq(sq)) = self.qps.get_mut(qp_slot(other)) {
+                    sq.doorbell(true, &mut self.counters);
+                }
+            }
+        }
+        1
     }
 
     fn poll_sq_slot(&mut self, slot: usize) -> usize {
@@ -474,5 +705,22 @@ impl DevState {
                 Rx::Done
             }
         }
+    }
+}
+
+/// Queue state changes the device allows: to `Ready` only from `Reset` (or staying `Ready`),
+/// to `Reset` and `Error` from anywhere; an errored queue must be reset before it runs again.
+fn check_transition(
+    what: &str,
+    qpn: u32,
+    from: QueueState,
+    to: QueueState,
+) -> Result<(), HcaError> {
+    match (from, to) {
+        (QueueState::Reset | QueueState::Ready, QueueState::Ready)
+        | (_, QueueState::Reset | QueueState::Error) => Ok(()),
+        (QueueState::Error, QueueState::Ready) => Err(HcaError::InvalidArgument(format!(
+            "{what} {qpn:#x} is in error: reset it before making it ready"
+        ))),
     }
 }

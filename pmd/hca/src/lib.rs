@@ -164,6 +164,11 @@ pub struct HcaConfig {
     pub uars: u32,
     /// Faults to inject from the start (none by default); see [`Hca::set_faults`].
     pub faults: Faults,
+    /// Create queues in [`QueueState::Reset`]: they execute (SQ) or receive (RQ) only once
+    /// [`Hca::set_sq_state`] / [`Hca::set_rq_state`] moved them to `Ready`, as a QP executes
+    /// only in RTS and a WQ receives only in RDY. Off by default: queues are created `Ready`,
+    /// as drivers written before queue states expect.
+    pub reset_on_create: bool,
 }
 
 impl Default for HcaConfig {
@@ -180,6 +185,7 @@ impl Default for HcaConfig {
             rx_inbox_frames: 1024,
             uars: 64,
             faults: Faults::default(),
+            reset_on_create: false,
         }
     }
 }
@@ -261,12 +267,18 @@ fn invalid(s: impl Into<String>) -> HcaError {
     HcaError::InvalidArgument(s.into())
 }
 
-/// Queue state as the driver can observe it.
+/// Queue state as the driver sets and observes it (a QP's RESET/RTS/ERR, a WQ's
+/// RESET/RDY/ERR).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueState {
-    /// Executing WQEs.
+    /// Not running: an SQ drops its doorbells and BlueFlame writes (`doorbells_not_ready`,
+    /// `bf_ignored`), an RQ drops the frames steered to it (`rx_drops_not_ready`). Moving a
+    /// queue here forgets its position: the next `Ready` starts at WQE 0.
+    Reset,
+    /// Executing WQEs (SQ) or receiving (RQ).
     Ready,
-    /// A WQE completed in error; nothing more is executed until the queue is recreated.
+    /// A WQE completed in error (or the driver moved the queue here): nothing more is executed
+    /// until the queue is reset (or recreated).
     Error,
 }
 
@@ -294,6 +306,54 @@ pub struct SqAttr {
     pub cqn: u32,
 }
 
+/// How a send queue is laid out and where it rings, beyond [`SqAttr`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqOptions {
+    /// log2 of the slot (stride) size, 6 (64 bytes, the default) to 11. A WQE starts at a slot
+    /// and takes `ceil(size / stride)` slots; the ownership parity, the BlueFlame counter and
+    /// CQE `wqe_index` count slots. DPDK and mlx4_en use 64-byte slots (so WQEs pack TXBB after
+    /// TXBB); libmlx4 gives QPs with inline or LSO-header caps 128 bytes or more and puts one
+    /// WQE per slot.
+    pub stride_shift: u32,
+    /// Ring on this UAR page (from [`Hca::alloc_uar`]) with the other queues on it, as the QPs
+    /// of one verbs context share its page; `None` (the default): a page of its own.
+    pub uar: Option<u32>,
+    /// Take this QPN, a free number of a range from [`Hca::reserve_qpns`]; `None` (the
+    /// default): any free QPN.
+    pub qpn: Option<u32>,
+}
+
+impl Default for SqOptions {
+    fn default() -> Self {
+        SqOptions {
+            stride_shift: mlx4_prm::TXBB_SHIFT,
+            uar: None,
+            qpn: None,
+        }
+    }
+}
+
+/// How a receive queue is created, beyond [`RqAttr`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RqOptions {
+    /// Take this QPN, a free number of a range from [`Hca::reserve_qpns`] (an RSS
+    /// indirection table wants consecutive QPNs from an aligned base); `None` (the default):
+    /// any free QPN.
+    pub qpn: Option<u32>,
+}
+
+/// A UAR page the opener allocated ([`Hca::alloc_uar`]), for send queues to share and for CQ
+/// arm doorbells.
+#[derive(Debug, Clone, Copy)]
+pub struct Uar {
+    /// The page's index (for [`SqOptions::uar`]).
+    pub index: u32,
+    /// The 4 KiB page: send doorbell at 0x14, CQ doorbell at 0x20.
+    pub page: *mut u8,
+    /// Its BlueFlame page, the next page of device memory; `None` without BlueFlame.
+    pub bf_page: Option<*mut u8>,
+}
+
 /// A BlueFlame register: two halves of `half_size` bytes at `reg` and `reg + half_size`, used
 /// alternately starting with the first.
 #[derive(Debug, Clone, Copy)]
@@ -311,7 +371,10 @@ pub struct SqInfo {
     pub qpn: u32,
     /// The queue's 4 KiB UAR page; the send doorbell is at offset 0x14.
     pub uar: *mut u8,
-    /// The queue's BlueFlame register, `None` when `Caps::bf_reg_size` is 0.
+    /// The index of that page (shared with other queues if [`SqOptions::uar`] named it).
+    pub uar_index: u32,
+    /// The queue's BlueFlame register in its UAR page's BlueFlame page: `None` when
+    /// `Caps::bf_reg_size` is 0, or when every register of a shared page is taken.
     pub bf: Option<BfReg>,
 }
 
@@ -461,7 +524,12 @@ impl Hca {
             wire::register(&cfg.name, &port)?;
         }
         let inner = Arc::new(Inner {
-            state: Mutex::new(DevState::new(caps, cfg.wc, port.clone(), bar)),
+            state: Mutex::new(DevState::new(
+                caps,
+                (cfg.wc, cfg.reset_on_create),
+                port.clone(),
+                bar,
+            )),
             port,
             stop: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
@@ -541,13 +609,29 @@ impl Hca {
         self.state().create_cq(ring, n, db)
     }
 
-    /// Create a send queue.
+    /// Create a send queue with the default [`SqOptions`] (64-byte slots, a UAR page of its
+    /// own).
     ///
     /// # Safety
     /// `attr.buf` (`txbb_cnt * 64` bytes) must stay valid for reads until [`Hca::destroy_sq`]
     /// returns or the adapter is dropped.
     #[allow(unsafe_code)]
     pub unsafe fn create_sq(&self, attr: &SqAttr) -> Result<SqInfo, HcaError> {
+        // SAFETY: the caller's contract is create_sq_with's.
+        unsafe { self.create_sq_with(attr, &SqOptions::default()) }
+    }
+
+    /// Create a send queue laid out and ringing as `opts` says. It starts in `Ready`, or in
+    /// `Reset` with [`HcaConfig::reset_on_create`].
+    ///
+    /// # Safety
+    /// As [`Hca::create_sq`].
+    #[allow(unsafe_code)]
+    pub unsafe fn create_sq_with(
+        &self,
+        attr: &SqAttr,
+        opts: &SqOptions,
+    ) -> Result<SqInfo, HcaError> {
         let n = attr.txbb_cnt;
         if !n.is_power_of_two() {
             return Err(invalid(format!("txbb_cnt {n} is not a power of two")));
@@ -555,10 +639,20 @@ impl Hca {
         if n > self.caps().max_sq_wqes {
             return Err(invalid(format!("txbb_cnt {n} exceeds max_sq_wqes")));
         }
+        let shift = opts.stride_shift;
+        if !(mlx4_prm::TXBB_SHIFT..=11).contains(&shift) {
+            return Err(invalid(format!("stride_shift {shift} is not 6 to 11")));
+        }
+        if (n as usize * mlx4_prm::TXBB_SIZE) >> shift == 0 {
+            return Err(invalid(format!(
+                "{n} TXBBs hold no slot of {} bytes",
+                1u32 << shift
+            )));
+        }
         check_ptr(attr.buf, mlx4_prm::TXBB_SIZE, "SQ buffer")?;
         // SAFETY: the caller keeps the ring valid until destroy_sq; it is non-null and aligned.
         let ring = unsafe { dma::HostMem::new(attr.buf, n as usize * mlx4_prm::TXBB_SIZE) };
-        self.state().create_sq(ring, n, attr.cqn)
+        self.state().create_sq(ring, n, attr.cqn, opts)
     }
 
     /// Create a receive queue and return its QPN.
@@ -568,6 +662,17 @@ impl Hca {
     /// reads until [`Hca::destroy_rq`] returns or the adapter is dropped.
     #[allow(unsafe_code)]
     pub unsafe fn create_rq(&self, attr: &RqAttr) -> Result<u32, HcaError> {
+        // SAFETY: the caller's contract is create_rq_with's.
+        unsafe { self.create_rq_with(attr, &RqOptions::default()) }
+    }
+
+    /// Create a receive queue as `opts` says and return its QPN. It starts in `Ready`, or in
+    /// `Reset` with [`HcaConfig::reset_on_create`].
+    ///
+    /// # Safety
+    /// As [`Hca::create_rq`].
+    #[allow(unsafe_code)]
+    pub unsafe fn create_rq_with(&self, attr: &RqAttr, opts: &RqOptions) -> Result<u32, HcaError> {
         let caps = self.caps();
         if !attr.wqe_cnt.is_power_of_two() || attr.wqe_cnt > caps.max_rq_wqes {
             return Err(invalid(format!(
@@ -593,7 +698,45 @@ impl Hca {
             )
         };
         self.state()
-            .create_rq(ring, attr.wqe_cnt, attr.sges, attr.cqn, db)
+            .create_rq(ring, (attr.wqe_cnt, attr.sges), attr.cqn, db, opts)
+    }
+
+    /// Move a send queue to `state`: `Ready` from `Reset` (the walk starts at slot 0), `Reset`
+    /// or `Error` from anywhere. A queue in error must go through `Reset`.
+    pub fn set_sq_state(&self, qpn: u32, state: QueueState) -> Result<(), HcaError> {
+        self.state().set_sq_state(qpn, state)
+    }
+
+    /// Move a receive queue to `state`, with the rules of [`Hca::set_sq_state`].
+    pub fn set_rq_state(&self, qpn: u32, state: QueueState) -> Result<(), HcaError> {
+        self.state().set_rq_state(qpn, state)
+    }
+
+    /// Hold back `count` (a power of two) consecutive QPNs whose first is a multiple of
+    /// `count`, and return the first: queues created with [`SqOptions::qpn`] /
+    /// [`RqOptions::qpn`] take numbers from it (libmlx4's `LOG_WQS_RANGE_SZ`, which mlx4_ib
+    /// needs for an RSS indirection table). Other queues never get these numbers.
+    pub fn reserve_qpns(&self, count: u32) -> Result<u32, HcaError> {
+        self.state().reserve_qpns(count)
+    }
+
+    /// Give back a range from [`Hca::reserve_qpns`] (`Busy` while a queue holds one of its
+    /// numbers).
+    pub fn release_qpns(&self, base: u32) -> Result<(), HcaError> {
+        self.state().release_qpns(base)
+    }
+
+    /// Allocate a UAR page (zeroed, with its BlueFlame page): for send queues to share
+    /// ([`SqOptions::uar`]; each gets a register of its BlueFlame page while they last) and
+    /// for CQ arm doorbells. A doorbell on any UAR page of the adapter is routed by the QPN it
+    /// names.
+    pub fn alloc_uar(&self) -> Result<Uar, HcaError> {
+        self.state().alloc_uar()
+    }
+
+    /// Free a page from [`Hca::alloc_uar`] (`Busy` while send queues are on it).
+    pub fn free_uar(&self, index: u32) -> Result<(), HcaError> {
+        self.state().free_uar(index)
     }
 
     /// Destroy a send queue; the device stops reading its ring before this returns.

@@ -53,7 +53,14 @@ struct Piece {
 }
 
 impl Rq {
-    pub(crate) fn new(qpn: u32, ring: HostMem, cnt: u32, sges: u32, cqn: u32, db: HostMem) -> Rq {
+    pub(crate) fn new(
+        qpn: u32,
+        ring: HostMem,
+        (cnt, sges): (u32, u32),
+        cqn: u32,
+        db: HostMem,
+        state: QueueState,
+    ) -> Rq {
         Rq {
             qpn,
             ring,
@@ -62,9 +69,19 @@ impl Rq {
             cqn,
             db,
             ci: 0,
-            state: QueueState::Ready,
+            state,
             full_since: None,
         }
+    }
+
+    /// Move to `state` (the checks are the caller's). Going to `Reset` forgets where the device
+    /// was: the next `Ready` takes WQEs from index 0, as a WQ reset does.
+    pub(crate) fn set_state(&mut self, state: QueueState) {
+        if state == QueueState::Reset {
+            self.ci = 0;
+            self.full_since = None;
+        }
+        self.state = state;
     }
 
     /// Receive `frame` (RSS hash `hash`) into the next posted WQE.
@@ -77,9 +94,16 @@ impl Rq {
         counters: &mut Counters,
         inject: &mut Every,
     ) -> Rx {
-        if self.state == QueueState::Error {
-            counters.rx_drops_error += 1;
-            return Rx::Done;
+        match self.state {
+            QueueState::Ready => {}
+            QueueState::Error => {
+                counters.rx_drops_error += 1;
+                return Rx::Done;
+            }
+            QueueState::Reset => {
+                counters.rx_drops_not_ready += 1;
+                return Rx::Done;
+            }
         }
         let prod = self.db.load_be32(0).unwrap_or(0) & 0xffff;
         if self.ci & 0xffff == prod {
