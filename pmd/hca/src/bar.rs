@@ -135,6 +135,59 @@ impl Bar {
         Bar::lay_out(region, layout)
     }
 
+    /// Device memory in a memory file (`memfd`) of [`Bar::required_len`] bytes for `cfg`,
+    /// mapped here, and the file: whoever holds the file (a verbs command fd, another process
+    /// it was passed to) maps device pages with `mmap(fd, offset)`, `offset` being what
+    /// [`Bar::offset_of`] says, and reaches the same doorbells and BlueFlame registers.
+    pub fn in_memfd(cfg: &HcaConfig) -> Result<(Bar, std::os::fd::OwnedFd), HcaError> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let io = |what: &str| {
+            HcaError::Io(format!(
+                "device memory file: {what}: {}",
+                std::io::Error::last_os_error()
+            ))
+        };
+        let len = Bar::required_len(cfg);
+        // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"mlx4-hca-bar".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io("memfd_create"));
+        }
+        // SAFETY: a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sizing our own file.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(io("ftruncate"));
+        }
+        // SAFETY: maps the whole file shared; checked for failure below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io("mmap"));
+        }
+        struct Unmap(usize, usize);
+        impl Drop for Unmap {
+            fn drop(&mut self) {
+                // SAFETY: the mapping made above, unmapped once, when the region lets go.
+                unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
+            }
+        }
+        // SAFETY: the mapping is valid for `len` bytes (page aligned) until `Unmap` drops,
+        // which the region owns.
+        let region =
+            unsafe { Region::foreign_with(ptr.cast(), len, Box::new(Unmap(ptr as usize, len))) };
+        let bar = Bar::lay_out(Arc::new(region), Layout::for_config(cfg));
+        Ok((bar, fd))
+    }
+
     /// Device memory the opener provides for a new adapter (for example DPDK shared memory,
     /// so that secondary processes can use it); [`crate::Hca::open_on`] lays it out for its
     /// configuration, zeroing it.

@@ -183,12 +183,27 @@ pub(crate) struct Context {
     pub adapter: Arc<Adapter>,
     pub events: Arc<EventQueue>,
     mem: Mutex<Mem>,
-    /// `MLX4DV_SET_CTX_ATTR_LOG_WQS_RANGE_SZ` for the next WQ (the model numbers WQs in sequence
-    /// anyway).
+    /// `MLX4DV_SET_CTX_ATTR_LOG_WQS_RANGE_SZ` for the next WQ.
     pub log_wqs_range: AtomicU8,
-    /// The page `mlx4dv_cq.cq_uar` points at, for CQ arm doorbells (not watched by the model).
-    cq_uar: Buf,
+    /// The WQN ranges of the context's WQs, the latest last, as mlx4_ib keeps them.
+    pub wq_ranges: Mutex<Vec<WqRange>>,
+    /// The context's UAR page (`mlx4dv_cq.cq_uar`): CQ arm doorbells land there.
+    uar: mlx4_hca::Uar,
+    /// The command fd: the adapter's device memory file, so `mmap(cmd_fd, uar_mmap_offset)`
+    /// maps a QP's UAR page, as mlx4_ib maps it for a secondary process.
     _cmd_fd: OwnedFd,
+}
+
+/// A range of consecutive WQNs aligned to its size (mlx4_ib's `mlx4_wqn_range`): WQs take its
+/// numbers in order until it is full or one of them was destroyed (dirty); it is given back
+/// when its last WQ goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WqRange {
+    pub base: u32,
+    pub size: u32,
+    pub used: u32,
+    pub live: u32,
+    pub dirty: bool,
 }
 
 impl Context {
@@ -227,7 +242,15 @@ impl Context {
     }
 
     pub(crate) fn cq_uar(&self) -> *mut c_void {
-        self.cq_uar.ptr.cast()
+        self.uar.page.cast()
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        if let Err(e) = self.adapter.hca.free_uar(self.uar.index) {
+            log(format_args!("closing a context: its UAR page: {e}"));
+        }
     }
 }
 
@@ -349,14 +372,15 @@ fn open(dev: &'static Device) -> Result<Box<Context>, c_int> {
     let guard = Release(dev);
     let events = Arc::new(EventQueue::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?);
     adapter.subscribe(&events);
-    // SAFETY: opening /dev/null; the result is checked. It stands for the uverbs command fd,
-    // which nothing of ours needs (a secondary process mapping UARs through it fails cleanly).
-    let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(libc::EIO);
-    }
-    // SAFETY: a fresh descriptor we own.
-    let cmd_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // The command fd maps device memory by offset, as the uverbs fd maps UAR pages.
+    let cmd_fd = adapter.bar_fd.try_clone().map_err(|e| {
+        log(format_args!("ibv_open_device: command fd: {e}"));
+        libc::EIO
+    })?;
+    let uar = adapter.hca.alloc_uar().map_err(|e| {
+        log(format_args!("ibv_open_device: the context's UAR page: {e}"));
+        e.errno()
+    })?;
     let mut vctx = sys::verbs_context {
         query_port: Some(crate::queries::query_port_ex),
         query_device_ex: Some(crate::queries::query_device_ex),
@@ -380,7 +404,6 @@ fn open(dev: &'static Device) -> Result<Box<Context>, c_int> {
     vctx.context.ops.req_notify_cq = Some(no_req_notify);
     vctx.context.ops.post_send = Some(no_post_send);
     vctx.context.ops.post_recv = Some(no_post_recv);
-    let cq_uar = Buf::alloc(None, page_size())?;
     std::mem::forget(guard);
     Ok(Box::new(Context {
         vctx,
@@ -394,7 +417,8 @@ fn open(dev: &'static Device) -> Result<Box<Context>, c_int> {
             rq_db: DbPool::new(4),
         }),
         log_wqs_range: AtomicU8::new(0),
-        cq_uar,
+        wq_ranges: Mutex::new(Vec::new()),
+        uar,
         _cmd_fd: cmd_fd,
     }))
 }

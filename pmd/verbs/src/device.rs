@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mlx4_hca::{Hca, HcaConfig, Wire};
+use mlx4_hca::{Bar, Hca, HcaConfig, Wire};
 use parking_lot::Mutex;
 
 use crate::config::{self, DeviceConf, Sysfs};
@@ -204,6 +204,9 @@ impl EventQueue {
 /// The running adapter of a device.
 pub(crate) struct Adapter {
     pub hca: Hca,
+    /// The memory file holding the adapter's device memory: what a context's command fd maps
+    /// (a UAR page at `mlx4dv_qp.uar_mmap_offset`, its BlueFlame page one page later).
+    pub bar_fd: OwnedFd,
     pub name: String,
     pub part_id: u32,
     steering: Mutex<(Steering, Vec<String>)>,
@@ -220,15 +223,19 @@ const WATCH_TIMEOUT: Duration = Duration::from_millis(200);
 impl Adapter {
     fn open(dev: &Device) -> Result<Arc<Adapter>, String> {
         let name = dev.sysfs.name.clone();
-        let hca = Hca::open(HcaConfig {
+        let cfg = HcaConfig {
             wc: dev.conf.wc,
             bf_reg_size: dev.conf.bf_reg_size,
             busy_poll: dev.conf.busy_poll,
             name: dev.conf.name.clone(),
             threaded: true,
+            // As on a card: a QP runs only in RTS, a WQ receives only in RDY.
+            reset_on_create: true,
             ..HcaConfig::default()
-        })
-        .map_err(|e| format!("{name}: opening the model: {e}"))?;
+        };
+        let (bar, bar_fd) =
+            Bar::in_memfd(&cfg).map_err(|e| format!("{name}: device memory: {e}"))?;
+        let hca = Hca::open_on(cfg, bar).map_err(|e| format!("{name}: opening the model: {e}"))?;
         let wire: Wire = dev.conf.wire.parse().map_err(|e| format!("{name}: {e}"))?;
         hca.set_wire(wire)
             .map_err(|e| format!("{name}: wire {}: {e}", dev.conf.wire))?;
@@ -242,6 +249,7 @@ impl Adapter {
         };
         let a = Arc::new(Adapter {
             hca,
+            bar_fd,
             name,
             part_id: dev.sysfs.part_id,
             steering: Mutex::new((Steering::default(), Vec::new())),

@@ -31,9 +31,14 @@ fn qp_out(p: *mut sys::ibv_qp, out: &mut sys::mlx4dv_qp) -> c_int {
     out.rq.wqe_cnt = s.rq_dv_cnt;
     out.rq.wqe_shift = s.rq.wqe_shift as c_int;
     out.rq.offset = s.rq.offset as c_int;
-    // The UAR lives in the model's memory, not behind an mmap offset of the command fd: a
-    // secondary process cannot map it, so the offset is not reported.
+    // The command fd is the device memory file: the QP's UAR page maps at this offset (and its
+    // BlueFlame page one page later), as from mlx4_ib's command fd.
+    let asked = out.comp_mask;
     out.comp_mask = 0;
+    if asked & u64::from(sys::MLX4DV_QP_MASK_UAR_MMAP_OFFSET) != 0 {
+        out.uar_mmap_offset = s.uar_offset as libc::off_t;
+        out.comp_mask |= u64::from(sys::MLX4DV_QP_MASK_UAR_MMAP_OFFSET);
+    }
     0
 }
 

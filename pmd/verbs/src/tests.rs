@@ -264,7 +264,10 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         assert!(!flow.is_null());
 
         // The rings.
-        let mut dq = sys::mlx4dv_qp::default();
+        let mut dq = sys::mlx4dv_qp {
+            comp_mask: u64::from(sys::MLX4DV_QP_MASK_UAR_MMAP_OFFSET),
+            ..Default::default()
+        };
         let mut dc = sys::mlx4dv_cq::default();
         let mut obj = sys::mlx4dv_obj::default();
         obj.qp.in_ = qp;
@@ -281,6 +284,21 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         assert_eq!((dq.sq.wqe_cnt, dq.sq.wqe_shift, dq.sq.offset), (128, 6, 0));
         assert_eq!(dq.rq.offset, 128 * 64);
         assert_eq!(dq.doorbell_qpn, ((*qp).qp_num << 8).to_be());
+        // The UAR page maps from the command fd at the offset reported, as a secondary process
+        // maps it; its BlueFlame page follows it.
+        assert_eq!(dq.comp_mask, u64::from(sys::MLX4DV_QP_MASK_UAR_MMAP_OFFSET));
+        let ps = page_size();
+        let uar = libc::mmap(
+            ptr::null_mut(),
+            2 * ps,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            (*ctx).cmd_fd,
+            dq.uar_mmap_offset,
+        );
+        assert_ne!(uar, libc::MAP_FAILED, "mmap(cmd_fd, uar_mmap_offset)");
+        let sdb_offset = dq.sdb as usize % ps;
+        assert_eq!(sdb_offset, mlx4_prm::SEND_DOORBELL_OFFSET);
         assert_eq!((dc.cqe_cnt, dc.cqe_size), (128, 32));
         let mut drw = sys::mlx4dv_rwq::default();
         let mut drc = sys::mlx4dv_cq::default();
@@ -336,7 +354,9 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         AtomicU32::from_ptr(sq.cast::<u32>())
             .store(u32::from(opcode::SEND).to_be(), Ordering::Release);
         fence(Ordering::SeqCst);
-        AtomicU32::from_ptr(dq.sdb).store(dq.doorbell_qpn, Ordering::Release);
+        // Rung through the second mapping: the same device page.
+        AtomicU32::from_ptr(uar.cast::<u8>().add(sdb_offset).cast())
+            .store(dq.doorbell_qpn, Ordering::Release);
 
         let scqe = dc.buf.buf.cast::<u8>();
         wait_until("the send completion", || cqe_ready(scqe, 0));
@@ -353,6 +373,16 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         assert_eq!(r.qpn(), (*wq).wq_num);
         assert_eq!(r.byte_cnt() as usize, frame.len());
         assert_eq!(&mem[32768..32768 + frame.len()], &frame[..]);
+
+        // A QP moves to ERR and back through RESET, as on a card.
+        for s in [sys::IBV_QPS_ERR, sys::IBV_QPS_RESET] {
+            m.qp_state = s;
+            assert_eq!(
+                mlx4rs_verbs__ibv_modify_qp(qp, &mut m, mask(sys::IBV_QP_STATE)),
+                0
+            );
+        }
+        libc::munmap(uar, 2 * ps);
 
         // Teardown in rdma-core's order; what is still in use says so.
         assert_eq!(
