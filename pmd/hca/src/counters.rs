@@ -111,11 +111,15 @@ counters! {
     rx_drops_error,
     /// Received frames steered to an RX queue not in `Ready` (as a WQ not in RDY).
     rx_drops_not_ready,
-    /// Received frames dropped by the destination-MAC filter (not promiscuous, not our MAC,
-    /// not broadcast, and not multicast with all-multicast on).
+    /// Received frames dropped by the destination-MAC filter (not promiscuous, not broadcast,
+    /// a unicast address not in the MAC table or a multicast one neither in the multicast list
+    /// nor let through by all-multicast).
     rx_drops_filter,
     /// Received frames whose L3 length (after the MAC header and VLAN tags) exceeds the MTU.
     rx_drops_mtu,
+    /// Received tagged frames whose VLAN ID is not in the VLAN filter (while filtering and not
+    /// promiscuous).
+    rx_drops_vlan,
     /// Send WQEs completed in error on purpose (`Faults::tx_error_every`).
     inj_tx_errors,
     /// Received frames given a buffer error on purpose (`Faults::rx_error_every`).
@@ -140,11 +144,15 @@ impl Counters {
     }
 
     /// Every frame that reached the port and was not delivered to an RQ as a good frame:
-    /// [`Counters::rx_missed`] plus frames filtered by MAC, longer than the MTU, or larger than
-    /// the posted buffers (those get an error CQE). On a cable, what one port sent equals what
-    /// the other received plus this.
+    /// [`Counters::rx_missed`] plus frames filtered by MAC or VLAN, longer than the MTU, or
+    /// larger than the posted buffers (those get an error CQE). On a cable, what one port sent
+    /// equals what the other received plus this.
     pub fn rx_dropped(&self) -> u64 {
-        self.rx_missed() + self.rx_drops_filter + self.rx_drops_mtu + self.rx_drops_too_long
+        self.rx_missed()
+            + self.rx_drops_filter
+            + self.rx_drops_vlan
+            + self.rx_drops_mtu
+            + self.rx_drops_too_long
     }
 }
 

@@ -9,7 +9,7 @@ use crate::dma::HostMem;
 use crate::fault::{FaultState, Faults};
 use crate::rq::{Rq, Rx};
 use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
-use crate::rx::{MacFilter, RxConfig};
+use crate::rx::{RxConfig, RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
 use crate::sq::{Bf, Scratch, Sq, SqWatch, TxCtx};
 use crate::tables::{MrTable, Pages, Slots, UarPage, CQN_BASE, QPN_BASE};
 use crate::wire::{RxPort, WirePort};
@@ -409,9 +409,64 @@ impl DevState {
         (self.rx.rss_key, self.rx.rss_fields)
     }
 
-    /// `None` = promiscuous; otherwise the port's MAC and whether all multicast is accepted.
-    pub(crate) fn set_rx_filter(&mut self, filter: Option<([u8; 6], bool)>) {
-        self.rx.filter = filter.map(|(mac, allmulti)| MacFilter { mac, allmulti });
+    /// The port's MAC as the only unicast address, and the two switches.
+    pub(crate) fn set_rx_filter(&mut self, mac: [u8; 6], promisc: bool, allmulti: bool) {
+        let f = &mut self.rx.filter;
+        f.unicast = vec![mac];
+        f.promisc = promisc;
+        f.allmulti = allmulti;
+    }
+
+    pub(crate) fn set_mac_table(&mut self, macs: &[[u8; 6]]) -> Result<(), HcaError> {
+        if macs.len() > MAX_MAC_ADDRS {
+            return Err(HcaError::NoResources("MAC table entries"));
+        }
+        if let Some(m) = macs.iter().find(|m| m[0] & 1 != 0) {
+            return Err(HcaError::InvalidArgument(format!(
+                "{m:02x?} is a multicast address, not one for the unicast table"
+            )));
+        }
+        self.rx.filter.unicast = dedup(macs);
+        Ok(())
+    }
+
+    pub(crate) fn set_mc_list(&mut self, macs: &[[u8; 6]]) -> Result<(), HcaError> {
+        if macs.len() > MAX_MC_ADDRS {
+            return Err(HcaError::NoResources("multicast list entries"));
+        }
+        if let Some(m) = macs.iter().find(|m| m[0] & 1 == 0) {
+            return Err(HcaError::InvalidArgument(format!(
+                "{m:02x?} is a unicast address, not one for the multicast list"
+            )));
+        }
+        self.rx.filter.multicast = dedup(macs);
+        Ok(())
+    }
+
+    pub(crate) fn set_promisc(&mut self, on: bool) {
+        self.rx.filter.promisc = on;
+    }
+
+    pub(crate) fn set_allmulti(&mut self, on: bool) {
+        self.rx.filter.allmulti = on;
+    }
+
+    pub(crate) fn set_vlan_filtering(&mut self, on: bool) {
+        self.rx.filter.vlan_filter = on;
+    }
+
+    pub(crate) fn set_vlan(&mut self, vid: u16, member: bool) -> Result<(), HcaError> {
+        if vid >= 4096 {
+            return Err(HcaError::InvalidArgument(format!(
+                "VLAN ID {vid} is not below 4096"
+            )));
+        }
+        self.rx.filter.set_vlan(vid, member);
+        Ok(())
+    }
+
+    pub(crate) fn rx_filter(&self) -> RxFilter {
+        self.rx.filter.snapshot()
     }
 
     pub(crate) fn set_mtu(&mut self, mtu: u16) {
@@ -723,4 +778,15 @@ fn check_transition(
             "{what} {qpn:#x} is in error: reset it before making it ready"
         ))),
     }
+}
+
+/// `macs` without repeats, in their first order.
+fn dedup(macs: &[[u8; 6]]) -> Vec<[u8; 6]> {
+    let mut v: Vec<[u8; 6]> = Vec::with_capacity(macs.len());
+    for m in macs {
+        if !v.contains(m) {
+            v.push(*m);
+        }
+    }
+    v
 }

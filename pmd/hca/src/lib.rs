@@ -123,6 +123,7 @@ pub use counters::Counters;
 pub use fault::{Faults, INJECTED_VENDOR_ERR};
 pub use rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 pub use runner::{RxRunner, SqRunner};
+pub use rx::{RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
 pub use wire::{FrameSink, Wire};
 
 use device::DevState;
@@ -215,6 +216,10 @@ pub struct Caps {
     pub bf_regs_per_page: u32,
     /// Scatter entries per RX WQE.
     pub max_rq_sges: u32,
+    /// Unicast MAC addresses the port filters on ([`Hca::set_mac_table`]).
+    pub max_mac_addrs: u32,
+    /// Multicast addresses the port filters on ([`Hca::set_mc_list`]).
+    pub max_mc_addrs: u32,
 }
 
 /// Why a control-path request failed.
@@ -516,6 +521,8 @@ impl Hca {
                 cfg.bf_regs_per_page
             },
             max_rq_sges: 32,
+            max_mac_addrs: MAX_MAC_ADDRS as u32,
+            max_mc_addrs: MAX_MC_ADDRS as u32,
         };
         let port = Arc::new(RxPort::on(bar.new_inbox(cfg.rx_inbox_frames)));
         let faults = cfg.faults;
@@ -788,12 +795,54 @@ impl Hca {
         self.state().rss()
     }
 
-    /// Filter received frames by destination MAC. `promisc` (the state until this is first
-    /// called) delivers everything; otherwise only frames to `mac`, broadcast, and with
-    /// `allmulti` any multicast address pass, the rest count as `rx_drops_filter`.
+    /// Filter received frames by destination MAC: `mac` becomes the whole unicast table, and
+    /// the promiscuous and all-multicast switches are set. `promisc` (the state of a new
+    /// adapter) delivers everything; otherwise only frames to an address of the unicast table,
+    /// broadcast, a multicast address of the multicast list or, with `allmulti`, any multicast
+    /// address pass; the rest count as `rx_drops_filter`.
     pub fn set_rx_filter(&self, mac: [u8; 6], promisc: bool, allmulti: bool) {
-        self.state()
-            .set_rx_filter((!promisc).then_some((mac, allmulti)));
+        self.state().set_rx_filter(mac, promisc, allmulti);
+    }
+
+    /// Replace the unicast MAC table: up to [`MAX_MAC_ADDRS`] (128, mlx4's limit) unicast
+    /// addresses, repeats ignored; `NoResources` above that, `InvalidArgument` for a multicast
+    /// address. An empty table passes no unicast frame (unless promiscuous).
+    pub fn set_mac_table(&self, macs: &[[u8; 6]]) -> Result<(), HcaError> {
+        self.state().set_mac_table(macs)
+    }
+
+    /// Replace the multicast list: up to [`MAX_MC_ADDRS`] multicast addresses passed without
+    /// all-multicast; `InvalidArgument` for a unicast address.
+    pub fn set_mc_list(&self, macs: &[[u8; 6]]) -> Result<(), HcaError> {
+        self.state().set_mc_list(macs)
+    }
+
+    /// Promiscuous mode: every frame passes the MAC and VLAN filters.
+    pub fn set_promisc(&self, on: bool) {
+        self.state().set_promisc(on);
+    }
+
+    /// All-multicast mode: every multicast frame passes the MAC filter.
+    pub fn set_allmulti(&self, on: bool) {
+        self.state().set_allmulti(on);
+    }
+
+    /// Turn the VLAN filter on or off (off for a new adapter). While on and not promiscuous,
+    /// a frame whose outer tag (802.1Q, 802.1ad, 0x9100) carries a VLAN ID not in the table
+    /// is dropped as `rx_drops_vlan`; untagged and priority-tagged (ID 0) frames pass, as
+    /// everything does while it is off.
+    pub fn set_vlan_filtering(&self, on: bool) {
+        self.state().set_vlan_filtering(on);
+    }
+
+    /// Add (`member`) or remove VLAN ID `vid` (below 4096) of the VLAN filter table.
+    pub fn set_vlan(&self, vid: u16, member: bool) -> Result<(), HcaError> {
+        self.state().set_vlan(vid, member)
+    }
+
+    /// The receive filters in force.
+    pub fn rx_filter(&self) -> RxFilter {
+        self.state().rx_filter()
     }
 
     /// Set the MTU (default 1500): received frames whose L3 length (frame length minus the

@@ -363,6 +363,14 @@ pub(crate) fn rss_hash(frame: &[u8], key: &Toeplitz, fields: RssFields) -> u32 {
     }
 }
 
+/// The VLAN ID of the outer tag (802.1Q, 802.1ad or the old 0x9100), if the frame has one.
+pub(crate) fn outer_vlan(frame: &[u8]) -> Option<u16> {
+    if frame.len() < 16 || !VLAN_TPIDS.contains(&be16(frame, 12)) {
+        return None;
+    }
+    Some(be16(frame, 14) & 0x0fff)
+}
+
 /// The frame's L3 length as the MTU counts it: everything after the MAC header and its VLAN
 /// tags (the frames here carry no FCS).
 pub(crate) fn l3_len(frame: &[u8]) -> usize {
