@@ -120,6 +120,8 @@ counters! {
     /// Received tagged frames whose VLAN ID is not in the VLAN filter (while filtering and not
     /// promiscuous).
     rx_drops_vlan,
+    /// Received frames a flow rule with the drop action matched.
+    rx_drops_flow,
     /// Send WQEs completed in error on purpose (`Faults::tx_error_every`).
     inj_tx_errors,
     /// Received frames given a buffer error on purpose (`Faults::rx_error_every`).
@@ -144,13 +146,15 @@ impl Counters {
     }
 
     /// Every frame that reached the port and was not delivered to an RQ as a good frame:
-    /// [`Counters::rx_missed`] plus frames filtered by MAC or VLAN, longer than the MTU, or
+    /// [`Counters::rx_missed`] plus frames filtered by MAC or VLAN, dropped by a flow rule,
+    /// longer than the MTU, or
     /// larger than the posted buffers (those get an error CQE). On a cable, what one port sent
     /// equals what the other received plus this.
     pub fn rx_dropped(&self) -> u64 {
         self.rx_missed()
             + self.rx_drops_filter
             + self.rx_drops_vlan
+            + self.rx_drops_flow
             + self.rx_drops_mtu
             + self.rx_drops_too_long
     }

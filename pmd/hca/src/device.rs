@@ -7,6 +7,8 @@ use crate::bar::Bar;
 use crate::cq::Cq;
 use crate::dma::HostMem;
 use crate::fault::{FaultState, Faults};
+use crate::flow::{FlowAction, FlowCounters, FlowRule, FlowTable, RssContext, Verdict};
+use crate::net;
 use crate::rq::{Rq, Rx};
 use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
 use crate::rx::{RxConfig, RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
@@ -49,6 +51,7 @@ pub(crate) struct DevState {
     wire: WirePort,
     port: Arc<RxPort>,
     rx: RxConfig,
+    flows: FlowTable,
     pub(crate) counters: Counters,
     faults: FaultState,
     /// What device memory shows.
@@ -85,6 +88,7 @@ impl DevState {
             wire: WirePort::null(),
             port,
             rx: RxConfig::default(),
+            flows: FlowTable::default(),
             counters: Counters::default(),
             faults: FaultState::default(),
             published: Counters::default(),
@@ -728,12 +732,47 @@ impl DevState {
         self.wire.describe()
     }
 
-    /// Offer one frame to the port: filter, MTU, steering, then its RQ.
+    /// Offer one frame to the port: flow rules, else the filters and the default RSS; the
+    /// MTU; then its RQ.
     fn receive(&mut self, frame: &[u8]) -> Rx {
-        let Some(hash) = self.rx.admit(frame, &mut self.counters) else {
-            return Rx::Done;
+        let verdict = if self.flows.is_empty() {
+            None
+        } else {
+            self.flows.lookup(&net::frame_fields(frame), frame.len())
         };
-        let Some(qpn) = self.rx.steer(hash, &self.rqs) else {
+        let (qpn, hash) = match verdict {
+            Some(Verdict::Drop) => {
+                self.counters.rx_drops_flow += 1;
+                return Rx::Done;
+            }
+            Some(v) => {
+                if !self.rx.mtu_passes(frame, &mut self.counters) {
+                    return Rx::Done;
+                }
+                match v {
+                    Verdict::Queue(q) => (Some(q), self.rx.hash(frame)),
+                    Verdict::Rss(slot) => match self.flows.ctx(slot) {
+                        Some(c) => {
+                            let h = net::rss_hash(frame, &c.toeplitz, c.ctx.fields);
+                            let rqs = &c.ctx.rqs;
+                            (rqs.get(h as usize % rqs.len().max(1)).copied(), h)
+                        }
+                        None => (None, 0),
+                    },
+                    Verdict::Drop => unreachable!("handled above"),
+                }
+            }
+            None => {
+                if !self.rx.filters_pass(frame, &mut self.counters)
+                    || !self.rx.mtu_passes(frame, &mut self.counters)
+                {
+                    return Rx::Done;
+                }
+                let hash = self.rx.hash(frame);
+                (self.rx.steer(hash, &self.rqs), hash)
+            }
+        };
+        let Some(qpn) = qpn else {
             self.counters.rx_drops_no_wqe += 1;
             return Rx::Done;
         };
@@ -760,6 +799,56 @@ impl DevState {
                 Rx::Done
             }
         }
+    }
+
+    // ---------------------------------------------------------------- flow steering
+
+    fn check_rq(&self, qpn: u32) -> Result<(), HcaError> {
+        match self.qps.get(qp_slot(qpn)) {
+            Some(Qp::Rq(rq)) if rq.qpn == qpn => Ok(()),
+            _ => Err(HcaError::NotFound("RQ", qpn)),
+        }
+    }
+
+    pub(crate) fn create_rss_context(&mut self, ctx: RssContext) -> Result<u32, HcaError> {
+        if ctx.rqs.is_empty() {
+            return Err(HcaError::InvalidArgument(
+                "an RSS context without RQs".into(),
+            ));
+        }
+        for &q in &ctx.rqs {
+            self.check_rq(q)?;
+        }
+        self.flows.create_ctx(ctx)
+    }
+
+    pub(crate) fn destroy_rss_context(&mut self, id: u32) -> Result<(), HcaError> {
+        self.flows.destroy_ctx(id)
+    }
+
+    pub(crate) fn rss_context(&self, id: u32) -> Option<RssContext> {
+        self.flows.rss_context(id)
+    }
+
+    pub(crate) fn create_flow(&mut self, rule: &FlowRule) -> Result<u32, HcaError> {
+        if let FlowAction::Queue(q) = rule.action {
+            self.check_rq(q)?;
+        }
+        self.flows.create(*rule)
+    }
+
+    pub(crate) fn destroy_flow(&mut self, id: u32) -> Result<(), HcaError> {
+        self.flows.destroy(id)
+    }
+
+    pub(crate) fn flow_counters(&self, id: u32) -> Result<FlowCounters, HcaError> {
+        self.flows
+            .counters(id)
+            .ok_or(HcaError::NotFound("flow rule", id))
+    }
+
+    pub(crate) fn flows(&self) -> Vec<(u32, FlowRule)> {
+        self.flows.list()
     }
 }
 

@@ -98,6 +98,7 @@ mod cq;
 mod device;
 mod dma;
 mod fault;
+mod flow;
 mod inbox;
 mod net;
 mod rq;
@@ -121,6 +122,10 @@ use parking_lot::Mutex;
 pub use bar::Bar;
 pub use counters::Counters;
 pub use fault::{Faults, INJECTED_VENDOR_ERR};
+pub use flow::{
+    EthMatch, FlowAction, FlowCounters, FlowPattern, FlowRule, Ipv4Match, L4Match, L4Proto, Masked,
+    RssContext, VlanMatch, MAX_FLOWS, MAX_RSS_CONTEXTS,
+};
 pub use rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 pub use runner::{RxRunner, SqRunner};
 pub use rx::{RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
@@ -843,6 +848,50 @@ impl Hca {
     /// The receive filters in force.
     pub fn rx_filter(&self) -> RxFilter {
         self.state().rx_filter()
+    }
+
+    /// Create an RSS context (its own key, hashed fields and RQ table) for flow rules with
+    /// [`FlowAction::Rss`]; its id. The RQs must exist (one destroyed later makes its share of
+    /// frames drop, as `rx_drops_no_wqe`). Up to [`MAX_RSS_CONTEXTS`].
+    pub fn create_rss_context(&self, ctx: &RssContext) -> Result<u32, HcaError> {
+        self.state().create_rss_context(ctx.clone())
+    }
+
+    /// Destroy an RSS context (`Busy` while rules use it).
+    pub fn destroy_rss_context(&self, id: u32) -> Result<(), HcaError> {
+        self.state().destroy_rss_context(id)
+    }
+
+    /// An RSS context's settings.
+    pub fn rss_context(&self, id: u32) -> Result<RssContext, HcaError> {
+        self.state()
+            .rss_context(id)
+            .ok_or(HcaError::NotFound("RSS context", id))
+    }
+
+    /// Add a flow rule; its id. Every received frame is checked against the rules, lowest
+    /// priority first (the older first among equals), before the port's default path: the
+    /// first rule that matches decides (its RQ, its RSS context's RQs, or a drop counted as
+    /// `rx_drops_flow`), and the MAC and VLAN filters and the default RSS do not apply to it;
+    /// the MTU does. Frames no rule matches take the default path. The queue or context must
+    /// exist. Up to [`MAX_FLOWS`].
+    pub fn create_flow(&self, rule: &FlowRule) -> Result<u32, HcaError> {
+        self.state().create_flow(rule)
+    }
+
+    /// Remove a flow rule.
+    pub fn destroy_flow(&self, id: u32) -> Result<(), HcaError> {
+        self.state().destroy_flow(id)
+    }
+
+    /// Frames and bytes a rule matched so far.
+    pub fn flow_counters(&self, id: u32) -> Result<FlowCounters, HcaError> {
+        self.state().flow_counters(id)
+    }
+
+    /// Every rule with its id, in the order they are checked.
+    pub fn flows(&self) -> Vec<(u32, FlowRule)> {
+        self.state().flows()
     }
 
     /// Set the MTU (default 1500): received frames whose L3 length (frame length minus the

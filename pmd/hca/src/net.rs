@@ -363,6 +363,55 @@ pub(crate) fn rss_hash(frame: &[u8], key: &Toeplitz, fields: RssFields) -> u32 {
     }
 }
 
+/// What flow rules match on, read from a received frame once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FrameFields {
+    pub(crate) dst: [u8; 6],
+    pub(crate) src: [u8; 6],
+    /// The EtherType after any VLAN tags.
+    pub(crate) ether_type: u16,
+    /// The outer tag's VLAN ID.
+    pub(crate) vid: Option<u16>,
+    /// IPv4 source and destination.
+    pub(crate) ipv4: Option<([u8; 4], [u8; 4])>,
+    /// TCP (6) or UDP (17) and its ports, outside fragments.
+    pub(crate) l4: Option<(u8, u16, u16)>,
+}
+
+/// The fields of `frame` flow rules look at (a runt has all zero).
+pub(crate) fn frame_fields(frame: &[u8]) -> FrameFields {
+    let mut f = FrameFields::default();
+    if frame.len() < ETH_HDR {
+        return f;
+    }
+    f.dst.copy_from_slice(&frame[..6]);
+    f.src.copy_from_slice(&frame[6..12]);
+    f.vid = outer_vlan(frame);
+    let mut off = 12;
+    let mut et = be16(frame, off);
+    while VLAN_TPIDS.contains(&et) && frame.len() >= off + 6 {
+        off += 4;
+        et = be16(frame, off);
+    }
+    f.ether_type = et;
+    if let Some(lay) = parse(frame) {
+        if let L3::V4 { .. } = lay.l3 {
+            let a = lay.l3_off + 12;
+            let mut src = [0; 4];
+            let mut dst = [0; 4];
+            src.copy_from_slice(&frame[a..a + 4]);
+            dst.copy_from_slice(&frame[a + 4..a + 8]);
+            f.ipv4 = Some((src, dst));
+        }
+        if let Some((proto, l4, len)) = lay.l4 {
+            if l4_csum_field(proto, len).is_some() {
+                f.l4 = Some((proto, be16(frame, l4), be16(frame, l4 + 2)));
+            }
+        }
+    }
+    f
+}
+
 /// The VLAN ID of the outer tag (802.1Q, 802.1ad or the old 0x9100), if the frame has one.
 pub(crate) fn outer_vlan(frame: &[u8]) -> Option<u16> {
     if frame.len() < 16 || !VLAN_TPIDS.contains(&be16(frame, 12)) {

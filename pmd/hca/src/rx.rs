@@ -151,22 +151,31 @@ impl Default for RxConfig {
 }
 
 impl RxConfig {
-    /// Whether the port takes `frame` at all (dropping and counting it if not), and if so its
-    /// RSS hash.
-    pub(crate) fn admit(&self, frame: &[u8], counters: &mut Counters) -> Option<u32> {
+    /// Whether the MAC and VLAN filters pass `frame` (dropping and counting it if not).
+    pub(crate) fn filters_pass(&self, frame: &[u8], counters: &mut Counters) -> bool {
         if frame.len() < 6 || !self.filter.mac_passes(&frame[..6]) {
             counters.rx_drops_filter += 1;
-            return None;
+            return false;
         }
         if !self.filter.vlan_passes(frame) {
             counters.rx_drops_vlan += 1;
-            return None;
+            return false;
         }
+        true
+    }
+
+    /// Whether `frame` fits the MTU (dropping and counting it if not).
+    pub(crate) fn mtu_passes(&self, frame: &[u8], counters: &mut Counters) -> bool {
         if net::l3_len(frame) > usize::from(self.mtu) {
             counters.rx_drops_mtu += 1;
-            return None;
+            return false;
         }
-        Some(net::rss_hash(frame, &self.toeplitz, self.rss_fields))
+        true
+    }
+
+    /// The frame's hash under the port's default RSS key and fields.
+    pub(crate) fn hash(&self, frame: &[u8]) -> u32 {
+        net::rss_hash(frame, &self.toeplitz, self.rss_fields)
     }
 
     /// The QPN of the RQ a frame with `hash` goes to. `rqs` lists every RQ in QPN order, for an
