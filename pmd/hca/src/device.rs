@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::bar::Bar;
 use crate::cq::Cq;
 use crate::dma::HostMem;
+use crate::events::{Events, PortEvent};
 use crate::fault::{FaultState, Faults};
 use crate::flow::{FlowAction, FlowCounters, FlowRule, FlowTable, RssContext, Verdict};
 use crate::net;
@@ -52,6 +53,11 @@ pub(crate) struct DevState {
     port: Arc<RxPort>,
     rx: RxConfig,
     flows: FlowTable,
+    events: Arc<Events>,
+    /// The link state last reported (a change is an event).
+    link_reported: bool,
+    /// The adapter went away: nothing runs any more.
+    removed: bool,
     pub(crate) counters: Counters,
     faults: FaultState,
     /// What device memory shows.
@@ -73,6 +79,7 @@ impl DevState {
         (wc, reset_on_create): (bool, bool),
         port: Arc<RxPort>,
         bar: Bar,
+        events: Arc<Events>,
     ) -> Self {
         DevState {
             caps,
@@ -89,6 +96,9 @@ impl DevState {
             port,
             rx: RxConfig::default(),
             flows: FlowTable::default(),
+            events,
+            link_reported: true,
+            removed: false,
             counters: Counters::default(),
             faults: FaultState::default(),
             published: Counters::default(),
@@ -486,6 +496,9 @@ impl DevState {
     /// One pass over every doorbell word, BlueFlame half and the receive inbox; returns the work
     /// items done (0 = idle).
     pub(crate) fn poll(&mut self) -> usize {
+        if self.removed {
+            return 0;
+        }
         let mut work = 0;
         for i in 0..self.uars.len() {
             work += self.poll_uar(i);
@@ -519,6 +532,9 @@ impl DevState {
     /// (which may name other queues of the page), then its own work; 0 if `qpn` is no SQ (any
     /// more).
     pub(crate) fn poll_sq(&mut self, qpn: u32) -> usize {
+        if self.removed {
+            return 0;
+        }
         let slot = qp_slot(qpn);
         let uar = match self.qps.get(slot) {
             Some(Qp::Sq(sq)) if sq.qpn == qpn => sq.uar,
@@ -538,6 +554,9 @@ impl DevState {
 
     /// The receive side's share of a poll (a runner's call).
     pub(crate) fn run_rx(&mut self) -> usize {
+        if self.removed {
+            return 0;
+        }
         let work = self.poll_rx();
         if work > 0 {
             self.wire.flush();
@@ -701,6 +720,44 @@ impl DevState {
         if let Some(c) = self.wire.cable() {
             c.rx.set_up(up);
         }
+        self.check_link();
+    }
+
+    /// The link now: the port up (not set down, no injected flap, not removed) and a carrier
+    /// on its wire. A change from what was last reported is an event; so is finding the wire
+    /// gone for good (removal).
+    pub(crate) fn check_link(&mut self) -> bool {
+        let (carrier, gone) = self.wire.carrier();
+        if gone && !self.removed {
+            self.remove();
+            return false;
+        }
+        let up = self.port.up() && carrier && !self.removed;
+        if up != self.link_reported {
+            self.link_reported = up;
+            self.events.push(if up {
+                PortEvent::LinkUp
+            } else {
+                PortEvent::LinkDown
+            });
+        }
+        up
+    }
+
+    /// The adapter goes away: the link goes down, nothing is executed or received any more,
+    /// and the driver hears of it (`Removed`).
+    pub(crate) fn remove(&mut self) {
+        if self.removed {
+            return;
+        }
+        self.removed = true;
+        // Down (reporting it) before the removal itself.
+        self.link(false);
+        self.events.push(PortEvent::Removed);
+    }
+
+    pub(crate) fn removed(&self) -> bool {
+        self.removed
     }
 
     /// The port goes down or up (explicitly, ending an injected flap).
@@ -716,6 +773,7 @@ impl DevState {
     /// Take frames or refuse them, in the receive buffer and on a cable's incoming ring; going
     /// down, what they held is lost, and counted.
     fn link(&mut self, up: bool) {
+        let up = up && !self.removed;
         self.port.inbox.set_up(up);
         if !up {
             self.counters.rx_drops_wire += self.port.inbox.clear();
@@ -726,6 +784,7 @@ impl DevState {
                 self.counters.rx_drops_wire += c.rx.clear();
             }
         }
+        self.check_link();
     }
 
     pub(crate) fn wire_name(&self) -> String {

@@ -97,6 +97,7 @@ mod counters;
 mod cq;
 mod device;
 mod dma;
+mod events;
 mod fault;
 mod flow;
 mod inbox;
@@ -121,6 +122,7 @@ use parking_lot::Mutex;
 
 pub use bar::Bar;
 pub use counters::Counters;
+pub use events::{PortEvent, MONITOR_PERIOD};
 pub use fault::{Faults, INJECTED_VENDOR_ERR};
 pub use flow::{
     EthMatch, FlowAction, FlowCounters, FlowPattern, FlowRule, Ipv4Match, L4Match, L4Proto, Masked,
@@ -535,13 +537,16 @@ impl Hca {
         if named {
             wire::register(&cfg.name, &port)?;
         }
+        let events = Arc::new(events::Events::new()?);
         let inner = Arc::new(Inner {
             state: Mutex::new(DevState::new(
                 caps,
                 (cfg.wc, cfg.reset_on_create),
                 port.clone(),
                 bar,
+                events.clone(),
             )),
+            events,
             port,
             stop: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
@@ -930,9 +935,48 @@ impl Hca {
         self.state().set_port_up(up);
     }
 
-    /// Link state.
+    /// Whether the port is up as set ([`Hca::set_port_up`], not down by an injected flap,
+    /// not removed): whether it sends and receives. The wire's carrier is not part of it; see
+    /// [`Hca::link_up`].
     pub fn port_up(&self) -> bool {
         self.shared.inner.port.up()
+    }
+
+    /// The link as a PHY reports it: the port up ([`Hca::port_up`]) and its wire with a
+    /// carrier (a cable's far end plugged in and up, its process alive; a TAP interface up; a
+    /// peer adapter open and up; always for null, loop, pcap and sink). Looked at now; a
+    /// change from what was last reported queues an event.
+    pub fn link_up(&self) -> bool {
+        self.state().check_link()
+    }
+
+    /// The port's event fd: an `eventfd`, non-blocking, readable while events wait in
+    /// [`Hca::next_event`] (link up and down, removal). A DPDK driver registers it with EAL's
+    /// interrupt thread and calls `next_event` until `None` in the callback. Asking for it also
+    /// has the link monitor look for changes at the far end of the wire every
+    /// [`MONITOR_PERIOD`]; changes the driver makes itself are queued at once. The fd belongs
+    /// to the adapter and stays valid until its last handle is dropped.
+    pub fn event_fd(&self) -> Result<std::os::fd::RawFd, HcaError> {
+        events::watch(&self.shared.inner)?;
+        Ok(self.shared.inner.events.fd())
+    }
+
+    /// The oldest port event not yet taken; `None` when there is none (the event fd is then
+    /// not readable).
+    pub fn next_event(&self) -> Option<PortEvent> {
+        self.shared.inner.events.pop()
+    }
+
+    /// Surprise removal, as when a card is hot-unplugged: the link goes down, nothing is
+    /// executed, sent or received any more, and [`PortEvent::Removed`] is queued. For good:
+    /// the adapter can only be dropped.
+    pub fn remove(&self) {
+        self.state().remove();
+    }
+
+    /// Whether the adapter was removed ([`Hca::remove`], or its cable file was deleted).
+    pub fn removed(&self) -> bool {
+        self.state().removed()
     }
 
     /// Start the device loop: its own thread, or a place in the process-wide device thread

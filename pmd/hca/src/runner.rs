@@ -32,9 +32,17 @@ pub(crate) struct Inner {
     pub(crate) busy_poll: bool,
     /// The wire brings frames in from outside (TAP), so receiving means polling it.
     pub(crate) wire_rx: AtomicBool,
+    /// Port events and their fd.
+    pub(crate) events: Arc<crate::events::Events>,
 }
 
 impl Inner {
+    /// What the process-wide monitor does for this adapter every period: look for link
+    /// changes at the far end of the wire.
+    pub(crate) fn service(&self) {
+        self.state.lock().check_link();
+    }
+
     /// One pass over every queue and the receive buffer; the work done (0 = idle).
     pub(crate) fn poll(&self) -> usize {
         self.state.lock().poll()
