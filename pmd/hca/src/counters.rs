@@ -93,6 +93,12 @@ counters! {
     error_cqes,
     /// Times a queue had to wait because its CQ was full.
     cq_full_stalls,
+    /// CQ arm doorbells taken (UAR + 0x20).
+    cq_arms,
+    /// Arm doorbells naming no CQ of the adapter, or with an unknown command (ignored).
+    cq_arms_bad,
+    /// Completion events raised by armed CQs (one per arming).
+    cq_events,
     /// Frames delivered to an RX queue.
     rx_frames,
     /// Bytes of the frames delivered to an RX queue.

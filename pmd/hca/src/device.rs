@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::bar::Bar;
 use crate::cq::Cq;
 use crate::dma::HostMem;
-use crate::events::{Events, PortEvent};
+use crate::events::{Channel, Events, PortEvent};
 use crate::fault::{FaultState, Faults};
 use crate::flow::{FlowAction, FlowCounters, FlowRule, FlowTable, RssContext, Verdict};
 use crate::net;
@@ -20,6 +20,10 @@ use crate::{BfReg, Caps, Counters, HcaError, QueueState, SqInfo, Uar};
 
 /// Received frames handled per poll, so TX doorbells are not starved by a receive flood.
 const RX_BUDGET: usize = 64;
+/// CQ doorbell commands (bits 25:24 of the high dword): request an event for the next solicited
+/// (or error) completion, or for the next completion.
+const ARM_SOLICITED: u32 = 1;
+const ARM_NEXT: u32 = 2;
 
 /// Send and receive queues share the QPN space.
 #[derive(Debug)]
@@ -54,6 +58,8 @@ pub(crate) struct DevState {
     rx: RxConfig,
     flows: FlowTable,
     events: Arc<Events>,
+    /// Completion channels, by id - 1.
+    channels: Vec<Option<Arc<Channel>>>,
     /// The link state last reported (a change is an event).
     link_reported: bool,
     /// The adapter went away: nothing runs any more.
@@ -97,6 +103,7 @@ impl DevState {
             rx: RxConfig::default(),
             flows: FlowTable::default(),
             events,
+            channels: Vec::new(),
             link_reported: true,
             removed: false,
             counters: Counters::default(),
@@ -122,9 +129,9 @@ impl DevState {
         cnt: u32,
         ci_db: HostMem,
     ) -> Result<u32, HcaError> {
-        let slot = self
-            .cqs
-            .insert_with("CQs", |_| Ok(Cq::new(ring, cnt, ci_db)))?;
+        let slot = self.cqs.insert_with("CQs", |slot| {
+            Ok(Cq::new(CQN_BASE + slot as u32, ring, cnt, ci_db))
+        })?;
         Ok(CQN_BASE + slot as u32)
     }
 
@@ -585,6 +592,37 @@ impl DevState {
     /// QPN it names to that queue, whichever page it landed on (spec 3.2: the device routes by
     /// QPN).
     fn poll_uar(&mut self, i: usize) -> usize {
+        self.poll_cq_db(i) + self.poll_send_db(i)
+    }
+
+    /// A CQ arm doorbell on the `i`th UAR page in use: the 64-bit BE store of
+    /// `(sn << 28 | cmd | cqn) << 32 | ci` (spec 5.3), taken whole with a swap.
+    fn poll_cq_db(&mut self, i: usize) -> usize {
+        let db = &self.uars[i].page.cq_db;
+        let Some(q) = db.load_bytes8(0) else {
+            return 0;
+        };
+        if q == [0; 8] || !db.clear_bytes8_if(0, q) {
+            return 0;
+        }
+        let v = u64::from_be_bytes(q);
+        let (hi, ci) = ((v >> 32) as u32, v as u32);
+        let cmd = hi >> 24 & 0x3;
+        let cqn = hi & 0x00ff_ffff;
+        self.counters.cq_arms += 1;
+        match self.cqs.get_mut(cq_slot(cqn)) {
+            Some(cq) if cq.cqn == cqn && (cmd == ARM_SOLICITED || cmd == ARM_NEXT) => {
+                if cq.arm(cmd == ARM_SOLICITED, ci) {
+                    self.counters.cq_events += 1;
+                }
+            }
+            _ => self.counters.cq_arms_bad += 1,
+        }
+        1
+    }
+
+    /// The send doorbell word of the `i`th UAR page in use.
+    fn poll_send_db(&mut self, i: usize) -> usize {
         let db = &self.uars[i].page.db;
         if db.load_be32(0).unwrap_or(0) == 0 {
             return 0;
@@ -858,6 +896,52 @@ impl DevState {
                 Rx::Done
             }
         }
+    }
+
+    // ---------------------------------------------------------------- completion events
+
+    pub(crate) fn create_channel(&mut self) -> Result<u32, HcaError> {
+        let ch = Arc::new(Channel::new()?);
+        let slot = match self.channels.iter().position(Option::is_none) {
+            Some(s) => s,
+            None => {
+                self.channels.push(None);
+                self.channels.len() - 1
+            }
+        };
+        self.channels[slot] = Some(ch);
+        Ok(slot as u32 + 1)
+    }
+
+    pub(crate) fn channel(&self, id: u32) -> Result<Arc<Channel>, HcaError> {
+        id.checked_sub(1)
+            .and_then(|s| self.channels.get(s as usize)?.clone())
+            .ok_or(HcaError::NotFound("completion channel", id))
+    }
+
+    pub(crate) fn destroy_channel(&mut self, id: u32) -> Result<(), HcaError> {
+        let ch = self.channel(id)?;
+        let used = (0..self.cqs.len()).any(|s| {
+            self.cqs
+                .get(s)
+                .and_then(|c| c.channel.as_ref())
+                .is_some_and(|c| Arc::ptr_eq(c, &ch))
+        });
+        if used {
+            return Err(HcaError::Busy(id));
+        }
+        self.channels[id as usize - 1] = None;
+        Ok(())
+    }
+
+    pub(crate) fn has_channels(&self) -> bool {
+        self.channels.iter().any(Option::is_some)
+    }
+
+    pub(crate) fn set_cq_channel(&mut self, cqn: u32, id: Option<u32>) -> Result<(), HcaError> {
+        let ch = id.map(|i| self.channel(i)).transpose()?;
+        self.cq_mut(cqn)?.channel = ch;
+        Ok(())
     }
 
     // ---------------------------------------------------------------- flow steering

@@ -1,5 +1,6 @@
-//! What the port tells the driver without being polled: link up and down, and removal, queued
-//! behind an event fd (an `eventfd` that is readable while events wait), which a DPDK driver
+//! What the device tells the driver without being polled: link up and down and removal (port
+//! events), and completion events of armed CQs (on completion channels), each queued behind an
+//! event fd (an `eventfd` that is readable while events wait), which a DPDK driver
 //! hands to EAL's interrupt thread as it would the fd of a card's interrupt.
 //!
 //! Changes the driver makes itself (`set_port_up`, a wire plugged in) and injected link flaps
@@ -24,6 +25,8 @@ const MAX_QUEUED: usize = 256;
 
 /// How often the monitor looks for link changes at the far end.
 pub const MONITOR_PERIOD: Duration = Duration::from_millis(10);
+/// How often it runs a polled-mode adapter that has completion channels.
+pub const SERVICE_PERIOD: Duration = Duration::from_micros(200);
 
 /// Something that happened to the port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,11 +133,14 @@ pub(crate) fn watch(inner: &Arc<Inner>) -> Result<(), HcaError> {
     Ok(())
 }
 
-/// The monitor: every period, each watched adapter re-checks its link. It ends when no
-/// adapter is left to watch.
+/// The monitor: every period, each watched adapter re-checks its link (and polled adapters
+/// with completion channels run, every [`SERVICE_PERIOD`]). It ends when no adapter is left to
+/// watch.
 fn monitor() {
+    let mut period = MONITOR_PERIOD;
+    let mut last_link = std::time::Instant::now();
     loop {
-        std::thread::sleep(MONITOR_PERIOD);
+        std::thread::sleep(period);
         let list: Vec<Arc<Inner>> = {
             let mut w = WATCHED.lock();
             w.retain(|x| x.strong_count() > 0);
@@ -150,8 +156,66 @@ fn monitor() {
             }
             continue;
         }
-        for a in list {
-            a.service();
+        let link = last_link.elapsed() >= MONITOR_PERIOD;
+        if link {
+            last_link = std::time::Instant::now();
         }
+        let mut fast = false;
+        for a in list {
+            fast |= a.service(link);
+        }
+        period = if fast { SERVICE_PERIOD } else { MONITOR_PERIOD };
+    }
+}
+
+/// A completion channel: CQs bound to it report their events here, behind an eventfd that is
+/// readable while events wait (what `ibv_comp_channel` is to a verbs application).
+#[derive(Debug)]
+pub(crate) struct Channel {
+    q: Mutex<VecDeque<u32>>,
+    fd: OwnedFd,
+}
+
+/// Events a channel keeps when nobody takes them (the oldest are forgotten).
+const MAX_CHANNEL_EVENTS: usize = 4096;
+
+impl Channel {
+    pub(crate) fn new() -> Result<Channel, HcaError> {
+        // SAFETY: plain eventfd(2); the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(HcaError::Io(format!(
+                "eventfd: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(Channel {
+            q: Mutex::new(VecDeque::new()),
+            // SAFETY: a fresh descriptor we own.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub(crate) fn push(&self, cqn: u32) {
+        let mut q = self.q.lock();
+        if q.len() == MAX_CHANNEL_EVENTS {
+            q.pop_front();
+        }
+        q.push_back(cqn);
+        signal(self.fd.as_raw_fd());
+    }
+
+    /// The CQN of the oldest event; the fd is quiet once none is left.
+    pub(crate) fn pop(&self) -> Option<u32> {
+        let mut q = self.q.lock();
+        let cqn = q.pop_front();
+        if cqn.is_some() && q.is_empty() {
+            drain(self.fd.as_raw_fd());
+        }
+        cqn
     }
 }

@@ -122,7 +122,7 @@ use parking_lot::Mutex;
 
 pub use bar::Bar;
 pub use counters::Counters;
-pub use events::{PortEvent, MONITOR_PERIOD};
+pub use events::{PortEvent, MONITOR_PERIOD, SERVICE_PERIOD};
 pub use fault::{Faults, INJECTED_VENDOR_ERR};
 pub use flow::{
     EthMatch, FlowAction, FlowCounters, FlowPattern, FlowRule, Ipv4Match, L4Match, L4Proto, Masked,
@@ -547,6 +547,7 @@ impl Hca {
                 events.clone(),
             )),
             events,
+            threaded: cfg.threaded,
             port,
             stop: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
@@ -965,6 +966,48 @@ impl Hca {
     /// not readable).
     pub fn next_event(&self) -> Option<PortEvent> {
         self.shared.inner.events.pop()
+    }
+
+    /// Create a completion channel (what `ibv_create_comp_channel` gives): CQs bound to it
+    /// ([`Hca::set_cq_channel`]) report their completion events there, behind an event fd
+    /// ([`Hca::comp_channel_fd`]). A CQ is armed by the CQ doorbell, a 64-bit big-endian store
+    /// of `(sn << 28 | cmd << 24 | cqn) << 32 | ci` at offset 0x20 of any UAR page of the
+    /// adapter (an SQ's, or one from [`Hca::alloc_uar`]), `cmd` 2 for the next completion, 1
+    /// for the next solicited one (a send WQE with srcrb SOLICIT, or an error); received
+    /// frames are not solicited. One event per arming: the first such completion after the
+    /// arm raises it (at once if CQEs past `ci` were already written), then the CQ is
+    /// disarmed until the next arm doorbell. In the polled mode the link monitor runs the
+    /// device every [`SERVICE_PERIOD`] while a channel exists, so events come while the lcore
+    /// sleeps.
+    pub fn create_comp_channel(&self) -> Result<u32, HcaError> {
+        let id = self.state().create_channel()?;
+        if !self.shared.threaded {
+            events::watch(&self.shared.inner)?;
+        }
+        Ok(id)
+    }
+
+    /// The channel's event fd: an `eventfd`, non-blocking, readable while events wait in
+    /// [`Hca::next_cq_event`]. Valid until the channel is destroyed.
+    pub fn comp_channel_fd(&self, channel: u32) -> Result<std::os::fd::RawFd, HcaError> {
+        Ok(self.state().channel(channel)?.fd())
+    }
+
+    /// The CQN of the oldest completion event on `channel`, `None` when there is none (the fd
+    /// is then not readable).
+    pub fn next_cq_event(&self, channel: u32) -> Result<Option<u32>, HcaError> {
+        let ch = self.state().channel(channel)?;
+        Ok(ch.pop())
+    }
+
+    /// Destroy a completion channel (`Busy` while CQs are bound to it).
+    pub fn destroy_comp_channel(&self, channel: u32) -> Result<(), HcaError> {
+        self.state().destroy_channel(channel)
+    }
+
+    /// Bind CQ `cqn` to `channel` (`None`: no channel; its events are then lost).
+    pub fn set_cq_channel(&self, cqn: u32, channel: Option<u32>) -> Result<(), HcaError> {
+        self.state().set_cq_channel(cqn, channel)
     }
 
     /// Surprise removal, as when a card is hot-unplugged: the link goes down, nothing is

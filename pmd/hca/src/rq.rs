@@ -171,7 +171,10 @@ impl Rq {
                 }
             }
         }
-        cq.push(cqe);
+        // Received frames are not solicited events (only errors count as such).
+        if cq.push(cqe, false) {
+            counters.cq_events += 1;
+        }
         counters.cqes += 1;
         self.ci = self.ci.wrapping_add(1);
         Rx::Done

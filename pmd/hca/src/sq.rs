@@ -197,6 +197,8 @@ impl Fetched {
 
 /// The C field (completion requested) of `srcrb_flags`, in its last byte.
 const CQ_UPDATE_BYTE: u8 = srcrb::CQ_UPDATE as u8;
+/// The solicited-event bit of `srcrb_flags`, in its last byte.
+const SOLICIT_BYTE: u8 = srcrb::SOLICIT as u8;
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
@@ -479,7 +481,10 @@ impl Sq {
                     }
                     if hit.signaled {
                         let op = cqe_owner::SEND | hit.opcode;
-                        cx.cq.push(tx_cqe(self.qpn, counter, op, 0, 0));
+                        let solicited = ctrl[11] & SOLICIT_BYTE != 0;
+                        if cx.cq.push(tx_cqe(self.qpn, counter, op, 0, 0), solicited) {
+                            t.events += 1;
+                        }
                         t.cqes += 1;
                     }
                     self.ci = self.ci.wrapping_add(self.slots(hit.txbbs));
@@ -517,6 +522,7 @@ impl Sq {
                 send::decode::<false>(wqe, w.ds, bf_posted, cx.mrs, segs, &mut self.shape)
             };
             let signaled = result.is_err() || wqe[0][11] & CQ_UPDATE_BYTE == CQ_UPDATE_BYTE;
+            let solicited = wqe[0][11] & SOLICIT_BYTE != 0;
             if signaled && !credit.take(cx.cq) {
                 self.stall(stop, cx.counters);
                 break;
@@ -552,7 +558,12 @@ impl Sq {
             };
             if signaled {
                 let vendor = if inject { INJECTED_VENDOR_ERR } else { 0 };
-                cx.cq.push(tx_cqe(self.qpn, counter, op, syn, vendor));
+                if cx
+                    .cq
+                    .push(tx_cqe(self.qpn, counter, op, syn, vendor), solicited)
+                {
+                    t.events += 1;
+                }
                 t.cqes += 1;
                 t.error_cqes += u64::from(syn != 0);
             }
@@ -757,6 +768,7 @@ struct Tally {
     cqes: u64,
     error_cqes: u64,
     injected: u64,
+    events: u64,
 }
 
 impl Tally {
@@ -773,6 +785,7 @@ impl Tally {
         c.cqes += self.cqes;
         c.error_cqes += self.error_cqes;
         c.inj_tx_errors += self.injected;
+        c.cq_events += self.events;
     }
 }
 
