@@ -291,15 +291,11 @@ impl DevState {
     ) -> Result<u32, HcaError> {
         self.cq_mut(cqn)?;
         let state = self.initial_state();
+        let fcs = opts.scatter_fcs;
         let qpn = self.insert_qp(opts.qpn, |qpn| {
-            Ok(Qp::Rq(Box::new(Rq::new(
-                qpn,
-                ring,
-                (cnt, sges),
-                cqn,
-                db,
-                state,
-            ))))
+            let mut rq = Rq::new(qpn, ring, (cnt, sges), cqn, db, state);
+            rq.scatter_fcs = fcs;
+            Ok(Qp::Rq(Box::new(rq)))
         })?;
         self.cq_mut(cqn)?.users += 1;
         let at = self.rqs.partition_point(|&q| q < qpn);
@@ -396,6 +392,16 @@ impl DevState {
                 Ok(())
             }
             _ => Err(HcaError::NotFound("SQ", qpn)),
+        }
+    }
+
+    pub(crate) fn set_rq_scatter_fcs(&mut self, qpn: u32, on: bool) -> Result<(), HcaError> {
+        match self.qps.get_mut(qp_slot(qpn)) {
+            Some(Qp::Rq(rq)) => {
+                rq.scatter_fcs = on;
+                Ok(())
+            }
+            _ => Err(HcaError::NotFound("RQ", qpn)),
         }
     }
 

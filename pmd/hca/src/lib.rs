@@ -227,6 +227,8 @@ pub struct Caps {
     pub max_mac_addrs: u32,
     /// Multicast addresses the port filters on ([`Hca::set_mc_list`]).
     pub max_mc_addrs: u32,
+    /// RQs can keep the FCS ([`Hca::set_rq_scatter_fcs`]).
+    pub scatter_fcs: bool,
 }
 
 /// Why a control-path request failed.
@@ -352,6 +354,8 @@ pub struct RqOptions {
     /// indirection table wants consecutive QPNs from an aligned base); `None` (the default):
     /// any free QPN.
     pub qpn: Option<u32>,
+    /// Leave the 4-byte FCS on received frames ([`Hca::set_rq_scatter_fcs`]).
+    pub scatter_fcs: bool,
 }
 
 /// A UAR page the opener allocated ([`Hca::alloc_uar`]), for send queues to share and for CQ
@@ -530,6 +534,7 @@ impl Hca {
             max_rq_sges: 32,
             max_mac_addrs: MAX_MAC_ADDRS as u32,
             max_mc_addrs: MAX_MC_ADDRS as u32,
+            scatter_fcs: true,
         };
         let port = Arc::new(RxPort::on(bar.new_inbox(cfg.rx_inbox_frames)));
         let faults = cfg.faults;
@@ -723,6 +728,15 @@ impl Hca {
     /// or `Error` from anywhere. A queue in error must go through `Reset`.
     pub fn set_sq_state(&self, qpn: u32, state: QueueState) -> Result<(), HcaError> {
         self.state().set_sq_state(qpn, state)
+    }
+
+    /// Leave (`on`) or strip the 4-byte FCS of frames this RQ receives (verbs'
+    /// `IBV_WQ_FLAGS_SCATTER_FCS`, DPDK's `KEEP_CRC`): the device scatters the frame and then
+    /// its CRC-32 (least significant byte first, as on the wire), and `byte_cnt` counts it, so
+    /// the buffers must hold 4 more bytes. Filters, MTU, hash and checksums see the frame
+    /// without it. Off by default.
+    pub fn set_rq_scatter_fcs(&self, qpn: u32, on: bool) -> Result<(), HcaError> {
+        self.state().set_rq_scatter_fcs(qpn, on)
     }
 
     /// Move a receive queue to `state`, with the rules of [`Hca::set_sq_state`].

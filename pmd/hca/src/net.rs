@@ -363,6 +363,35 @@ pub(crate) fn rss_hash(frame: &[u8], key: &Toeplitz, fields: RssFields) -> u32 {
     }
 }
 
+/// The IEEE 802.3 CRC-32 (reflected polynomial 0xedb88320) as a table of every byte value.
+const CRC32_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+/// The Ethernet FCS of `frame` (destination MAC to the end of the payload): CRC-32, initial
+/// value and final XOR all ones.
+pub(crate) fn crc32(frame: &[u8]) -> u32 {
+    !frame.iter().fold(!0u32, |c, &b| {
+        CRC32_TABLE[usize::from((c as u8) ^ b)] ^ (c >> 8)
+    })
+}
+
 /// What flow rules match on, read from a received frame once.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct FrameFields {
@@ -449,6 +478,17 @@ mod tests {
         h[11] = 0;
         assert_eq!(checksum(&h), 0xb861);
         assert_eq!(fold(sum16(0, &IP_HDR)), 0xffff);
+    }
+
+    #[test]
+    fn crc32_check_value_and_fcs_residue() {
+        // The standard check value of CRC-32/ISO-HDLC.
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+        // A frame followed by its FCS (least significant byte first) leaves the fixed residue.
+        let frame: Vec<u8> = (0..60u8).collect();
+        let mut with = frame.clone();
+        with.extend(crc32(&frame).to_le_bytes());
+        assert_eq!(!crc32(&with), 0xdebb_20e3);
     }
 
     #[test]

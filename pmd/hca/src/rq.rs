@@ -33,6 +33,8 @@ pub(crate) struct Rq {
     pub(crate) state: QueueState,
     /// Since when frames for this RQ wait for room in its CQ.
     full_since: Option<Instant>,
+    /// Leave the 4-byte FCS on received frames (verbs' `SCATTER_FCS`, DPDK's `KEEP_CRC`).
+    pub(crate) scatter_fcs: bool,
 }
 
 /// What became of a frame offered to an RQ.
@@ -71,6 +73,7 @@ impl Rq {
             ci: 0,
             state,
             full_since: None,
+            scatter_fcs: false,
         }
     }
 
@@ -131,6 +134,14 @@ impl Rq {
             w.set_qpn(self.qpn);
             w.set_wqe_index(self.ci as u16);
         }
+        // The FCS goes on the wire least significant byte first.
+        let fcs_bytes;
+        let fcs: &[u8] = if self.scatter_fcs {
+            fcs_bytes = net::crc32(frame).to_le_bytes();
+            &fcs_bytes
+        } else {
+            &[]
+        };
         let injected = inject.tick();
         let scattered = if injected {
             counters.inj_rx_errors += 1;
@@ -138,25 +149,37 @@ impl Rq {
             w.set_vendor_err(INJECTED_VENDOR_ERR);
             Err(syndrome::LOCAL_PROT)
         } else {
-            self.scatter_list(frame.len(), mrs, &mut pieces)
+            self.scatter_list(frame.len() + fcs.len(), mrs, &mut pieces)
         };
         match scattered {
             Ok(n) => {
+                // The frame, then (with SCATTER_FCS) its FCS, across the pieces.
                 let mut at = 0;
                 for p in &pieces[..n] {
-                    mrs.mem(p.mr).write(p.off, &frame[at..at + p.len]);
-                    at += p.len;
+                    let mem = mrs.mem(p.mr);
+                    let end = at + p.len;
+                    let body = end.min(frame.len());
+                    if at < body {
+                        mem.write(p.off, &frame[at..body]);
+                    }
+                    if end > frame.len() {
+                        let from = at.max(frame.len());
+                        let skip = from - at;
+                        mem.write(p.off + skip, &fcs[from - frame.len()..end - frame.len()]);
+                    }
+                    at = end;
                 }
+                let len = frame.len() + fcs.len();
                 let (status, csum) = net::rx_status(frame);
                 let mut w = Cqe::new_unchecked(&mut cqe[..]);
                 w.set_immed_rss_invalid(hash);
                 w.set_status(status);
-                w.set_byte_cnt(frame.len() as u32);
+                w.set_byte_cnt(len as u32);
                 w.set_checksum(csum);
                 w.set_owner_sr_opcode(cqe_opcode::RX_SEND);
                 counters.rx_frames += 1;
                 counters.rx_bytes += frame.len() as u64;
-                counters.dma_write_bytes += frame.len() as u64;
+                counters.dma_write_bytes += len as u64;
             }
             Err(syn) => {
                 let mut w = Cqe::new_unchecked(&mut cqe[..]);

@@ -304,6 +304,7 @@ fn an_aligned_qpn_range_holds_an_rss_tables_queues() {
         };
         let opts = RqOptions {
             qpn: Some(base + k),
+            ..RqOptions::default()
         };
         // SAFETY: the memory lives in `mems` until the end of the test.
         in_range.push(unsafe { hca.create_rq_with(&attr, &opts) }.unwrap());
@@ -326,7 +327,10 @@ fn an_aligned_qpn_range_holds_an_rss_tables_queues() {
         db_rec: db.ptr() as *mut u32,
     };
     for q in [base, base + 8, 0x7000] {
-        let opts = RqOptions { qpn: Some(q) };
+        let opts = RqOptions {
+            qpn: Some(q),
+            ..RqOptions::default()
+        };
         // SAFETY: refused before the ring is used.
         assert!(
             unsafe { hca.create_rq_with(&attr, &opts) }.is_err(),

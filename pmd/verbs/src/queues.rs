@@ -782,7 +782,10 @@ fn create_wq_in(c: &Context, a: &mut sys::ibv_wq_init_attr) -> Result<*mut sys::
                 cqn: rcq.cqn,
                 db_rec: rdb,
             },
-            &RqOptions { qpn: Some(qpn) },
+            &RqOptions {
+                qpn: Some(qpn),
+                ..RqOptions::default()
+            },
         )
     } {
         Ok(n) => n,
