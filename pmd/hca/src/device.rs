@@ -292,9 +292,11 @@ impl DevState {
         self.cq_mut(cqn)?;
         let state = self.initial_state();
         let fcs = opts.scatter_fcs;
+        let tunnels = self.caps.tunnel_offloads;
         let qpn = self.insert_qp(opts.qpn, |qpn| {
             let mut rq = Rq::new(qpn, ring, (cnt, sges), cqn, db, state);
             rq.scatter_fcs = fcs;
+            rq.tunnels = tunnels;
             Ok(Qp::Rq(Box::new(rq)))
         })?;
         self.cq_mut(cqn)?.users += 1;
@@ -674,6 +676,7 @@ impl DevState {
         let work = match self.cqs.get_mut(cq_slot(sq.cqn)) {
             Some(cq) => sq.poll(&mut TxCtx {
                 wc: self.wc,
+                pro: self.caps.tunnel_offloads,
                 max_wqe_size: self.caps.max_wqe_size as usize,
                 mrs: &self.mrs,
                 cq,

@@ -177,6 +177,10 @@ pub struct HcaConfig {
     /// only in RTS and a WQ receives only in RDY. Off by default: queues are created `Ready`,
     /// as drivers written before queue states expect.
     pub reset_on_create: bool,
+    /// Be a ConnectX-3 Pro (PCI device and vendor part 0x1007) rather than a ConnectX-3
+    /// (0x1003): VXLAN (UDP 4789) frames get their inner checksums filled on TX (owner_opcode
+    /// IIP, ILP) and inner verdicts with tunnel bits in RX CQEs. Off by default.
+    pub pro: bool,
 }
 
 impl Default for HcaConfig {
@@ -194,6 +198,7 @@ impl Default for HcaConfig {
             uars: 64,
             faults: Faults::default(),
             reset_on_create: false,
+            pro: false,
         }
     }
 }
@@ -229,6 +234,10 @@ pub struct Caps {
     pub max_mc_addrs: u32,
     /// RQs can keep the FCS ([`Hca::set_rq_scatter_fcs`]).
     pub scatter_fcs: bool,
+    /// PCI device ID and verbs vendor part: 0x1003 (ConnectX-3) or 0x1007 (ConnectX-3 Pro).
+    pub vendor_part_id: u32,
+    /// Inner checksums and tunnel bits for VXLAN frames (a Pro).
+    pub tunnel_offloads: bool,
 }
 
 /// Why a control-path request failed.
@@ -456,6 +465,11 @@ impl fmt::Debug for Hca {
     }
 }
 
+/// PCI device ID of a ConnectX-3.
+pub const PART_CX3: u32 = 0x1003;
+/// PCI device ID of a ConnectX-3 Pro.
+pub const PART_CX3_PRO: u32 = 0x1007;
+
 /// A bound on [`Hca::step`] so a driver that keeps posting cannot hang a test.
 const MAX_STEP_POLLS: usize = 1 << 20;
 
@@ -535,6 +549,8 @@ impl Hca {
             max_mac_addrs: MAX_MAC_ADDRS as u32,
             max_mc_addrs: MAX_MC_ADDRS as u32,
             scatter_fcs: true,
+            vendor_part_id: if cfg.pro { PART_CX3_PRO } else { PART_CX3 },
+            tunnel_offloads: cfg.pro,
         };
         let port = Arc::new(RxPort::on(bar.new_inbox(cfg.rx_inbox_frames)));
         let faults = cfg.faults;

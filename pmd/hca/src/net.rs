@@ -195,6 +195,60 @@ pub(crate) fn fill_tx_checksums(frame: &mut [u8], ip: bool, l4: bool) {
     frame[off + field..off + field + 2].copy_from_slice(&c.to_be_bytes());
 }
 
+/// A VXLAN frame as a ConnectX-3 Pro parses it: where the inner Ethernet frame starts, and the
+/// outer headers' verdicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Vxlan {
+    pub(crate) inner: usize,
+    pub(crate) outer_v4: bool,
+    /// The outer IPv4 header checksum is right (IPv6 has none to get wrong).
+    pub(crate) outer_ip_ok: bool,
+    /// The outer UDP checksum is right, or absent (zero, as VXLAN senders usually leave it).
+    pub(crate) outer_udp_ok: bool,
+}
+
+/// VXLAN header length.
+const VXLAN_HDR: usize = 8;
+
+/// The frame's VXLAN tunnel (UDP to port 4789 carrying a VXLAN header and at least an inner
+/// Ethernet header), if it is one.
+pub(crate) fn vxlan(frame: &[u8]) -> Option<Vxlan> {
+    let lay = parse(frame)?;
+    let (proto, off, len) = lay.l4?;
+    if proto != PROTO_UDP
+        || len < 8 + VXLAN_HDR + ETH_HDR
+        || be16(frame, off + 2) != mlx4_prm::VXLAN_PORT
+    {
+        return None;
+    }
+    let (outer_v4, outer_ip_ok) = match lay.l3 {
+        L3::V4 { ihl, .. } => (
+            true,
+            fold(sum16(0, &frame[lay.l3_off..lay.l3_off + ihl])) == 0xffff,
+        ),
+        L3::V6 => (false, true),
+    };
+    let stored = be16(frame, off + 6);
+    let sum = sum16(pseudo_sum(frame, &lay, proto, len), &frame[off..off + len]);
+    Some(Vxlan {
+        inner: off + 8 + VXLAN_HDR,
+        outer_v4,
+        outer_ip_ok,
+        outer_udp_ok: stored == 0 || fold(sum) == 0xffff,
+    })
+}
+
+/// TX offloads of a ConnectX-3 Pro for a VXLAN frame: the inner IPv4 header checksum (`iip`)
+/// and the inner TCP/UDP checksum (`ilp`), filled from scratch. Returns false (nothing done)
+/// if the frame is not VXLAN.
+pub(crate) fn fill_inner_checksums(frame: &mut [u8], iip: bool, ilp: bool) -> bool {
+    let Some(t) = vxlan(frame) else {
+        return false;
+    };
+    fill_tx_checksums(&mut frame[t.inner..], iip, ilp);
+    true
+}
+
 /// Where the IP and TCP headers sit in an LSO header template (`hdr` = L2 + L3 + L4 headers
 /// only): `(l3_off, is_ipv4, l4_off)`. `None` unless it is TCP over IPv4/IPv6 whose headers end
 /// within `hdr`.

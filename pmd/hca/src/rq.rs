@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use mlx4_prm::{cqe_opcode, syndrome, Cqe, RxDataSeg, CQE_SIZE, INVALID_LKEY};
+use mlx4_prm::{cqe_opcode, cqe_vlan, syndrome, Cqe, RxDataSeg, CQE_SIZE, INVALID_LKEY};
 
 use crate::cq::Cq;
 use crate::dma::HostMem;
@@ -35,6 +35,8 @@ pub(crate) struct Rq {
     full_since: Option<Instant>,
     /// Leave the 4-byte FCS on received frames (verbs' `SCATTER_FCS`, DPDK's `KEEP_CRC`).
     pub(crate) scatter_fcs: bool,
+    /// The adapter is a ConnectX-3 Pro: VXLAN frames get inner verdicts and tunnel bits.
+    pub(crate) tunnels: bool,
 }
 
 /// What became of a frame offered to an RQ.
@@ -74,6 +76,7 @@ impl Rq {
             state,
             full_since: None,
             scatter_fcs: false,
+            tunnels: false,
         }
     }
 
@@ -170,8 +173,9 @@ impl Rq {
                     at = end;
                 }
                 let len = frame.len() + fcs.len();
-                let (status, csum) = net::rx_status(frame);
+                let (status, csum, tunnel) = self.classify(frame);
                 let mut w = Cqe::new_unchecked(&mut cqe[..]);
+                w.set_vlan_my_qpn(self.qpn | tunnel);
                 w.set_immed_rss_invalid(hash);
                 w.set_status(status);
                 w.set_byte_cnt(len as u32);
@@ -201,6 +205,30 @@ impl Rq {
         counters.cqes += 1;
         self.ci = self.ci.wrapping_add(1);
         Rx::Done
+    }
+
+    /// The status word, checksum field and `vlan_my_qpn` tunnel bits for `frame`. On a Pro, a
+    /// VXLAN frame's status describes the inner packet (its types and checksum verdicts, which
+    /// DPDK maps to inner packet types), and the tunnel bits the outer headers.
+    fn classify(&self, frame: &[u8]) -> (u32, u16, u32) {
+        if self.tunnels {
+            if let Some(t) = net::vxlan(frame) {
+                let (status, csum) = net::rx_status(&frame[t.inner..]);
+                let mut bits = cqe_vlan::L2_TUNNEL;
+                if t.outer_v4 {
+                    bits |= cqe_vlan::L2_TUNNEL_IPV4;
+                }
+                if t.outer_ip_ok {
+                    bits |= cqe_vlan::L2_TUNNEL_IPOK;
+                }
+                if t.outer_udp_ok {
+                    bits |= cqe_vlan::L2_TUNNEL_L4_CSUM;
+                }
+                return (status, csum, bits);
+            }
+        }
+        let (status, csum) = net::rx_status(frame);
+        (status, csum, 0)
     }
 
     /// The buffers of the WQE at the consumer that `len` bytes fill, checked before anything is

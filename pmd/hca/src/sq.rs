@@ -169,6 +169,8 @@ impl Scratch {
 /// What a walk works with besides the queue itself.
 pub(crate) struct TxCtx<'a> {
     pub(crate) wc: bool,
+    /// A ConnectX-3 Pro: inner checksums (IIP/ILP) of VXLAN frames.
+    pub(crate) pro: bool,
     pub(crate) max_wqe_size: usize,
     pub(crate) mrs: &'a MrTable,
     pub(crate) cq: &'a mut Cq,
@@ -806,7 +808,7 @@ fn transmit(v: Verdict, bf_posted: bool, out: &Out, t: &mut Tally, cx: &mut TxCt
 /// Assemble the frame(s) of the WQE in `scratch` and hand them to the wire.
 fn put_on_wire(bf_posted: bool, t: &mut Tally, cx: &mut TxCtx<'_>) {
     let s = &mut *cx.scratch;
-    let lso = send::assemble(&s.wqe, &s.segs, cx.mrs, bf_posted, &mut s.frame);
+    let lso = send::assemble(&s.wqe, &s.segs, cx.mrs, (bf_posted, cx.pro), &mut s.frame);
     let (wire, port) = (&mut *cx.wire, cx.port);
     let mut put = |frame: &[u8]| match wire.transmit(port, frame) {
         TxOutcome::Sent => {
