@@ -220,7 +220,7 @@ fn vxlan_roundtrip(pro: bool) -> (Vec<u8>, Vec<u8>, u32) {
     assert_eq!(hca.caps().tunnel_offloads, pro);
     hca.set_wire(Wire::Loop).unwrap();
     let txcq = TestCq::new(&hca, 8);
-    let mut sq = TestSq::new(&hca, 8, txcq.cqn);
+    let sq = TestSq::new(&hca, 8, txcq.cqn);
     let mut rxcq = TestCq::new(&hca, 8);
     let mut rq = TestRq::new(&hca, 8, 1, rxcq.cqn);
     let pkts = Pkts::new(&hca, 65536);
