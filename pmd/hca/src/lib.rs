@@ -238,6 +238,24 @@ pub struct Caps {
     pub vendor_part_id: u32,
     /// Inner checksums and tunnel bits for VXLAN frames (a Pro).
     pub tunnel_offloads: bool,
+    /// Firmware version as mlx4 keeps it: `major << 32 | minor << 16 | subminor`
+    /// ([`FW_VERSION`]); [`Caps::fw_version`] formats it.
+    pub fw_ver: u64,
+}
+
+/// The firmware the model reports: 2.42.5000, the last ConnectX-3 / ConnectX-3 Pro release.
+pub const FW_VERSION: (u16, u16, u16) = (2, 42, 5000);
+
+impl Caps {
+    /// The firmware version as mlx4_ib reports it (`major.minor.subminor`), e.g. `2.42.5000`.
+    pub fn fw_version(&self) -> String {
+        format!(
+            "{}.{}.{}",
+            self.fw_ver >> 32,
+            (self.fw_ver >> 16) & 0xffff,
+            self.fw_ver & 0xffff
+        )
+    }
 }
 
 /// Why a control-path request failed.
@@ -551,6 +569,9 @@ impl Hca {
             scatter_fcs: true,
             vendor_part_id: if cfg.pro { PART_CX3_PRO } else { PART_CX3 },
             tunnel_offloads: cfg.pro,
+            fw_ver: u64::from(FW_VERSION.0) << 32
+                | u64::from(FW_VERSION.1) << 16
+                | u64::from(FW_VERSION.2),
         };
         let port = Arc::new(RxPort::on(bar.new_inbox(cfg.rx_inbox_frames)));
         let faults = cfg.faults;

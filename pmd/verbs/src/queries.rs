@@ -46,8 +46,10 @@ pub(crate) fn device_attr(c: &Context) -> sys::ibv_device_attr {
         phys_port_cnt: caps.num_ports,
         ..Default::default()
     };
-    for (d, s) in a.fw_ver.iter_mut().zip(b"2.42.5000 (mlx4rs model)") {
-        *d = *s as _;
+    // mlx4_ib formats the firmware version as major.minor.subminor.
+    let fw = caps.fw_version();
+    for (d, s) in a.fw_ver.iter_mut().take(63).zip(fw.bytes()) {
+        *d = s as _;
     }
     a
 }

@@ -112,6 +112,12 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         assert_eq!(mlx4rs_verbs__ibv_query_device(ctx, &mut attr), 0);
         assert_eq!((attr.vendor_part_id, attr.phys_port_cnt), (0x1003, 1));
         assert!(attr.max_sge >= 32, "DPDK's mlx4 asserts 32 SGEs");
+        let fw = CStr::from_ptr(attr.fw_ver.as_ptr());
+        assert_eq!(
+            fw.to_str(),
+            Ok("2.42.5000"),
+            "the model's firmware, as mlx4_ib says it"
+        );
         let mut ex = sys::ibv_device_attr_ex::default();
         let q = v.query_device_ex.expect("query_device_ex op");
         assert_eq!(
