@@ -12,7 +12,7 @@ use crate::flow::{FlowAction, FlowCounters, FlowRule, FlowTable, RssContext, Ver
 use crate::net;
 use crate::rq::{Rq, Rx};
 use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
-use crate::rx::{RxConfig, RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
+use crate::rx::{FlowControl, RxConfig, RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
 use crate::sq::{Bf, Scratch, Sq, SqWatch, TxCtx};
 use crate::tables::{MrTable, Pages, Slots, UarPage, CQN_BASE, QPN_BASE};
 use crate::wire::{RxPort, WirePort};
@@ -56,6 +56,7 @@ pub(crate) struct DevState {
     wire: WirePort,
     port: Arc<RxPort>,
     rx: RxConfig,
+    flow_control: FlowControl,
     flows: FlowTable,
     events: Arc<Events>,
     /// Completion channels, by id - 1.
@@ -101,6 +102,7 @@ impl DevState {
             wire: WirePort::null(),
             port,
             rx: RxConfig::default(),
+            flow_control: FlowControl::default(),
             flows: FlowTable::default(),
             events,
             channels: Vec::new(),
@@ -496,6 +498,21 @@ impl DevState {
 
     pub(crate) fn rx_filter(&self) -> RxFilter {
         self.rx.filter.snapshot()
+    }
+
+    pub(crate) fn set_flow_control(&mut self, fc: FlowControl) -> Result<(), HcaError> {
+        if fc.low_water > fc.high_water {
+            return Err(HcaError::InvalidArgument(format!(
+                "flow control low water {} above high water {}",
+                fc.low_water, fc.high_water
+            )));
+        }
+        self.flow_control = fc;
+        Ok(())
+    }
+
+    pub(crate) fn flow_control(&self) -> FlowControl {
+        self.flow_control
     }
 
     pub(crate) fn set_mtu(&mut self, mtu: u16) {

@@ -130,7 +130,7 @@ pub use flow::{
 };
 pub use rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 pub use runner::{RxRunner, SqRunner};
-pub use rx::{RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
+pub use rx::{FlowControl, RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
 pub use wire::{FrameSink, Wire};
 
 use device::DevState;
@@ -905,6 +905,18 @@ impl Hca {
     /// The receive filters in force.
     pub fn rx_filter(&self) -> RxFilter {
         self.state().rx_filter()
+    }
+
+    /// Set the port's flow control (pause) settings; `InvalidArgument` if `low_water` is above
+    /// `high_water`. Stored and reported only: the model sends no pause frame and honours
+    /// none (see [`FlowControl`]).
+    pub fn set_flow_control(&self, fc: &FlowControl) -> Result<(), HcaError> {
+        self.state().set_flow_control(*fc)
+    }
+
+    /// The flow control settings ([`FlowControl::default`], mlx4_en's, until set).
+    pub fn flow_control(&self) -> FlowControl {
+        self.state().flow_control()
     }
 
     /// Create an RSS context (its own key, hashed fields and RQ table) for flow rules with

@@ -416,3 +416,47 @@ fn vlan_filter_drops_and_counts_tags_not_in_the_table() {
     assert_eq!(k.rx_dropped(), 3, "counted as dropped, not missed");
     assert_eq!(k.rx_missed(), 0);
 }
+
+#[test]
+fn flow_control_is_stored_and_reported_and_changes_no_frame() {
+    let mut rig = Rig::new(1);
+    let fc = rig.hca.flow_control();
+    assert!(
+        fc.rx_pause && fc.tx_pause && !fc.autoneg,
+        "mlx4_en's defaults"
+    );
+    let want = mlx4_hca::FlowControl {
+        rx_pause: false,
+        tx_pause: true,
+        autoneg: true,
+        pause_time: 100,
+        high_water: 8000,
+        low_water: 2000,
+        send_xon: true,
+        mac_ctrl_frame_fwd: true,
+    };
+    rig.hca.set_flow_control(&want).unwrap();
+    assert_eq!(rig.hca.flow_control(), want);
+    let bad = mlx4_hca::FlowControl {
+        low_water: 9000,
+        ..want
+    };
+    assert!(matches!(
+        rig.hca.set_flow_control(&bad),
+        Err(HcaError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        rig.hca.flow_control(),
+        want,
+        "unchanged by a refused setting"
+    );
+    // No pause frame is generated, and a received one is just a frame (EtherType 0x8808).
+    let mut pause = vec![
+        0x01, 0x80, 0xc2, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 1, 0x88, 0x08,
+    ];
+    pause.extend([0x00, 0x01, 0xff, 0xff]);
+    pause.resize(60, 0);
+    assert!(rig.roundtrip(&pause).is_some());
+    let k = rig.hca.counters();
+    assert_eq!((k.tx_frames, k.rx_frames), (1, 1));
+}
