@@ -500,6 +500,10 @@ impl DevState {
         self.rx.filter.snapshot()
     }
 
+    pub(crate) fn set_flows_only(&mut self, on: bool) {
+        self.rx.flows_only = on;
+    }
+
     pub(crate) fn set_flow_control(&mut self, fc: FlowControl) -> Result<(), HcaError> {
         if fc.low_water > fc.high_water {
             return Err(HcaError::InvalidArgument(format!(

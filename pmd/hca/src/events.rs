@@ -181,8 +181,10 @@ const MAX_CHANNEL_EVENTS: usize = 4096;
 
 impl Channel {
     pub(crate) fn new() -> Result<Channel, HcaError> {
+        // Blocking, as a verbs channel fd is until its user says otherwise: `pop` reads it only
+        // while its count is not zero, so never blocks.
         // SAFETY: plain eventfd(2); the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
             return Err(HcaError::Io(format!(
                 "eventfd: {}",

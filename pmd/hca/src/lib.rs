@@ -948,6 +948,14 @@ impl Hca {
         self.state().create_flow(rule)
     }
 
+    /// Deliver only what flow rules take (`on`): frames no rule matches are dropped as
+    /// `rx_drops_filter`, as device-managed flow steering with no default rule does (what a
+    /// verbs device is; the verbs stand-in turns it on). Off by default: such frames take the
+    /// default path.
+    pub fn set_flows_only(&self, on: bool) {
+        self.state().set_flows_only(on);
+    }
+
     /// Remove a flow rule.
     pub fn destroy_flow(&self, id: u32) -> Result<(), HcaError> {
         self.state().destroy_flow(id)
@@ -1050,8 +1058,9 @@ impl Hca {
         Ok(id)
     }
 
-    /// The channel's event fd: an `eventfd`, non-blocking, readable while events wait in
-    /// [`Hca::next_cq_event`]. Valid until the channel is destroyed.
+    /// The channel's event fd: an `eventfd`, readable while events wait in
+    /// [`Hca::next_cq_event`]; blocking until its user sets `O_NONBLOCK` (as a verbs channel
+    /// fd), which `next_cq_event` never needs. Valid until the channel is destroyed.
     pub fn comp_channel_fd(&self, channel: u32) -> Result<std::os::fd::RawFd, HcaError> {
         Ok(self.state().channel(channel)?.fd())
     }

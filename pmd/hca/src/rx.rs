@@ -174,6 +174,8 @@ pub(crate) struct RxConfig {
     pub(crate) filter: Filters,
     /// Largest L3 length received.
     pub(crate) mtu: u16,
+    /// Only flow rules deliver: frames none matches are dropped.
+    pub(crate) flows_only: bool,
 }
 
 impl Default for RxConfig {
@@ -185,6 +187,7 @@ impl Default for RxConfig {
             rss_fields: RssFields::ALL,
             filter: Filters::default(),
             mtu: DEFAULT_MTU,
+            flows_only: false,
         }
     }
 }
@@ -192,7 +195,7 @@ impl Default for RxConfig {
 impl RxConfig {
     /// Whether the MAC and VLAN filters pass `frame` (dropping and counting it if not).
     pub(crate) fn filters_pass(&self, frame: &[u8], counters: &mut Counters) -> bool {
-        if frame.len() < 6 || !self.filter.mac_passes(&frame[..6]) {
+        if self.flows_only || frame.len() < 6 || !self.filter.mac_passes(&frame[..6]) {
             counters.rx_drops_filter += 1;
             return false;
         }

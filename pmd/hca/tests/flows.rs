@@ -184,6 +184,12 @@ fn a_rule_steers_its_frames_to_a_queue_before_the_default_path() {
     assert_eq!(hits.bytes, 2 * udp_to(53).len() as u64);
     assert_eq!(rig.hca.counters().rx_drops_filter, 1);
     // Gone: the default path again.
+    // Only the rules deliver, as on a verbs device.
+    rig.hca.set_flows_only(true);
+    assert_eq!(rig.roundtrip(&udp_to(53)).map(|r| r.0), Some(1));
+    assert!(rig.roundtrip(&udp_to(54)).is_none());
+    assert_eq!(rig.hca.counters().rx_drops_filter, 2);
+    rig.hca.set_flows_only(false);
     rig.hca.destroy_flow(id).unwrap();
     assert!(rig.hca.flows().is_empty());
     assert_eq!(rig.roundtrip(&udp_to(53)).map(|r| r.0), Some(0));

@@ -53,7 +53,7 @@ fn cq_out(p: *mut sys::ibv_cq, out: &mut sys::mlx4dv_cq) -> c_int {
     out.cqn = c.cqn;
     out.set_ci_db = c.db;
     out.arm_db = c.db.wrapping_add(1);
-    out.arm_sn = c.arm_sn as c_int;
+    out.arm_sn = c.arm_sn.load(std::sync::atomic::Ordering::Relaxed) as c_int;
     out.cqe_size = mlx4_prm::CQE_SIZE as c_int;
     let mut mask = 0;
     if out.comp_mask & u64::from(sys::MLX4DV_CQ_MASK_UAR) != 0 {

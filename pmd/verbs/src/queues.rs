@@ -8,7 +8,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mlx4_hca::{CqAttr, HcaError, QueueState, RqAttr, RqOptions, SqAttr, SqOptions};
@@ -180,7 +180,8 @@ pub(crate) struct Cq {
     pub db: *mut u32,
     pub cqn: u32,
     pub cnt: u32,
-    pub arm_sn: u32,
+    /// libmlx4's arm sequence number: 2 bits carried by each arm, advanced per event.
+    pub arm_sn: AtomicU32,
 }
 
 /// # Safety
@@ -218,7 +219,19 @@ fn create_cq(
             return Err(hca_errno("ibv_create_cq", e));
         }
     };
-    if !channel.is_null() {
+    // SAFETY: the application's channel pointer, if any.
+    let ch = unsafe { crate::context::channel(channel) };
+    if !channel.is_null() && ch.is_none() {
+        let _ = c.adapter.hca.destroy_cq(cqn);
+        c.free_db(DbKind::Cq, db);
+        return Err(libc::EINVAL);
+    }
+    if let Some(ch) = ch {
+        if let Err(e) = c.adapter.hca.set_cq_channel(cqn, Some(ch.id)) {
+            let _ = c.adapter.hca.destroy_cq(cqn);
+            c.free_db(DbKind::Cq, db);
+            return Err(hca_errno("ibv_create_cq", e));
+        }
         // SAFETY: the application's channel; rdma-core counts the CQs using it.
         unsafe { (*channel).refcnt += 1 };
     }
@@ -236,9 +249,13 @@ fn create_cq(
         db,
         cqn,
         cnt,
-        arm_sn: 1,
+        arm_sn: AtomicU32::new(1),
     });
-    Ok(Box::into_raw(cq).cast())
+    let p = Box::into_raw(cq);
+    if let Some(ch) = ch {
+        ch.cqs.lock().push((cqn, p as usize, cq_context as usize));
+    }
+    Ok(p.cast())
 }
 
 #[no_mangle]
@@ -273,11 +290,66 @@ pub unsafe extern "C" fn mlx4rs_verbs__ibv_destroy_cq(p: *mut sys::ibv_cq) -> c_
     if !cq.ibv.channel.is_null() {
         // SAFETY: the channel outlives the CQs using it (its destroy checks refcnt).
         unsafe { (*cq.ibv.channel).refcnt -= 1 };
+        // SAFETY: as above.
+        if let Some(ch) = unsafe { crate::context::channel(cq.ibv.channel) } {
+            ch.cqs.lock().retain(|x| x.0 != cq.cqn);
+        }
     }
     c.free_db(DbKind::Cq, cq.db);
     // SAFETY: allocated with Box::into_raw, destroyed once; the model no longer writes the ring.
     drop(unsafe { Box::from_raw((cq as *const Cq).cast_mut()) });
     0
+}
+
+/// CQ doorbell commands (spec 5.3): the next solicited completion, or the next one.
+const ARM_SOLICITED: u32 = 1 << 24;
+const ARM_NEXT: u32 = 2 << 24;
+
+/// `ibv_req_notify_cq` (the context op verbs.h calls): arm the CQ as libmlx4's `mlx4_arm_cq`
+/// does, through the hardware: the arm record after `set_ci_db`, then the 64-bit CQ doorbell
+/// at offset 0x20 of the context's UAR page, carrying the sequence number, the command, the
+/// CQN and the consumer index (read from `set_ci_db`, which the mlx4dv user keeps).
+pub(crate) unsafe extern "C" fn req_notify_cq(p: *mut sys::ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: the application's CQ pointer.
+    let Some(cq) = (unsafe { cq(p) }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the context outlives its objects.
+    let c = unsafe { &*cq.ctx };
+    let sn = cq.arm_sn.load(Ordering::Relaxed) & 3;
+    let cmd = if solicited_only != 0 {
+        ARM_SOLICITED
+    } else {
+        ARM_NEXT
+    };
+    // SAFETY: the CQ's doorbell record pair (set_ci_db, arm_db), ours until destroy_cq.
+    let ci =
+        u32::from_be(unsafe { AtomicU32::from_ptr(cq.db) }.load(Ordering::Acquire)) & 0xff_ffff;
+    // SAFETY: as above; the arm word follows set_ci_db.
+    unsafe { AtomicU32::from_ptr(cq.db.add(1)) }
+        .store((sn << 28 | cmd | ci).to_be(), Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    let v = (u64::from(sn << 28 | cmd | cq.cqn) << 32) | u64::from(ci);
+    let reg = c
+        .cq_uar()
+        .cast::<u8>()
+        .wrapping_add(mlx4_prm::CQ_DOORBELL_OFFSET);
+    // SAFETY: the CQ doorbell of the context's UAR page (device memory valid while the context
+    // is open), 8-aligned; one 64-bit store, as on a card.
+    unsafe { AtomicU64::from_ptr(reg.cast()) }.store(v.to_be(), Ordering::Release);
+    0
+}
+
+/// An event of this CQ was taken (`ibv_get_cq_event`): the next arm carries the next sequence
+/// number, as libmlx4's `cq_event` op keeps it.
+///
+/// # Safety
+/// `p` is a CQ pointer of ours.
+pub(crate) unsafe fn cq_event(p: *mut sys::ibv_cq) {
+    // SAFETY: forwarded contract.
+    if let Some(cq) = unsafe { cq(p) } {
+        cq.arm_sn.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 // ------------------------------------------------------------------------------ QP
@@ -746,11 +818,15 @@ fn create_wq_in(c: &Context, a: &mut sys::ibv_wq_init_attr) -> Result<*mut sys::
     if a.comp_mask & !sys::IBV_WQ_INIT_ATTR_FLAGS != 0 {
         return Err(libc::EOPNOTSUPP);
     }
-    if a.comp_mask & sys::IBV_WQ_INIT_ATTR_FLAGS != 0 && a.create_flags != 0 {
+    let flags = if a.comp_mask & sys::IBV_WQ_INIT_ATTR_FLAGS != 0 {
+        a.create_flags
+    } else {
+        0
+    };
+    if flags & !sys::IBV_WQ_FLAGS_SCATTER_FCS != 0 {
         log(format_args!(
-            "ibv_create_wq: create flags {:#x} not supported (the model delivers frames without \
-             their FCS)",
-            a.create_flags
+            "ibv_create_wq: create flags {:#x} not supported (SCATTER_FCS is)",
+            flags
         ));
         return Err(libc::EOPNOTSUPP);
     }
@@ -784,7 +860,7 @@ fn create_wq_in(c: &Context, a: &mut sys::ibv_wq_init_attr) -> Result<*mut sys::
             },
             &RqOptions {
                 qpn: Some(qpn),
-                ..RqOptions::default()
+                scatter_fcs: flags & sys::IBV_WQ_FLAGS_SCATTER_FCS != 0,
             },
         )
     } {
@@ -902,8 +978,21 @@ pub(crate) unsafe extern "C" fn modify_wq(
     };
     // SAFETY: the caller's attribute struct.
     let a = unsafe { &*attr };
-    if a.attr_mask & !(sys::IBV_WQ_ATTR_STATE | sys::IBV_WQ_ATTR_CURR_STATE) != 0 {
+    if a.attr_mask
+        & !(sys::IBV_WQ_ATTR_STATE | sys::IBV_WQ_ATTR_CURR_STATE | sys::IBV_WQ_ATTR_FLAGS)
+        != 0
+    {
         return libc::EOPNOTSUPP;
+    }
+    if a.attr_mask & sys::IBV_WQ_ATTR_FLAGS != 0
+        && a.flags_mask & sys::IBV_WQ_FLAGS_SCATTER_FCS != 0
+    {
+        // SAFETY: the context outlives its objects.
+        let c = unsafe { &*w.ctx };
+        let on = a.flags & sys::IBV_WQ_FLAGS_SCATTER_FCS != 0;
+        if let Err(e) = c.adapter.hca.set_rq_scatter_fcs(w.ibv.wq_num, on) {
+            return hca_errno("ibv_modify_wq", e);
+        }
     }
     let cur = w.ibv.state;
     if a.attr_mask & sys::IBV_WQ_ATTR_CURR_STATE != 0 && a.curr_wq_state != cur {
