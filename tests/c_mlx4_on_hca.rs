@@ -390,47 +390,19 @@ fn rss_spreads_frames_over_the_c_drivers_wqs() {
     assert_eq!(m["rx_drops_no_wqe"], 0, "{m:?}");
 }
 
-fn sh(cmd: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A C-driven port and a `net_mlx4rs` port cabled to each other. The two ports live in two
-/// copies of the model (the stand-in's and the plugin's), so the cable runs through the kernel:
-/// each port's wire is a TAP interface, and the two TAPs are the only ports of a bridge in a
-/// network namespace of the test's own (no IPv6, no addresses, no multicast snooping: the
-/// kernel adds no frames of its own).
+/// A C-driven port and a `net_mlx4rs` port cabled to each other through a file
+/// (`wire=cable:<path>`). The two ports live in two copies of the model in one process (the
+/// stand-in's and the plugin's); the cable file joins them as it joins two processes.
 #[test]
 fn io_across_a_cable_to_net_mlx4rs_conserves_every_frame() {
-    assert!(
-        std::path::Path::new("/dev/net/tun").exists(),
-        "this test needs /dev/net/tun (TAP wires) and root"
-    );
-    let id = std::process::id() % 100_000;
-    let (a, b, ns) = (
-        format!("m4a{id}"),
-        format!("m4b{id}"),
-        format!("mlx4rs-c{id}"),
-    );
-    let dev = CDevice::new("c-cable", &format!("tap:{a}"), CX3);
-    let rs = format!("net_mlx4rs0,wire=tap:{b}");
-    let setup = format!(
-        "ip netns add {ns} && ip netns exec {ns} sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 \
-         && ip netns exec {ns} sysctl -q -w net.ipv6.conf.default.disable_ipv6=1 \
-         && ip link set {a} netns {ns} && ip link set {b} netns {ns} \
-         && ip -n {ns} link add br0 type bridge mcast_snooping 0 && ip -n {ns} link set {a} master br0 \
-         && ip -n {ns} link set {b} master br0 && ip -n {ns} link set {a} up \
-         && ip -n {ns} link set {b} up && ip -n {ns} link set br0 up"
-    );
-    let _ = sh(&format!("ip netns del {ns} 2>/dev/null"));
+    let dir = common::scratch_dir("c-cable-wire");
+    let cable = dir.join("cable");
+    let dev = CDevice::new("c-cable", &format!("cable:{}", cable.display()), CX3);
+    let rs = format!("net_mlx4rs0,wire=cable:{}", cable.display());
     let out = dev.testpmd(
         &[&rs],
         &["--forward-mode=io", "--total-num-mbufs=8192"],
         &[
-            Shell(&setup),
             Cmd("start tx_first 4"),
             Sleep(2000),
             Cmd("stop"),
@@ -442,7 +414,7 @@ fn io_across_a_cable_to_net_mlx4rs_conserves_every_frame() {
         ],
         LIMIT,
     );
-    let _ = sh(&format!("ip netns del {ns} 2>/dev/null"));
+    let _ = std::fs::remove_dir_all(&dir);
     assert_probed(&out, &dev);
     assert!(out.status.success(), "{}", diagnose(&out));
     let all = out.all();
