@@ -455,3 +455,76 @@ fn io_across_a_cable_to_net_mlx4rs_conserves_every_frame() {
     }
     assert_eq!(common::xstat(&all, "hca_tx_drops_wire"), Some(0));
 }
+
+/// rte_flow through the C driver: its verbs flows (Ethernet, IPv4 and UDP specs on a one-WQ
+/// hash QP; a flow on its drop QP) become the model's flow rules. testpmd's frames are UDP to
+/// port 9 of one flow, which the default RSS puts on queue 1: a rule sends them all to queue 0
+/// instead, then a drop rule drops them all. (mlx4 wants the destination MAC in a rule with
+/// more items: the frames go to testpmd's peer address.)
+#[test]
+fn rte_flow_rules_steer_and_drop_through_the_c_drivers_verbs_flows() {
+    let dev = CDevice::new("c-flow", "loop", CX3);
+    let out = dev.testpmd(
+        &[],
+        &[
+            "--forward-mode=io",
+            "--rxq=2",
+            "--txq=2",
+            "--total-num-mbufs=16384",
+        ],
+        &[
+            Cmd(concat!(
+                "flow create 0 ingress pattern eth dst is 02:00:00:00:00:00 / ipv4 / ",
+                "udp dst is 9 / end actions queue index 0 / end"
+            )),
+            Cmd("flow list 0"),
+            Cmd("start tx_first"),
+            Sleep(1000),
+            Cmd("stop"),
+            Cmd("show port xstats 0"),
+            Cmd("flow flush 0"),
+            Cmd(concat!(
+                "flow create 0 ingress pattern eth dst is 02:00:00:00:00:00 / ipv4 / ",
+                "udp dst is 9 / end actions drop / end"
+            )),
+            Cmd("clear port stats all"),
+            Cmd("start tx_first"),
+            Sleep(500),
+            Cmd("stop"),
+            Cmd("show port stats 0"),
+            Cmd("port stop all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    assert_probed(&out, &dev);
+    assert!(out.status.success(), "{}", diagnose(&out));
+    let all = out.all();
+    assert!(
+        all.contains("Flow rule #0 created"),
+        "the C driver took the rule:\n{}",
+        diagnose(&out)
+    );
+    let q = |n: u32| {
+        common::xstat(&all, &format!("rx_q{n}_packets"))
+            .unwrap_or_else(|| panic!("no rx_q{n}_packets:\n{}", diagnose(&out)))
+    };
+    assert!(q(0) > 64, "the rule's queue received them: {}", q(0));
+    assert_eq!(q(1), 0, "nothing took the default RSS");
+    let last = all
+        .rfind("Forward statistics for port 0")
+        .expect("forward statistics");
+    assert_eq!(
+        stat(&all[last..], "RX-packets:"),
+        0,
+        "the drop rule drops them:\n{}",
+        &all[last..]
+    );
+    let m = model(&dev, &out);
+    assert!(m["rx_drops_flow"] >= 32, "{m:?}");
+    assert_eq!(
+        m["rx_frames"] + m["rx_drops_flow"],
+        m["tx_frames"],
+        "every frame on the loop is received or dropped by the rule: {m:?}"
+    );
+}
