@@ -444,6 +444,9 @@ impl Sq {
         let fast = !bf_live && !out.bytes;
         let epoch = cx.mrs.epoch();
         let txbb_mask = self.txbb_mask();
+        // The ring's geometry in registers: the fields would be reloaded per WQE.
+        let (slot_mask, shift) = (self.cnt - 1, self.txbb_shift);
+        let round = (1u32 << shift) - 1;
         let mut done = 0;
         let inferred = std::mem::take(&mut self.inferred);
         self.walk = Walk::Idle;
@@ -452,7 +455,7 @@ impl Sq {
             if matches!(stop, Some(c) if u32::from(c.wrapping_sub(counter)) >= self.cnt) {
                 break;
             }
-            let first = self.first_txbb(self.ci);
+            let first = (self.ci & slot_mask) << shift;
             let off = first as usize * TXBB_SIZE;
             let Some(dw0) = self.ring.load_be32(off) else {
                 break;
@@ -489,7 +492,7 @@ impl Sq {
                         }
                         t.cqes += 1;
                     }
-                    self.ci = self.ci.wrapping_add(self.slots(hit.txbbs));
+                    self.ci = self.ci.wrapping_add((hit.txbbs + round) >> shift);
                     t.txbbs += u64::from(hit.txbbs);
                     done += 1;
                     if stop == Some(counter) {
