@@ -52,9 +52,25 @@
 //! CQEs it injected carry vendor_err [`INJECTED_VENDOR_ERR`], and the `inj_*` counters say what
 //! was injected.
 //!
+//! # Events
+//! The device tells the driver without being polled, through event fds (eventfds a DPDK driver
+//! hands to EAL's interrupt thread): port events ([`Hca::event_fd`], [`Hca::next_event`]: link
+//! up and down as a PHY sees them, [`Hca::link_up`], and removal, [`Hca::remove`]), and
+//! completion events of armed CQs on completion channels ([`Hca::create_comp_channel`]; a CQ is
+//! armed by the CQ doorbell at UAR + 0x20, one event per arming).
+//!
+//! # Queue states
+//! Queues start `Ready` (or, with [`HcaConfig::reset_on_create`], `Reset`, running only once
+//! [`Hca::set_sq_state`] / [`Hca::set_rq_state`] made them `Ready`, as a QP in RTS and a WQ in
+//! RDY). A send queue's ring is slots of 64 bytes or, with [`SqOptions::stride_shift`], more
+//! (libmlx4's layout for QPs with inline or LSO caps).
+//!
 //! # What the device does (the contract the driver codes against)
-//! - **Doorbell**: a 32-bit store of BE32(`qpn << 8`) at UAR + 0x14. The device takes the word
-//!   with an atomic swap, so doorbells are never lost and two that land together merge. It then
+//! - **Doorbell**: a 32-bit store of BE32(`qpn << 8`) at UAR + 0x14 of any UAR page of the
+//!   adapter: the device routes it by the QPN it names (a queue's own page, or one several
+//!   queues share, [`SqOptions::uar`]). The device takes the word with an atomic swap, so
+//!   doorbells are never lost and two that land together merge (on a shared page the device
+//!   then also walks the page's other queues, counted `doorbells_inferred`). It then
 //!   walks the SQ from its consumer while the first dword's OWNER bit equals the pass parity and
 //!   DS (byte 7) is non-zero. WQEs nobody rang for are not executed; stamped TXBBs never are.
 //! - **BlueFlame**: the driver writes the WQE to ring memory first, then copies
@@ -71,7 +87,8 @@
 //! - **Errors**: opcode other than NOP/SEND/LSO (or an LSO header that is not TCP), WQE over `max_wqe_size` or the ring, an unknown
 //!   `ins_vlan` value, or an inline segment crossing 64 bytes: `LOCAL_QP_OP`; segments running past DS,
 //!   zero-length or oversized frames: `LOCAL_LENGTH`; unknown lkey or a buffer outside its region:
-//!   `LOCAL_PROT`. The SQ goes to [`QueueState::Error`] and runs nothing more until recreated.
+//!   `LOCAL_PROT`. The SQ goes to [`QueueState::Error`] and runs nothing more until reset or
+//!   recreated.
 //! - **Send**: the frame is the WQE's inline and data segments in order (zero-length entries
 //!   skipped); `ins_vlan` inserts a tag after the MACs, except in a WQE a BlueFlame write
 //!   announced (copy taken or not): there bytes 4-6 are the QPN, which mlx4_en and rdma-core
@@ -79,11 +96,19 @@
 //!   header and TCP/UDP checksums from scratch. LSO (`mss << 16 | hdr_len`, header template, data
 //!   segments) cuts the payload into MSS segments with their own lengths, IDs, sequence numbers
 //!   and checksums.
-//! - **Receive**: frames not for the port's MAC (unless promiscuous, the default; broadcast
-//!   always, multicast with all-multicast) are dropped as `rx_drops_filter`, frames whose L3
-//!   length exceeds the MTU as `rx_drops_mtu`. The rest go to one RQ, `steering[hash % len]`
-//!   with the Toeplitz RSS hash ([`Hca::set_rss`]; hash 0, so the first entry, for frames no
-//!   enabled field set covers), which the CQE carries in `immed_rss_invalid`. An RQ consumes
+//!   A ConnectX-3 Pro ([`HcaConfig::pro`]) also fills the inner checksums of VXLAN frames
+//!   (owner_opcode IIP/ILP).
+//! - **Receive**: flow rules ([`Hca::create_flow`]: eth, VLAN, IPv4, TCP/UDP fields under
+//!   masks; to an RQ, an RSS context of their own, or dropped as `rx_drops_flow`) are checked
+//!   first, by priority. Frames no rule takes meet the filters: not promiscuous (the default
+//!   is), only unicast addresses of the MAC table (128), broadcast, multicast groups of the
+//!   multicast list (or all, with all-multicast) pass, the rest count as `rx_drops_filter`;
+//!   with the VLAN filter on, tagged frames of other VLANs as `rx_drops_vlan`. Frames whose L3
+//!   length exceeds the MTU are dropped as `rx_drops_mtu`. The rest go to one RQ,
+//!   `steering[hash % len]` with the Toeplitz RSS hash ([`Hca::set_rss`]; hash 0, so the first
+//!   entry, for frames no enabled field set covers), which the CQE carries in
+//!   `immed_rss_invalid`. An RQ may keep the FCS ([`Hca::set_rq_scatter_fcs`]); on a Pro, a
+//!   VXLAN frame's CQE has inner verdicts and tunnel bits. An RQ consumes
 //!   WQEs while the device's count differs from the doorbell record's low 16 bits;
 //!   no posted WQE drops the frame, a frame larger than the WQE's buffers gets a `LOCAL_LENGTH`
 //!   error CQE for that WQE and the queue goes on, a bad scatter entry puts the RQ in error.
