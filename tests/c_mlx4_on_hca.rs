@@ -528,3 +528,41 @@ fn rte_flow_rules_steer_and_drop_through_the_c_drivers_verbs_flows() {
         "every frame on the loop is received or dropped by the rule: {m:?}"
     );
 }
+
+/// A ConnectX-3 Pro (0x1007): the C driver offers what the model now does (tunnel checksum
+/// offloads, KEEP_CRC through FCS scatter), reports the model's firmware, and frames circulate
+/// on a loop with the Pro's CQEs.
+#[test]
+fn a_connectx3_pro_offers_tunnel_offloads_keep_crc_and_the_firmware_version() {
+    let dev = CDevice::new("c-pro", "loop", 0x1007);
+    let out = dev.testpmd(
+        &[],
+        &["--forward-mode=io", "--total-num-mbufs=8192"],
+        &[
+            Cmd("show port info 0"),
+            Cmd("show port 0 rx_offload capabilities"),
+            Cmd("show port 0 tx_offload capabilities"),
+            Cmd("start tx_first"),
+            Sleep(500),
+            Cmd("stop"),
+            Cmd("port stop all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    assert_probed(&out, &dev);
+    assert!(out.status.success(), "{}", diagnose(&out));
+    let all = out.all();
+    assert!(
+        all.contains("Firmware-version: 2.42.5000"),
+        "the model's firmware:\n{}",
+        diagnose(&out)
+    );
+    for capa in ["KEEP_CRC", "OUTER_IPV4_CKSUM"] {
+        assert!(all.contains(capa), "{capa} offered:\n{}", diagnose(&out));
+    }
+    let m = model(&dev, &out);
+    assert!(m["rx_frames"] > 32, "frames circulated: {m:?}");
+    assert_eq!(m["rx_frames"], m["tx_frames"], "{m:?}");
+    assert_eq!(m["error_cqes"], 0, "{m:?}");
+}
