@@ -390,47 +390,19 @@ fn rss_spreads_frames_over_the_c_drivers_wqs() {
     assert_eq!(m["rx_drops_no_wqe"], 0, "{m:?}");
 }
 
-fn sh(cmd: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A C-driven port and a `net_mlx4rs` port cabled to each other. The two ports live in two
-/// copies of the model (the stand-in's and the plugin's), so the cable runs through the kernel:
-/// each port's wire is a TAP interface, and the two TAPs are the only ports of a bridge in a
-/// network namespace of the test's own (no IPv6, no addresses, no multicast snooping: the
-/// kernel adds no frames of its own).
+/// A C-driven port and a `net_mlx4rs` port cabled to each other through a file
+/// (`wire=cable:<path>`). The two ports live in two copies of the model in one process (the
+/// stand-in's and the plugin's); the cable file joins them as it joins two processes.
 #[test]
 fn io_across_a_cable_to_net_mlx4rs_conserves_every_frame() {
-    assert!(
-        std::path::Path::new("/dev/net/tun").exists(),
-        "this test needs /dev/net/tun (TAP wires) and root"
-    );
-    let id = std::process::id() % 100_000;
-    let (a, b, ns) = (
-        format!("m4a{id}"),
-        format!("m4b{id}"),
-        format!("mlx4rs-c{id}"),
-    );
-    let dev = CDevice::new("c-cable", &format!("tap:{a}"), CX3);
-    let rs = format!("net_mlx4rs0,wire=tap:{b}");
-    let setup = format!(
-        "ip netns add {ns} && ip netns exec {ns} sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 \
-         && ip netns exec {ns} sysctl -q -w net.ipv6.conf.default.disable_ipv6=1 \
-         && ip link set {a} netns {ns} && ip link set {b} netns {ns} \
-         && ip -n {ns} link add br0 type bridge mcast_snooping 0 && ip -n {ns} link set {a} master br0 \
-         && ip -n {ns} link set {b} master br0 && ip -n {ns} link set {a} up \
-         && ip -n {ns} link set {b} up && ip -n {ns} link set br0 up"
-    );
-    let _ = sh(&format!("ip netns del {ns} 2>/dev/null"));
+    let dir = common::scratch_dir("c-cable-wire");
+    let cable = dir.join("cable");
+    let dev = CDevice::new("c-cable", &format!("cable:{}", cable.display()), CX3);
+    let rs = format!("net_mlx4rs0,wire=cable:{}", cable.display());
     let out = dev.testpmd(
         &[&rs],
         &["--forward-mode=io", "--total-num-mbufs=8192"],
         &[
-            Shell(&setup),
             Cmd("start tx_first 4"),
             Sleep(2000),
             Cmd("stop"),
@@ -442,7 +414,7 @@ fn io_across_a_cable_to_net_mlx4rs_conserves_every_frame() {
         ],
         LIMIT,
     );
-    let _ = sh(&format!("ip netns del {ns} 2>/dev/null"));
+    let _ = std::fs::remove_dir_all(&dir);
     assert_probed(&out, &dev);
     assert!(out.status.success(), "{}", diagnose(&out));
     let all = out.all();
@@ -482,4 +454,115 @@ fn io_across_a_cable_to_net_mlx4rs_conserves_every_frame() {
         );
     }
     assert_eq!(common::xstat(&all, "hca_tx_drops_wire"), Some(0));
+}
+
+/// rte_flow through the C driver: its verbs flows (Ethernet, IPv4 and UDP specs on a one-WQ
+/// hash QP; a flow on its drop QP) become the model's flow rules. testpmd's frames are UDP to
+/// port 9 of one flow, which the default RSS puts on queue 1: a rule sends them all to queue 0
+/// instead, then a drop rule drops them all. (mlx4 wants the destination MAC in a rule with
+/// more items: the frames go to testpmd's peer address.)
+#[test]
+fn rte_flow_rules_steer_and_drop_through_the_c_drivers_verbs_flows() {
+    let dev = CDevice::new("c-flow", "loop", CX3);
+    let out = dev.testpmd(
+        &[],
+        &[
+            "--forward-mode=io",
+            "--rxq=2",
+            "--txq=2",
+            "--total-num-mbufs=16384",
+        ],
+        &[
+            Cmd(concat!(
+                "flow create 0 ingress pattern eth dst is 02:00:00:00:00:00 / ipv4 / ",
+                "udp dst is 9 / end actions queue index 0 / end"
+            )),
+            Cmd("flow list 0"),
+            Cmd("start tx_first"),
+            Sleep(1000),
+            Cmd("stop"),
+            Cmd("show port xstats 0"),
+            Cmd("flow flush 0"),
+            Cmd(concat!(
+                "flow create 0 ingress pattern eth dst is 02:00:00:00:00:00 / ipv4 / ",
+                "udp dst is 9 / end actions drop / end"
+            )),
+            Cmd("clear port stats all"),
+            Cmd("start tx_first"),
+            Sleep(500),
+            Cmd("stop"),
+            Cmd("show port stats 0"),
+            Cmd("port stop all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    assert_probed(&out, &dev);
+    assert!(out.status.success(), "{}", diagnose(&out));
+    let all = out.all();
+    assert!(
+        all.contains("Flow rule #0 created"),
+        "the C driver took the rule:\n{}",
+        diagnose(&out)
+    );
+    let q = |n: u32| {
+        common::xstat(&all, &format!("rx_q{n}_packets"))
+            .unwrap_or_else(|| panic!("no rx_q{n}_packets:\n{}", diagnose(&out)))
+    };
+    assert!(q(0) > 64, "the rule's queue received them: {}", q(0));
+    assert_eq!(q(1), 0, "nothing took the default RSS");
+    let last = all
+        .rfind("Forward statistics for port 0")
+        .expect("forward statistics");
+    assert_eq!(
+        stat(&all[last..], "RX-packets:"),
+        0,
+        "the drop rule drops them:\n{}",
+        &all[last..]
+    );
+    let m = model(&dev, &out);
+    assert!(m["rx_drops_flow"] >= 32, "{m:?}");
+    assert_eq!(
+        m["rx_frames"] + m["rx_drops_flow"],
+        m["tx_frames"],
+        "every frame on the loop is received or dropped by the rule: {m:?}"
+    );
+}
+
+/// A ConnectX-3 Pro (0x1007): the C driver offers what the model now does (tunnel checksum
+/// offloads, KEEP_CRC through FCS scatter), reports the model's firmware, and frames circulate
+/// on a loop with the Pro's CQEs.
+#[test]
+fn a_connectx3_pro_offers_tunnel_offloads_keep_crc_and_the_firmware_version() {
+    let dev = CDevice::new("c-pro", "loop", 0x1007);
+    let out = dev.testpmd(
+        &[],
+        &["--forward-mode=io", "--total-num-mbufs=8192"],
+        &[
+            Cmd("show port info 0"),
+            Cmd("show port 0 rx_offload capabilities"),
+            Cmd("show port 0 tx_offload capabilities"),
+            Cmd("start tx_first"),
+            Sleep(500),
+            Cmd("stop"),
+            Cmd("port stop all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    assert_probed(&out, &dev);
+    assert!(out.status.success(), "{}", diagnose(&out));
+    let all = out.all();
+    assert!(
+        all.contains("Firmware-version: 2.42.5000"),
+        "the model's firmware:\n{}",
+        diagnose(&out)
+    );
+    for capa in ["KEEP_CRC", "OUTER_IPV4_CKSUM"] {
+        assert!(all.contains(capa), "{capa} offered:\n{}", diagnose(&out));
+    }
+    let m = model(&dev, &out);
+    assert!(m["rx_frames"] > 32, "frames circulated: {m:?}");
+    assert_eq!(m["rx_frames"], m["tx_frames"], "{m:?}");
+    assert_eq!(m["error_cqes"], 0, "{m:?}");
 }

@@ -8,11 +8,16 @@
 //!
 //! ```text
 //! page 0                header: magic, version, where everything below is
-//! pages 1..=uars        UAR pages, one per send queue (send doorbell at 0x14)
-//! next bf_pages pages   BlueFlame pages, `bf_regs_per_page` registers each
+//! then, per UAR i       UAR page i (send doorbell at 0x14, CQ doorbell at 0x20), followed by
+//!                       its BlueFlame page (`bf_regs_per_page` registers) when the device has
+//!                       BlueFlame
 //! next                  counter words: one u64 per `Counters` field, in `Counters::NAMES` order
 //! next                  the port's receive buffer (a frame ring)
 //! ```
+//!
+//! A UAR page's BlueFlame page follows it, as mlx4_ib maps them to user space (page offset 0
+//! of the command fd the UAR, page offset 1 its BlueFlame page): whoever maps device memory
+//! by offset finds a queue's BlueFlame page one page after the UAR page it was given.
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -27,7 +32,7 @@ use crate::{Counters, HcaConfig, HcaError};
 
 const PAGE: usize = UAR_PAGE_SIZE;
 const MAGIC: u64 = u64::from_le_bytes(*b"MLX4HBAR");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Header fields, as byte offsets into page 0.
 mod hdr {
@@ -68,11 +73,7 @@ impl Layout {
                 cfg.bf_regs_per_page.max(1) as usize,
             )
         };
-        let bf_pages = if per_page == 0 {
-            0
-        } else {
-            uars.div_ceil(per_page)
-        };
+        let bf_pages = if per_page == 0 { 0 } else { uars };
         let counters_off = PAGE * (1 + uars + bf_pages);
         let counters_len = (Counters::NAMES.len() * 8).next_multiple_of(PAGE);
         let inbox_off = counters_off + counters_len;
@@ -91,12 +92,17 @@ impl Layout {
         }
     }
 
+    /// Pages per UAR: the UAR page and, with BlueFlame, its BlueFlame page.
+    fn per_uar(&self) -> usize {
+        1 + usize::from(self.bf_pages > 0)
+    }
+
     fn uar_off(&self, i: usize) -> usize {
-        PAGE * (1 + i)
+        PAGE * (1 + i * self.per_uar())
     }
 
     fn bf_page_off(&self, j: usize) -> usize {
-        PAGE * (1 + self.uars + j)
+        self.uar_off(j) + PAGE
     }
 }
 
@@ -127,6 +133,59 @@ impl Bar {
         let layout = Layout::for_config(cfg);
         let region = Arc::new(Region::heap(layout.len));
         Bar::lay_out(region, layout)
+    }
+
+    /// Device memory in a memory file (`memfd`) of [`Bar::required_len`] bytes for `cfg`,
+    /// mapped here, and the file: whoever holds the file (a verbs command fd, another process
+    /// it was passed to) maps device pages with `mmap(fd, offset)`, `offset` being what
+    /// [`Bar::offset_of`] says, and reaches the same doorbells and BlueFlame registers.
+    pub fn in_memfd(cfg: &HcaConfig) -> Result<(Bar, std::os::fd::OwnedFd), HcaError> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let io = |what: &str| {
+            HcaError::Io(format!(
+                "device memory file: {what}: {}",
+                std::io::Error::last_os_error()
+            ))
+        };
+        let len = Bar::required_len(cfg);
+        // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"mlx4-hca-bar".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io("memfd_create"));
+        }
+        // SAFETY: a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sizing our own file.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(io("ftruncate"));
+        }
+        // SAFETY: maps the whole file shared; checked for failure below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io("mmap"));
+        }
+        struct Unmap(usize, usize);
+        impl Drop for Unmap {
+            fn drop(&mut self) {
+                // SAFETY: the mapping made above, unmapped once, when the region lets go.
+                unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
+            }
+        }
+        // SAFETY: the mapping is valid for `len` bytes (page aligned) until `Unmap` drops,
+        // which the region owns.
+        let region =
+            unsafe { Region::foreign_with(ptr.cast(), len, Box::new(Unmap(ptr as usize, len))) };
+        let bar = Bar::lay_out(Arc::new(region), Layout::for_config(cfg));
+        Ok((bar, fd))
     }
 
     /// Device memory the opener provides for a new adapter (for example DPDK shared memory,

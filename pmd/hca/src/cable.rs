@@ -232,6 +232,28 @@ impl Cable {
         &self.path
     }
 
+    /// Whether the other end is plugged in: its side lock is held (by a live process; the
+    /// kernel drops it when the process dies) and it takes frames (it is up).
+    pub(crate) fn peer_present(&self) -> bool {
+        // SAFETY: a zeroed flock is a valid value to fill in.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = libc::F_WRLCK as _;
+        fl.l_whence = libc::SEEK_SET as _;
+        fl.l_start = (1 - self.side) as i64;
+        fl.l_len = 1;
+        // SAFETY: F_OFD_GETLK reads and fills the flock we pass; the fd is open.
+        let rc = unsafe { libc::fcntl(self._file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
+        rc == 0 && fl.l_type != libc::F_UNLCK as _ && self.tx.up()
+    }
+
+    /// Whether the cable file was deleted: the cable is gone for good.
+    pub(crate) fn unlinked(&self) -> bool {
+        self._file.metadata().is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.nlink() == 0
+        })
+    }
+
     /// Frames the other end sent that this end's ring refused since the last call.
     pub(crate) fn new_rx_drops(&mut self) -> u64 {
         let d = self.rx.dropped();

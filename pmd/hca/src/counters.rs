@@ -37,8 +37,16 @@ macro_rules! counters {
 counters! {
     /// UAR send-doorbell writes taken (two that land before the device looks count once).
     doorbells,
-    /// Doorbells whose QPN did not match the queue owning the UAR page (ignored).
+    /// Doorbells naming no send queue of the adapter (ignored).
     doorbells_bad_qpn,
+    /// Doorbells for a send queue not in `Ready` (dropped, as by a QP not in RTS).
+    doorbells_not_ready,
+    /// Walks of a send queue that executed WQEs without a doorbell of its own seen: another
+    /// queue's doorbell arrived on the shared UAR page, where it may have overwritten this
+    /// queue's (two doorbells that land on one page before the device looks merge; a card
+    /// would have taken both). A driver that shares UAR pages and forgets a doorbell would
+    /// have its WQEs run anyway; this counter shows it.
+    doorbells_inferred,
     /// BlueFlame writes seen, whole or torn.
     bf_bursts,
     /// BlueFlame writes that did not arrive as one whole copy (all of them without WC): the
@@ -85,6 +93,12 @@ counters! {
     error_cqes,
     /// Times a queue had to wait because its CQ was full.
     cq_full_stalls,
+    /// CQ arm doorbells taken (UAR + 0x20).
+    cq_arms,
+    /// Arm doorbells naming no CQ of the adapter, or with an unknown command (ignored).
+    cq_arms_bad,
+    /// Completion events raised by armed CQs (one per arming).
+    cq_events,
     /// Frames delivered to an RX queue.
     rx_frames,
     /// Bytes of the frames delivered to an RX queue.
@@ -101,11 +115,19 @@ counters! {
     rx_drops_too_long,
     /// Received frames dropped on an RX queue in error (bad scatter entry).
     rx_drops_error,
-    /// Received frames dropped by the destination-MAC filter (not promiscuous, not our MAC,
-    /// not broadcast, and not multicast with all-multicast on).
+    /// Received frames steered to an RX queue not in `Ready` (as a WQ not in RDY).
+    rx_drops_not_ready,
+    /// Received frames dropped by the destination-MAC filter (not promiscuous, not broadcast,
+    /// a unicast address not in the MAC table or a multicast one neither in the multicast list
+    /// nor let through by all-multicast).
     rx_drops_filter,
     /// Received frames whose L3 length (after the MAC header and VLAN tags) exceeds the MTU.
     rx_drops_mtu,
+    /// Received tagged frames whose VLAN ID is not in the VLAN filter (while filtering and not
+    /// promiscuous).
+    rx_drops_vlan,
+    /// Received frames a flow rule with the drop action matched.
+    rx_drops_flow,
     /// Send WQEs completed in error on purpose (`Faults::tx_error_every`).
     inj_tx_errors,
     /// Received frames given a buffer error on purpose (`Faults::rx_error_every`).
@@ -122,15 +144,25 @@ impl Counters {
     /// NIC reports as missed (DPDK's `imissed`, `rx_missed_errors`); the `rx_drops_*` fields
     /// say why.
     pub fn rx_missed(&self) -> u64 {
-        self.rx_drops_no_wqe + self.rx_drops_wire + self.rx_drops_cq_full + self.rx_drops_error
+        self.rx_drops_no_wqe
+            + self.rx_drops_wire
+            + self.rx_drops_cq_full
+            + self.rx_drops_error
+            + self.rx_drops_not_ready
     }
 
     /// Every frame that reached the port and was not delivered to an RQ as a good frame:
-    /// [`Counters::rx_missed`] plus frames filtered by MAC, longer than the MTU, or larger than
-    /// the posted buffers (those get an error CQE). On a cable, what one port sent equals what
-    /// the other received plus this.
+    /// [`Counters::rx_missed`] plus frames filtered by MAC or VLAN, dropped by a flow rule,
+    /// longer than the MTU, or
+    /// larger than the posted buffers (those get an error CQE). On a cable, what one port sent
+    /// equals what the other received plus this.
     pub fn rx_dropped(&self) -> u64 {
-        self.rx_missed() + self.rx_drops_filter + self.rx_drops_mtu + self.rx_drops_too_long
+        self.rx_missed()
+            + self.rx_drops_filter
+            + self.rx_drops_vlan
+            + self.rx_drops_flow
+            + self.rx_drops_mtu
+            + self.rx_drops_too_long
     }
 }
 
@@ -148,7 +180,11 @@ mod tests {
         let v: Vec<_> = c.iter().collect();
         assert_eq!(v.len(), Counters::NAMES.len());
         assert_eq!(v[0], ("doorbells", 3));
-        assert_eq!(v[Counters::NAMES.len() - 5], ("rx_drops_mtu", 7));
+        let mtu = Counters::NAMES
+            .iter()
+            .position(|&n| n == "rx_drops_mtu")
+            .unwrap();
+        assert_eq!(v[mtu], ("rx_drops_mtu", 7));
         let values: Vec<u64> = v.iter().map(|&(_, x)| x).collect();
         assert_eq!(Counters::from_values(&values), c);
     }

@@ -1,9 +1,13 @@
 //! The device side of a completion queue: the producer of CQEs on a ring of driver memory
-//! (spec 5, section 10 rule 4).
+//! (spec 5, section 10 rule 4), and its arming: one completion event per arming, on the
+//! completion channel the CQ is bound to (spec 5.3).
+
+use std::sync::Arc;
 
 use mlx4_prm::{cqe_owner, Cqe, CQE_SIZE};
 
 use crate::dma::HostMem;
+use crate::events::Channel;
 
 /// Bits of the consumer index the `set_ci_db` record carries.
 const CI_MASK: u32 = 0x00ff_ffff;
@@ -18,12 +22,17 @@ pub(crate) struct Cq {
     pi: u32,
     /// Queues reporting to this CQ; it cannot be destroyed while any do.
     pub(crate) users: u32,
+    pub(crate) cqn: u32,
+    /// Armed: the next completion (solicited only, with `Some(true)`) raises an event.
+    armed: Option<bool>,
+    /// Where its events go.
+    pub(crate) channel: Option<Arc<Channel>>,
 }
 
 impl Cq {
     /// Take over `ring` (`cnt` CQEs) and mark every entry hardware-owned for pass 0, so the
     /// driver never mistakes memory it did not initialise for a completion.
-    pub(crate) fn new(ring: HostMem, cnt: u32, ci_db: HostMem) -> Cq {
+    pub(crate) fn new(cqn: u32, ring: HostMem, cnt: u32, ci_db: HostMem) -> Cq {
         let mut init = [0u8; CQE_SIZE];
         Cqe::new_unchecked(&mut init[..]).set_owner_sr_opcode(cqe_owner::OWNER);
         for i in 0..cnt as usize {
@@ -35,6 +44,30 @@ impl Cq {
             ci_db,
             pi: 0,
             users: 0,
+            cqn,
+            armed: None,
+            channel: None,
+        }
+    }
+
+    /// An arm doorbell: request an event for the next completion (`solicited`: the next
+    /// solicited or error one) after consumer index `ci`; if completions past `ci` are there
+    /// already, the event is raised now, as the hardware compares its producer with the index
+    /// the arm carries. Returns whether an event was raised.
+    pub(crate) fn arm(&mut self, solicited: bool, ci: u32) -> bool {
+        self.armed = Some(solicited);
+        if self.pi & CI_MASK != ci & CI_MASK {
+            self.fire();
+            return true;
+        }
+        false
+    }
+
+    #[cold]
+    fn fire(&mut self) {
+        self.armed = None;
+        if let Some(ch) = &self.channel {
+            ch.push(self.cqn);
         }
     }
 
@@ -46,8 +79,11 @@ impl Cq {
     }
 
     /// Write one CQE (its owner bit is set here from the pass parity), publishing the
-    /// `owner_sr_opcode` byte last. The caller has checked [`Cq::room`].
-    pub(crate) fn push(&mut self, mut cqe: [u8; CQE_SIZE]) {
+    /// `owner_sr_opcode` byte last; an armed CQ raises its event (`solicited`: the WQE asked for
+    /// a solicited event, or the CQE is an error). The caller has checked [`Cq::room`].
+    /// Returns whether an event was raised.
+    #[inline]
+    pub(crate) fn push(&mut self, mut cqe: [u8; CQE_SIZE], solicited: bool) -> bool {
         let owner = if self.pi & self.cnt != 0 {
             cqe_owner::OWNER
         } else {
@@ -59,6 +95,14 @@ impl Cq {
         let off = (self.pi & (self.cnt - 1)) as usize * CQE_SIZE;
         self.ring.write_publish_last(off, &cqe);
         self.pi = self.pi.wrapping_add(1);
+        if let Some(sol_only) = self.armed {
+            let error = cqe[31] & cqe_owner::OPCODE_MASK == mlx4_prm::cqe_opcode::ERROR;
+            if !sol_only || solicited || error {
+                self.fire();
+                return true;
+            }
+        }
+        false
     }
 }
 

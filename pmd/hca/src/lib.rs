@@ -52,9 +52,25 @@
 //! CQEs it injected carry vendor_err [`INJECTED_VENDOR_ERR`], and the `inj_*` counters say what
 //! was injected.
 //!
+//! # Events
+//! The device tells the driver without being polled, through event fds (eventfds a DPDK driver
+//! hands to EAL's interrupt thread): port events ([`Hca::event_fd`], [`Hca::next_event`]: link
+//! up and down as a PHY sees them, [`Hca::link_up`], and removal, [`Hca::remove`]), and
+//! completion events of armed CQs on completion channels ([`Hca::create_comp_channel`]; a CQ is
+//! armed by the CQ doorbell at UAR + 0x20, one event per arming).
+//!
+//! # Queue states
+//! Queues start `Ready` (or, with [`HcaConfig::reset_on_create`], `Reset`, running only once
+//! [`Hca::set_sq_state`] / [`Hca::set_rq_state`] made them `Ready`, as a QP in RTS and a WQ in
+//! RDY). A send queue's ring is slots of 64 bytes or, with [`SqOptions::stride_shift`], more
+//! (libmlx4's layout for QPs with inline or LSO caps).
+//!
 //! # What the device does (the contract the driver codes against)
-//! - **Doorbell**: a 32-bit store of BE32(`qpn << 8`) at UAR + 0x14. The device takes the word
-//!   with an atomic swap, so doorbells are never lost and two that land together merge. It then
+//! - **Doorbell**: a 32-bit store of BE32(`qpn << 8`) at UAR + 0x14 of any UAR page of the
+//!   adapter: the device routes it by the QPN it names (a queue's own page, or one several
+//!   queues share, [`SqOptions::uar`]). The device takes the word with an atomic swap, so
+//!   doorbells are never lost and two that land together merge (on a shared page the device
+//!   then also walks the page's other queues, counted `doorbells_inferred`). It then
 //!   walks the SQ from its consumer while the first dword's OWNER bit equals the pass parity and
 //!   DS (byte 7) is non-zero. WQEs nobody rang for are not executed; stamped TXBBs never are.
 //! - **BlueFlame**: the driver writes the WQE to ring memory first, then copies
@@ -71,7 +87,8 @@
 //! - **Errors**: opcode other than NOP/SEND/LSO (or an LSO header that is not TCP), WQE over `max_wqe_size` or the ring, an unknown
 //!   `ins_vlan` value, or an inline segment crossing 64 bytes: `LOCAL_QP_OP`; segments running past DS,
 //!   zero-length or oversized frames: `LOCAL_LENGTH`; unknown lkey or a buffer outside its region:
-//!   `LOCAL_PROT`. The SQ goes to [`QueueState::Error`] and runs nothing more until recreated.
+//!   `LOCAL_PROT`. The SQ goes to [`QueueState::Error`] and runs nothing more until reset or
+//!   recreated.
 //! - **Send**: the frame is the WQE's inline and data segments in order (zero-length entries
 //!   skipped); `ins_vlan` inserts a tag after the MACs, except in a WQE a BlueFlame write
 //!   announced (copy taken or not): there bytes 4-6 are the QPN, which mlx4_en and rdma-core
@@ -79,11 +96,19 @@
 //!   header and TCP/UDP checksums from scratch. LSO (`mss << 16 | hdr_len`, header template, data
 //!   segments) cuts the payload into MSS segments with their own lengths, IDs, sequence numbers
 //!   and checksums.
-//! - **Receive**: frames not for the port's MAC (unless promiscuous, the default; broadcast
-//!   always, multicast with all-multicast) are dropped as `rx_drops_filter`, frames whose L3
-//!   length exceeds the MTU as `rx_drops_mtu`. The rest go to one RQ, `steering[hash % len]`
-//!   with the Toeplitz RSS hash ([`Hca::set_rss`]; hash 0, so the first entry, for frames no
-//!   enabled field set covers), which the CQE carries in `immed_rss_invalid`. An RQ consumes
+//!   A ConnectX-3 Pro ([`HcaConfig::pro`]) also fills the inner checksums of VXLAN frames
+//!   (owner_opcode IIP/ILP).
+//! - **Receive**: flow rules ([`Hca::create_flow`]: eth, VLAN, IPv4, TCP/UDP fields under
+//!   masks; to an RQ, an RSS context of their own, or dropped as `rx_drops_flow`) are checked
+//!   first, by priority. Frames no rule takes meet the filters: not promiscuous (the default
+//!   is), only unicast addresses of the MAC table (128), broadcast, multicast groups of the
+//!   multicast list (or all, with all-multicast) pass, the rest count as `rx_drops_filter`;
+//!   with the VLAN filter on, tagged frames of other VLANs as `rx_drops_vlan`. Frames whose L3
+//!   length exceeds the MTU are dropped as `rx_drops_mtu`. The rest go to one RQ,
+//!   `steering[hash % len]` with the Toeplitz RSS hash ([`Hca::set_rss`]; hash 0, so the first
+//!   entry, for frames no enabled field set covers), which the CQE carries in
+//!   `immed_rss_invalid`. An RQ may keep the FCS ([`Hca::set_rq_scatter_fcs`]); on a Pro, a
+//!   VXLAN frame's CQE has inner verdicts and tunnel bits. An RQ consumes
 //!   WQEs while the device's count differs from the doorbell record's low 16 bits;
 //!   no posted WQE drops the frame, a frame larger than the WQE's buffers gets a `LOCAL_LENGTH`
 //!   error CQE for that WQE and the queue goes on, a bad scatter entry puts the RQ in error.
@@ -97,7 +122,9 @@ mod counters;
 mod cq;
 mod device;
 mod dma;
+mod events;
 mod fault;
+mod flow;
 mod inbox;
 mod net;
 mod rq;
@@ -120,9 +147,15 @@ use parking_lot::Mutex;
 
 pub use bar::Bar;
 pub use counters::Counters;
+pub use events::{PortEvent, MONITOR_PERIOD, SERVICE_PERIOD};
 pub use fault::{Faults, INJECTED_VENDOR_ERR};
+pub use flow::{
+    EthMatch, FlowAction, FlowCounters, FlowPattern, FlowRule, Ipv4Match, L4Match, L4Proto, Masked,
+    RssContext, VlanMatch, MAX_FLOWS, MAX_RSS_CONTEXTS,
+};
 pub use rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 pub use runner::{RxRunner, SqRunner};
+pub use rx::{FlowControl, RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
 pub use wire::{FrameSink, Wire};
 
 use device::DevState;
@@ -164,6 +197,15 @@ pub struct HcaConfig {
     pub uars: u32,
     /// Faults to inject from the start (none by default); see [`Hca::set_faults`].
     pub faults: Faults,
+    /// Create queues in [`QueueState::Reset`]: they execute (SQ) or receive (RQ) only once
+    /// [`Hca::set_sq_state`] / [`Hca::set_rq_state`] moved them to `Ready`, as a QP executes
+    /// only in RTS and a WQ receives only in RDY. Off by default: queues are created `Ready`,
+    /// as drivers written before queue states expect.
+    pub reset_on_create: bool,
+    /// Be a ConnectX-3 Pro (PCI device and vendor part 0x1007) rather than a ConnectX-3
+    /// (0x1003): VXLAN (UDP 4789) frames get their inner checksums filled on TX (owner_opcode
+    /// IIP, ILP) and inner verdicts with tunnel bits in RX CQEs. Off by default.
+    pub pro: bool,
 }
 
 impl Default for HcaConfig {
@@ -180,6 +222,8 @@ impl Default for HcaConfig {
             rx_inbox_frames: 1024,
             uars: 64,
             faults: Faults::default(),
+            reset_on_create: false,
+            pro: false,
         }
     }
 }
@@ -209,6 +253,34 @@ pub struct Caps {
     pub bf_regs_per_page: u32,
     /// Scatter entries per RX WQE.
     pub max_rq_sges: u32,
+    /// Unicast MAC addresses the port filters on ([`Hca::set_mac_table`]).
+    pub max_mac_addrs: u32,
+    /// Multicast addresses the port filters on ([`Hca::set_mc_list`]).
+    pub max_mc_addrs: u32,
+    /// RQs can keep the FCS ([`Hca::set_rq_scatter_fcs`]).
+    pub scatter_fcs: bool,
+    /// PCI device ID and verbs vendor part: 0x1003 (ConnectX-3) or 0x1007 (ConnectX-3 Pro).
+    pub vendor_part_id: u32,
+    /// Inner checksums and tunnel bits for VXLAN frames (a Pro).
+    pub tunnel_offloads: bool,
+    /// Firmware version as mlx4 keeps it: `major << 32 | minor << 16 | subminor`
+    /// ([`FW_VERSION`]); [`Caps::fw_version`] formats it.
+    pub fw_ver: u64,
+}
+
+/// The firmware the model reports: 2.42.5000, the last ConnectX-3 / ConnectX-3 Pro release.
+pub const FW_VERSION: (u16, u16, u16) = (2, 42, 5000);
+
+impl Caps {
+    /// The firmware version as mlx4_ib reports it (`major.minor.subminor`), e.g. `2.42.5000`.
+    pub fn fw_version(&self) -> String {
+        format!(
+            "{}.{}.{}",
+            self.fw_ver >> 32,
+            (self.fw_ver >> 16) & 0xffff,
+            self.fw_ver & 0xffff
+        )
+    }
 }
 
 /// Why a control-path request failed.
@@ -261,12 +333,18 @@ fn invalid(s: impl Into<String>) -> HcaError {
     HcaError::InvalidArgument(s.into())
 }
 
-/// Queue state as the driver can observe it.
+/// Queue state as the driver sets and observes it (a QP's RESET/RTS/ERR, a WQ's
+/// RESET/RDY/ERR).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueState {
-    /// Executing WQEs.
+    /// Not running: an SQ drops its doorbells and BlueFlame writes (`doorbells_not_ready`,
+    /// `bf_ignored`), an RQ drops the frames steered to it (`rx_drops_not_ready`). Moving a
+    /// queue here forgets its position: the next `Ready` starts at WQE 0.
+    Reset,
+    /// Executing WQEs (SQ) or receiving (RQ).
     Ready,
-    /// A WQE completed in error; nothing more is executed until the queue is recreated.
+    /// A WQE completed in error (or the driver moved the queue here): nothing more is executed
+    /// until the queue is reset (or recreated).
     Error,
 }
 
@@ -294,6 +372,56 @@ pub struct SqAttr {
     pub cqn: u32,
 }
 
+/// How a send queue is laid out and where it rings, beyond [`SqAttr`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqOptions {
+    /// log2 of the slot (stride) size, 6 (64 bytes, the default) to 11. A WQE starts at a slot
+    /// and takes `ceil(size / stride)` slots; the ownership parity, the BlueFlame counter and
+    /// CQE `wqe_index` count slots. DPDK and mlx4_en use 64-byte slots (so WQEs pack TXBB after
+    /// TXBB); libmlx4 gives QPs with inline or LSO-header caps 128 bytes or more and puts one
+    /// WQE per slot.
+    pub stride_shift: u32,
+    /// Ring on this UAR page (from [`Hca::alloc_uar`]) with the other queues on it, as the QPs
+    /// of one verbs context share its page; `None` (the default): a page of its own.
+    pub uar: Option<u32>,
+    /// Take this QPN, a free number of a range from [`Hca::reserve_qpns`]; `None` (the
+    /// default): any free QPN.
+    pub qpn: Option<u32>,
+}
+
+impl Default for SqOptions {
+    fn default() -> Self {
+        SqOptions {
+            stride_shift: mlx4_prm::TXBB_SHIFT,
+            uar: None,
+            qpn: None,
+        }
+    }
+}
+
+/// How a receive queue is created, beyond [`RqAttr`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RqOptions {
+    /// Take this QPN, a free number of a range from [`Hca::reserve_qpns`] (an RSS
+    /// indirection table wants consecutive QPNs from an aligned base); `None` (the default):
+    /// any free QPN.
+    pub qpn: Option<u32>,
+    /// Leave the 4-byte FCS on received frames ([`Hca::set_rq_scatter_fcs`]).
+    pub scatter_fcs: bool,
+}
+
+/// A UAR page the opener allocated ([`Hca::alloc_uar`]), for send queues to share and for CQ
+/// arm doorbells.
+#[derive(Debug, Clone, Copy)]
+pub struct Uar {
+    /// The page's index (for [`SqOptions::uar`]).
+    pub index: u32,
+    /// The 4 KiB page: send doorbell at 0x14, CQ doorbell at 0x20.
+    pub page: *mut u8,
+    /// Its BlueFlame page, the next page of device memory; `None` without BlueFlame.
+    pub bf_page: Option<*mut u8>,
+}
+
 /// A BlueFlame register: two halves of `half_size` bytes at `reg` and `reg + half_size`, used
 /// alternately starting with the first.
 #[derive(Debug, Clone, Copy)]
@@ -311,7 +439,10 @@ pub struct SqInfo {
     pub qpn: u32,
     /// The queue's 4 KiB UAR page; the send doorbell is at offset 0x14.
     pub uar: *mut u8,
-    /// The queue's BlueFlame register, `None` when `Caps::bf_reg_size` is 0.
+    /// The index of that page (shared with other queues if [`SqOptions::uar`] named it).
+    pub uar_index: u32,
+    /// The queue's BlueFlame register in its UAR page's BlueFlame page: `None` when
+    /// `Caps::bf_reg_size` is 0, or when every register of a shared page is taken.
     pub bf: Option<BfReg>,
 }
 
@@ -376,6 +507,11 @@ impl fmt::Debug for Hca {
             .finish_non_exhaustive()
     }
 }
+
+/// PCI device ID of a ConnectX-3.
+pub const PART_CX3: u32 = 0x1003;
+/// PCI device ID of a ConnectX-3 Pro.
+pub const PART_CX3_PRO: u32 = 0x1007;
 
 /// A bound on [`Hca::step`] so a driver that keeps posting cannot hang a test.
 const MAX_STEP_POLLS: usize = 1 << 20;
@@ -453,6 +589,14 @@ impl Hca {
                 cfg.bf_regs_per_page
             },
             max_rq_sges: 32,
+            max_mac_addrs: MAX_MAC_ADDRS as u32,
+            max_mc_addrs: MAX_MC_ADDRS as u32,
+            scatter_fcs: true,
+            vendor_part_id: if cfg.pro { PART_CX3_PRO } else { PART_CX3 },
+            tunnel_offloads: cfg.pro,
+            fw_ver: u64::from(FW_VERSION.0) << 32
+                | u64::from(FW_VERSION.1) << 16
+                | u64::from(FW_VERSION.2),
         };
         let port = Arc::new(RxPort::on(bar.new_inbox(cfg.rx_inbox_frames)));
         let faults = cfg.faults;
@@ -460,8 +604,17 @@ impl Hca {
         if named {
             wire::register(&cfg.name, &port)?;
         }
+        let events = Arc::new(events::Events::new()?);
         let inner = Arc::new(Inner {
-            state: Mutex::new(DevState::new(caps, cfg.wc, port.clone(), bar)),
+            state: Mutex::new(DevState::new(
+                caps,
+                (cfg.wc, cfg.reset_on_create),
+                port.clone(),
+                bar,
+                events.clone(),
+            )),
+            events,
+            threaded: cfg.threaded,
             port,
             stop: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
@@ -541,13 +694,29 @@ impl Hca {
         self.state().create_cq(ring, n, db)
     }
 
-    /// Create a send queue.
+    /// Create a send queue with the default [`SqOptions`] (64-byte slots, a UAR page of its
+    /// own).
     ///
     /// # Safety
     /// `attr.buf` (`txbb_cnt * 64` bytes) must stay valid for reads until [`Hca::destroy_sq`]
     /// returns or the adapter is dropped.
     #[allow(unsafe_code)]
     pub unsafe fn create_sq(&self, attr: &SqAttr) -> Result<SqInfo, HcaError> {
+        // SAFETY: the caller's contract is create_sq_with's.
+        unsafe { self.create_sq_with(attr, &SqOptions::default()) }
+    }
+
+    /// Create a send queue laid out and ringing as `opts` says. It starts in `Ready`, or in
+    /// `Reset` with [`HcaConfig::reset_on_create`].
+    ///
+    /// # Safety
+    /// As [`Hca::create_sq`].
+    #[allow(unsafe_code)]
+    pub unsafe fn create_sq_with(
+        &self,
+        attr: &SqAttr,
+        opts: &SqOptions,
+    ) -> Result<SqInfo, HcaError> {
         let n = attr.txbb_cnt;
         if !n.is_power_of_two() {
             return Err(invalid(format!("txbb_cnt {n} is not a power of two")));
@@ -555,10 +724,20 @@ impl Hca {
         if n > self.caps().max_sq_wqes {
             return Err(invalid(format!("txbb_cnt {n} exceeds max_sq_wqes")));
         }
+        let shift = opts.stride_shift;
+        if !(mlx4_prm::TXBB_SHIFT..=11).contains(&shift) {
+            return Err(invalid(format!("stride_shift {shift} is not 6 to 11")));
+        }
+        if (n as usize * mlx4_prm::TXBB_SIZE) >> shift == 0 {
+            return Err(invalid(format!(
+                "{n} TXBBs hold no slot of {} bytes",
+                1u32 << shift
+            )));
+        }
         check_ptr(attr.buf, mlx4_prm::TXBB_SIZE, "SQ buffer")?;
         // SAFETY: the caller keeps the ring valid until destroy_sq; it is non-null and aligned.
         let ring = unsafe { dma::HostMem::new(attr.buf, n as usize * mlx4_prm::TXBB_SIZE) };
-        self.state().create_sq(ring, n, attr.cqn)
+        self.state().create_sq(ring, n, attr.cqn, opts)
     }
 
     /// Create a receive queue and return its QPN.
@@ -568,6 +747,17 @@ impl Hca {
     /// reads until [`Hca::destroy_rq`] returns or the adapter is dropped.
     #[allow(unsafe_code)]
     pub unsafe fn create_rq(&self, attr: &RqAttr) -> Result<u32, HcaError> {
+        // SAFETY: the caller's contract is create_rq_with's.
+        unsafe { self.create_rq_with(attr, &RqOptions::default()) }
+    }
+
+    /// Create a receive queue as `opts` says and return its QPN. It starts in `Ready`, or in
+    /// `Reset` with [`HcaConfig::reset_on_create`].
+    ///
+    /// # Safety
+    /// As [`Hca::create_rq`].
+    #[allow(unsafe_code)]
+    pub unsafe fn create_rq_with(&self, attr: &RqAttr, opts: &RqOptions) -> Result<u32, HcaError> {
         let caps = self.caps();
         if !attr.wqe_cnt.is_power_of_two() || attr.wqe_cnt > caps.max_rq_wqes {
             return Err(invalid(format!(
@@ -593,7 +783,54 @@ impl Hca {
             )
         };
         self.state()
-            .create_rq(ring, attr.wqe_cnt, attr.sges, attr.cqn, db)
+            .create_rq(ring, (attr.wqe_cnt, attr.sges), attr.cqn, db, opts)
+    }
+
+    /// Move a send queue to `state`: `Ready` from `Reset` (the walk starts at slot 0), `Reset`
+    /// or `Error` from anywhere. A queue in error must go through `Reset`.
+    pub fn set_sq_state(&self, qpn: u32, state: QueueState) -> Result<(), HcaError> {
+        self.state().set_sq_state(qpn, state)
+    }
+
+    /// Leave (`on`) or strip the 4-byte FCS of frames this RQ receives (verbs'
+    /// `IBV_WQ_FLAGS_SCATTER_FCS`, DPDK's `KEEP_CRC`): the device scatters the frame and then
+    /// its CRC-32 (least significant byte first, as on the wire), and `byte_cnt` counts it, so
+    /// the buffers must hold 4 more bytes. Filters, MTU, hash and checksums see the frame
+    /// without it. Off by default.
+    pub fn set_rq_scatter_fcs(&self, qpn: u32, on: bool) -> Result<(), HcaError> {
+        self.state().set_rq_scatter_fcs(qpn, on)
+    }
+
+    /// Move a receive queue to `state`, with the rules of [`Hca::set_sq_state`].
+    pub fn set_rq_state(&self, qpn: u32, state: QueueState) -> Result<(), HcaError> {
+        self.state().set_rq_state(qpn, state)
+    }
+
+    /// Hold back `count` (a power of two) consecutive QPNs whose first is a multiple of
+    /// `count`, and return the first: queues created with [`SqOptions::qpn`] /
+    /// [`RqOptions::qpn`] take numbers from it (libmlx4's `LOG_WQS_RANGE_SZ`, which mlx4_ib
+    /// needs for an RSS indirection table). Other queues never get these numbers.
+    pub fn reserve_qpns(&self, count: u32) -> Result<u32, HcaError> {
+        self.state().reserve_qpns(count)
+    }
+
+    /// Give back a range from [`Hca::reserve_qpns`] (`Busy` while a queue holds one of its
+    /// numbers).
+    pub fn release_qpns(&self, base: u32) -> Result<(), HcaError> {
+        self.state().release_qpns(base)
+    }
+
+    /// Allocate a UAR page (zeroed, with its BlueFlame page): for send queues to share
+    /// ([`SqOptions::uar`]; each gets a register of its BlueFlame page while they last) and
+    /// for CQ arm doorbells. A doorbell on any UAR page of the adapter is routed by the QPN it
+    /// names.
+    pub fn alloc_uar(&self) -> Result<Uar, HcaError> {
+        self.state().alloc_uar()
+    }
+
+    /// Free a page from [`Hca::alloc_uar`] (`Busy` while send queues are on it).
+    pub fn free_uar(&self, index: u32) -> Result<(), HcaError> {
+        self.state().free_uar(index)
     }
 
     /// Destroy a send queue; the device stops reading its ring before this returns.
@@ -645,12 +882,118 @@ impl Hca {
         self.state().rss()
     }
 
-    /// Filter received frames by destination MAC. `promisc` (the state until this is first
-    /// called) delivers everything; otherwise only frames to `mac`, broadcast, and with
-    /// `allmulti` any multicast address pass, the rest count as `rx_drops_filter`.
+    /// Filter received frames by destination MAC: `mac` becomes the whole unicast table, and
+    /// the promiscuous and all-multicast switches are set. `promisc` (the state of a new
+    /// adapter) delivers everything; otherwise only frames to an address of the unicast table,
+    /// broadcast, a multicast address of the multicast list or, with `allmulti`, any multicast
+    /// address pass; the rest count as `rx_drops_filter`.
     pub fn set_rx_filter(&self, mac: [u8; 6], promisc: bool, allmulti: bool) {
+        self.state().set_rx_filter(mac, promisc, allmulti);
+    }
+
+    /// Replace the unicast MAC table: up to [`MAX_MAC_ADDRS`] (128, mlx4's limit) unicast
+    /// addresses, repeats ignored; `NoResources` above that, `InvalidArgument` for a multicast
+    /// address. An empty table passes no unicast frame (unless promiscuous).
+    pub fn set_mac_table(&self, macs: &[[u8; 6]]) -> Result<(), HcaError> {
+        self.state().set_mac_table(macs)
+    }
+
+    /// Replace the multicast list: up to [`MAX_MC_ADDRS`] multicast addresses passed without
+    /// all-multicast; `InvalidArgument` for a unicast address.
+    pub fn set_mc_list(&self, macs: &[[u8; 6]]) -> Result<(), HcaError> {
+        self.state().set_mc_list(macs)
+    }
+
+    /// Promiscuous mode: every frame passes the MAC and VLAN filters.
+    pub fn set_promisc(&self, on: bool) {
+        self.state().set_promisc(on);
+    }
+
+    /// All-multicast mode: every multicast frame passes the MAC filter.
+    pub fn set_allmulti(&self, on: bool) {
+        self.state().set_allmulti(on);
+    }
+
+    /// Turn the VLAN filter on or off (off for a new adapter). While on and not promiscuous,
+    /// a frame whose outer tag (802.1Q, 802.1ad, 0x9100) carries a VLAN ID not in the table
+    /// is dropped as `rx_drops_vlan`; untagged and priority-tagged (ID 0) frames pass, as
+    /// everything does while it is off.
+    pub fn set_vlan_filtering(&self, on: bool) {
+        self.state().set_vlan_filtering(on);
+    }
+
+    /// Add (`member`) or remove VLAN ID `vid` (below 4096) of the VLAN filter table.
+    pub fn set_vlan(&self, vid: u16, member: bool) -> Result<(), HcaError> {
+        self.state().set_vlan(vid, member)
+    }
+
+    /// The receive filters in force.
+    pub fn rx_filter(&self) -> RxFilter {
+        self.state().rx_filter()
+    }
+
+    /// Set the port's flow control (pause) settings; `InvalidArgument` if `low_water` is above
+    /// `high_water`. Stored and reported only: the model sends no pause frame and honours
+    /// none (see [`FlowControl`]).
+    pub fn set_flow_control(&self, fc: &FlowControl) -> Result<(), HcaError> {
+        self.state().set_flow_control(*fc)
+    }
+
+    /// The flow control settings ([`FlowControl::default`], mlx4_en's, until set).
+    pub fn flow_control(&self) -> FlowControl {
+        self.state().flow_control()
+    }
+
+    /// Create an RSS context (its own key, hashed fields and RQ table) for flow rules with
+    /// [`FlowAction::Rss`]; its id. The RQs must exist (one destroyed later makes its share of
+    /// frames drop, as `rx_drops_no_wqe`). Up to [`MAX_RSS_CONTEXTS`].
+    pub fn create_rss_context(&self, ctx: &RssContext) -> Result<u32, HcaError> {
+        self.state().create_rss_context(ctx.clone())
+    }
+
+    /// Destroy an RSS context (`Busy` while rules use it).
+    pub fn destroy_rss_context(&self, id: u32) -> Result<(), HcaError> {
+        self.state().destroy_rss_context(id)
+    }
+
+    /// An RSS context's settings.
+    pub fn rss_context(&self, id: u32) -> Result<RssContext, HcaError> {
         self.state()
-            .set_rx_filter((!promisc).then_some((mac, allmulti)));
+            .rss_context(id)
+            .ok_or(HcaError::NotFound("RSS context", id))
+    }
+
+    /// Add a flow rule; its id. Every received frame is checked against the rules, lowest
+    /// priority first (the older first among equals), before the port's default path: the
+    /// first rule that matches decides (its RQ, its RSS context's RQs, or a drop counted as
+    /// `rx_drops_flow`), and the MAC and VLAN filters and the default RSS do not apply to it;
+    /// the MTU does. Frames no rule matches take the default path. The queue or context must
+    /// exist. Up to [`MAX_FLOWS`].
+    pub fn create_flow(&self, rule: &FlowRule) -> Result<u32, HcaError> {
+        self.state().create_flow(rule)
+    }
+
+    /// Deliver only what flow rules take (`on`): frames no rule matches are dropped as
+    /// `rx_drops_filter`, as device-managed flow steering with no default rule does (what a
+    /// verbs device is; the verbs stand-in turns it on). Off by default: such frames take the
+    /// default path.
+    pub fn set_flows_only(&self, on: bool) {
+        self.state().set_flows_only(on);
+    }
+
+    /// Remove a flow rule.
+    pub fn destroy_flow(&self, id: u32) -> Result<(), HcaError> {
+        self.state().destroy_flow(id)
+    }
+
+    /// Frames and bytes a rule matched so far.
+    pub fn flow_counters(&self, id: u32) -> Result<FlowCounters, HcaError> {
+        self.state().flow_counters(id)
+    }
+
+    /// Every rule with its id, in the order they are checked.
+    pub fn flows(&self) -> Vec<(u32, FlowRule)> {
+        self.state().flows()
     }
 
     /// Set the MTU (default 1500): received frames whose L3 length (frame length minus the
@@ -689,9 +1032,91 @@ impl Hca {
         self.state().set_port_up(up);
     }
 
-    /// Link state.
+    /// Whether the port is up as set ([`Hca::set_port_up`], not down by an injected flap,
+    /// not removed): whether it sends and receives. The wire's carrier is not part of it; see
+    /// [`Hca::link_up`].
     pub fn port_up(&self) -> bool {
         self.shared.inner.port.up()
+    }
+
+    /// The link as a PHY reports it: the port up ([`Hca::port_up`]) and its wire with a
+    /// carrier (a cable's far end plugged in and up, its process alive; a TAP interface up; a
+    /// peer adapter open and up; always for null, loop, pcap and sink). Looked at now; a
+    /// change from what was last reported queues an event.
+    pub fn link_up(&self) -> bool {
+        self.state().check_link()
+    }
+
+    /// The port's event fd: an `eventfd`, non-blocking, readable while events wait in
+    /// [`Hca::next_event`] (link up and down, removal). A DPDK driver registers it with EAL's
+    /// interrupt thread and calls `next_event` until `None` in the callback. Asking for it also
+    /// has the link monitor look for changes at the far end of the wire every
+    /// [`MONITOR_PERIOD`]; changes the driver makes itself are queued at once. The fd belongs
+    /// to the adapter and stays valid until its last handle is dropped.
+    pub fn event_fd(&self) -> Result<std::os::fd::RawFd, HcaError> {
+        events::watch(&self.shared.inner)?;
+        Ok(self.shared.inner.events.fd())
+    }
+
+    /// The oldest port event not yet taken; `None` when there is none (the event fd is then
+    /// not readable).
+    pub fn next_event(&self) -> Option<PortEvent> {
+        self.shared.inner.events.pop()
+    }
+
+    /// Create a completion channel (what `ibv_create_comp_channel` gives): CQs bound to it
+    /// ([`Hca::set_cq_channel`]) report their completion events there, behind an event fd
+    /// ([`Hca::comp_channel_fd`]). A CQ is armed by the CQ doorbell, a 64-bit big-endian store
+    /// of `(sn << 28 | cmd << 24 | cqn) << 32 | ci` at offset 0x20 of any UAR page of the
+    /// adapter (an SQ's, or one from [`Hca::alloc_uar`]), `cmd` 2 for the next completion, 1
+    /// for the next solicited one (a send WQE with srcrb SOLICIT, or an error); received
+    /// frames are not solicited. One event per arming: the first such completion after the
+    /// arm raises it (at once if CQEs past `ci` were already written), then the CQ is
+    /// disarmed until the next arm doorbell. In the polled mode the link monitor runs the
+    /// device every [`SERVICE_PERIOD`] while a channel exists, so events come while the lcore
+    /// sleeps.
+    pub fn create_comp_channel(&self) -> Result<u32, HcaError> {
+        let id = self.state().create_channel()?;
+        if !self.shared.threaded {
+            events::watch(&self.shared.inner)?;
+        }
+        Ok(id)
+    }
+
+    /// The channel's event fd: an `eventfd`, readable while events wait in
+    /// [`Hca::next_cq_event`]; blocking until its user sets `O_NONBLOCK` (as a verbs channel
+    /// fd), which `next_cq_event` never needs. Valid until the channel is destroyed.
+    pub fn comp_channel_fd(&self, channel: u32) -> Result<std::os::fd::RawFd, HcaError> {
+        Ok(self.state().channel(channel)?.fd())
+    }
+
+    /// The CQN of the oldest completion event on `channel`, `None` when there is none (the fd
+    /// is then not readable).
+    pub fn next_cq_event(&self, channel: u32) -> Result<Option<u32>, HcaError> {
+        let ch = self.state().channel(channel)?;
+        Ok(ch.pop())
+    }
+
+    /// Destroy a completion channel (`Busy` while CQs are bound to it).
+    pub fn destroy_comp_channel(&self, channel: u32) -> Result<(), HcaError> {
+        self.state().destroy_channel(channel)
+    }
+
+    /// Bind CQ `cqn` to `channel` (`None`: no channel; its events are then lost).
+    pub fn set_cq_channel(&self, cqn: u32, channel: Option<u32>) -> Result<(), HcaError> {
+        self.state().set_cq_channel(cqn, channel)
+    }
+
+    /// Surprise removal, as when a card is hot-unplugged: the link goes down, nothing is
+    /// executed, sent or received any more, and [`PortEvent::Removed`] is queued. For good:
+    /// the adapter can only be dropped.
+    pub fn remove(&self) {
+        self.state().remove();
+    }
+
+    /// Whether the adapter was removed ([`Hca::remove`], or its cable file was deleted).
+    pub fn removed(&self) -> bool {
+        self.state().removed()
     }
 
     /// Start the device loop: its own thread, or a place in the process-wide device thread

@@ -195,6 +195,60 @@ pub(crate) fn fill_tx_checksums(frame: &mut [u8], ip: bool, l4: bool) {
     frame[off + field..off + field + 2].copy_from_slice(&c.to_be_bytes());
 }
 
+/// A VXLAN frame as a ConnectX-3 Pro parses it: where the inner Ethernet frame starts, and the
+/// outer headers' verdicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Vxlan {
+    pub(crate) inner: usize,
+    pub(crate) outer_v4: bool,
+    /// The outer IPv4 header checksum is right (IPv6 has none to get wrong).
+    pub(crate) outer_ip_ok: bool,
+    /// The outer UDP checksum is right, or absent (zero, as VXLAN senders usually leave it).
+    pub(crate) outer_udp_ok: bool,
+}
+
+/// VXLAN header length.
+const VXLAN_HDR: usize = 8;
+
+/// The frame's VXLAN tunnel (UDP to port 4789 carrying a VXLAN header and at least an inner
+/// Ethernet header), if it is one.
+pub(crate) fn vxlan(frame: &[u8]) -> Option<Vxlan> {
+    let lay = parse(frame)?;
+    let (proto, off, len) = lay.l4?;
+    if proto != PROTO_UDP
+        || len < 8 + VXLAN_HDR + ETH_HDR
+        || be16(frame, off + 2) != mlx4_prm::VXLAN_PORT
+    {
+        return None;
+    }
+    let (outer_v4, outer_ip_ok) = match lay.l3 {
+        L3::V4 { ihl, .. } => (
+            true,
+            fold(sum16(0, &frame[lay.l3_off..lay.l3_off + ihl])) == 0xffff,
+        ),
+        L3::V6 => (false, true),
+    };
+    let stored = be16(frame, off + 6);
+    let sum = sum16(pseudo_sum(frame, &lay, proto, len), &frame[off..off + len]);
+    Some(Vxlan {
+        inner: off + 8 + VXLAN_HDR,
+        outer_v4,
+        outer_ip_ok,
+        outer_udp_ok: stored == 0 || fold(sum) == 0xffff,
+    })
+}
+
+/// TX offloads of a ConnectX-3 Pro for a VXLAN frame: the inner IPv4 header checksum (`iip`)
+/// and the inner TCP/UDP checksum (`ilp`), filled from scratch. Returns false (nothing done)
+/// if the frame is not VXLAN.
+pub(crate) fn fill_inner_checksums(frame: &mut [u8], iip: bool, ilp: bool) -> bool {
+    let Some(t) = vxlan(frame) else {
+        return false;
+    };
+    fill_tx_checksums(&mut frame[t.inner..], iip, ilp);
+    true
+}
+
 /// Where the IP and TCP headers sit in an LSO header template (`hdr` = L2 + L3 + L4 headers
 /// only): `(l3_off, is_ipv4, l4_off)`. `None` unless it is TCP over IPv4/IPv6 whose headers end
 /// within `hdr`.
@@ -363,6 +417,92 @@ pub(crate) fn rss_hash(frame: &[u8], key: &Toeplitz, fields: RssFields) -> u32 {
     }
 }
 
+/// The IEEE 802.3 CRC-32 (reflected polynomial 0xedb88320) as a table of every byte value.
+const CRC32_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+/// The Ethernet FCS of `frame` (destination MAC to the end of the payload): CRC-32, initial
+/// value and final XOR all ones.
+pub(crate) fn crc32(frame: &[u8]) -> u32 {
+    !frame.iter().fold(!0u32, |c, &b| {
+        CRC32_TABLE[usize::from((c as u8) ^ b)] ^ (c >> 8)
+    })
+}
+
+/// What flow rules match on, read from a received frame once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FrameFields {
+    pub(crate) dst: [u8; 6],
+    pub(crate) src: [u8; 6],
+    /// The EtherType after any VLAN tags.
+    pub(crate) ether_type: u16,
+    /// The outer tag's VLAN ID.
+    pub(crate) vid: Option<u16>,
+    /// IPv4 source and destination.
+    pub(crate) ipv4: Option<([u8; 4], [u8; 4])>,
+    /// TCP (6) or UDP (17) and its ports, outside fragments.
+    pub(crate) l4: Option<(u8, u16, u16)>,
+}
+
+/// The fields of `frame` flow rules look at (a runt has all zero).
+pub(crate) fn frame_fields(frame: &[u8]) -> FrameFields {
+    let mut f = FrameFields::default();
+    if frame.len() < ETH_HDR {
+        return f;
+    }
+    f.dst.copy_from_slice(&frame[..6]);
+    f.src.copy_from_slice(&frame[6..12]);
+    f.vid = outer_vlan(frame);
+    let mut off = 12;
+    let mut et = be16(frame, off);
+    while VLAN_TPIDS.contains(&et) && frame.len() >= off + 6 {
+        off += 4;
+        et = be16(frame, off);
+    }
+    f.ether_type = et;
+    if let Some(lay) = parse(frame) {
+        if let L3::V4 { .. } = lay.l3 {
+            let a = lay.l3_off + 12;
+            let mut src = [0; 4];
+            let mut dst = [0; 4];
+            src.copy_from_slice(&frame[a..a + 4]);
+            dst.copy_from_slice(&frame[a + 4..a + 8]);
+            f.ipv4 = Some((src, dst));
+        }
+        if let Some((proto, l4, len)) = lay.l4 {
+            if l4_csum_field(proto, len).is_some() {
+                f.l4 = Some((proto, be16(frame, l4), be16(frame, l4 + 2)));
+            }
+        }
+    }
+    f
+}
+
+/// The VLAN ID of the outer tag (802.1Q, 802.1ad or the old 0x9100), if the frame has one.
+pub(crate) fn outer_vlan(frame: &[u8]) -> Option<u16> {
+    if frame.len() < 16 || !VLAN_TPIDS.contains(&be16(frame, 12)) {
+        return None;
+    }
+    Some(be16(frame, 14) & 0x0fff)
+}
+
 /// The frame's L3 length as the MTU counts it: everything after the MAC header and its VLAN
 /// tags (the frames here carry no FCS).
 pub(crate) fn l3_len(frame: &[u8]) -> usize {
@@ -392,6 +532,17 @@ mod tests {
         h[11] = 0;
         assert_eq!(checksum(&h), 0xb861);
         assert_eq!(fold(sum16(0, &IP_HDR)), 0xffff);
+    }
+
+    #[test]
+    fn crc32_check_value_and_fcs_residue() {
+        // The standard check value of CRC-32/ISO-HDLC.
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+        // A frame followed by its FCS (least significant byte first) leaves the fixed residue.
+        let frame: Vec<u8> = (0..60u8).collect();
+        let mut with = frame.clone();
+        with.extend(crc32(&frame).to_le_bytes());
+        assert_eq!(!crc32(&with), 0xdebb_20e3);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use mlx4_prm::{cqe_opcode, syndrome, Cqe, RxDataSeg, CQE_SIZE, INVALID_LKEY};
+use mlx4_prm::{cqe_opcode, cqe_vlan, syndrome, Cqe, RxDataSeg, CQE_SIZE, INVALID_LKEY};
 
 use crate::cq::Cq;
 use crate::dma::HostMem;
@@ -33,6 +33,10 @@ pub(crate) struct Rq {
     pub(crate) state: QueueState,
     /// Since when frames for this RQ wait for room in its CQ.
     full_since: Option<Instant>,
+    /// Leave the 4-byte FCS on received frames (verbs' `SCATTER_FCS`, DPDK's `KEEP_CRC`).
+    pub(crate) scatter_fcs: bool,
+    /// The adapter is a ConnectX-3 Pro: VXLAN frames get inner verdicts and tunnel bits.
+    pub(crate) tunnels: bool,
 }
 
 /// What became of a frame offered to an RQ.
@@ -53,7 +57,14 @@ struct Piece {
 }
 
 impl Rq {
-    pub(crate) fn new(qpn: u32, ring: HostMem, cnt: u32, sges: u32, cqn: u32, db: HostMem) -> Rq {
+    pub(crate) fn new(
+        qpn: u32,
+        ring: HostMem,
+        (cnt, sges): (u32, u32),
+        cqn: u32,
+        db: HostMem,
+        state: QueueState,
+    ) -> Rq {
         Rq {
             qpn,
             ring,
@@ -62,9 +73,21 @@ impl Rq {
             cqn,
             db,
             ci: 0,
-            state: QueueState::Ready,
+            state,
             full_since: None,
+            scatter_fcs: false,
+            tunnels: false,
         }
+    }
+
+    /// Move to `state` (the checks are the caller's). Going to `Reset` forgets where the device
+    /// was: the next `Ready` takes WQEs from index 0, as a WQ reset does.
+    pub(crate) fn set_state(&mut self, state: QueueState) {
+        if state == QueueState::Reset {
+            self.ci = 0;
+            self.full_since = None;
+        }
+        self.state = state;
     }
 
     /// Receive `frame` (RSS hash `hash`) into the next posted WQE.
@@ -77,9 +100,16 @@ impl Rq {
         counters: &mut Counters,
         inject: &mut Every,
     ) -> Rx {
-        if self.state == QueueState::Error {
-            counters.rx_drops_error += 1;
-            return Rx::Done;
+        match self.state {
+            QueueState::Ready => {}
+            QueueState::Error => {
+                counters.rx_drops_error += 1;
+                return Rx::Done;
+            }
+            QueueState::Reset => {
+                counters.rx_drops_not_ready += 1;
+                return Rx::Done;
+            }
         }
         let prod = self.db.load_be32(0).unwrap_or(0) & 0xffff;
         if self.ci & 0xffff == prod {
@@ -107,6 +137,14 @@ impl Rq {
             w.set_qpn(self.qpn);
             w.set_wqe_index(self.ci as u16);
         }
+        // The FCS goes on the wire least significant byte first.
+        let fcs_bytes;
+        let fcs: &[u8] = if self.scatter_fcs {
+            fcs_bytes = net::crc32(frame).to_le_bytes();
+            &fcs_bytes
+        } else {
+            &[]
+        };
         let injected = inject.tick();
         let scattered = if injected {
             counters.inj_rx_errors += 1;
@@ -114,25 +152,38 @@ impl Rq {
             w.set_vendor_err(INJECTED_VENDOR_ERR);
             Err(syndrome::LOCAL_PROT)
         } else {
-            self.scatter_list(frame.len(), mrs, &mut pieces)
+            self.scatter_list(frame.len() + fcs.len(), mrs, &mut pieces)
         };
         match scattered {
             Ok(n) => {
+                // The frame, then (with SCATTER_FCS) its FCS, across the pieces.
                 let mut at = 0;
                 for p in &pieces[..n] {
-                    mrs.mem(p.mr).write(p.off, &frame[at..at + p.len]);
-                    at += p.len;
+                    let mem = mrs.mem(p.mr);
+                    let end = at + p.len;
+                    let body = end.min(frame.len());
+                    if at < body {
+                        mem.write(p.off, &frame[at..body]);
+                    }
+                    if end > frame.len() {
+                        let from = at.max(frame.len());
+                        let skip = from - at;
+                        mem.write(p.off + skip, &fcs[from - frame.len()..end - frame.len()]);
+                    }
+                    at = end;
                 }
-                let (status, csum) = net::rx_status(frame);
+                let len = frame.len() + fcs.len();
+                let (status, csum, tunnel) = self.classify(frame);
                 let mut w = Cqe::new_unchecked(&mut cqe[..]);
+                w.set_vlan_my_qpn(self.qpn | tunnel);
                 w.set_immed_rss_invalid(hash);
                 w.set_status(status);
-                w.set_byte_cnt(frame.len() as u32);
+                w.set_byte_cnt(len as u32);
                 w.set_checksum(csum);
                 w.set_owner_sr_opcode(cqe_opcode::RX_SEND);
                 counters.rx_frames += 1;
                 counters.rx_bytes += frame.len() as u64;
-                counters.dma_write_bytes += frame.len() as u64;
+                counters.dma_write_bytes += len as u64;
             }
             Err(syn) => {
                 let mut w = Cqe::new_unchecked(&mut cqe[..]);
@@ -147,10 +198,37 @@ impl Rq {
                 }
             }
         }
-        cq.push(cqe);
+        // Received frames are not solicited events (only errors count as such).
+        if cq.push(cqe, false) {
+            counters.cq_events += 1;
+        }
         counters.cqes += 1;
         self.ci = self.ci.wrapping_add(1);
         Rx::Done
+    }
+
+    /// The status word, checksum field and `vlan_my_qpn` tunnel bits for `frame`. On a Pro, a
+    /// VXLAN frame's status describes the inner packet (its types and checksum verdicts, which
+    /// DPDK maps to inner packet types), and the tunnel bits the outer headers.
+    fn classify(&self, frame: &[u8]) -> (u32, u16, u32) {
+        if self.tunnels {
+            if let Some(t) = net::vxlan(frame) {
+                let (status, csum) = net::rx_status(&frame[t.inner..]);
+                let mut bits = cqe_vlan::L2_TUNNEL;
+                if t.outer_v4 {
+                    bits |= cqe_vlan::L2_TUNNEL_IPV4;
+                }
+                if t.outer_ip_ok {
+                    bits |= cqe_vlan::L2_TUNNEL_IPOK;
+                }
+                if t.outer_udp_ok {
+                    bits |= cqe_vlan::L2_TUNNEL_L4_CSUM;
+                }
+                return (status, csum, bits);
+            }
+        }
+        let (status, csum) = net::rx_status(frame);
+        (status, csum, 0)
     }
 
     /// The buffers of the WQE at the consumer that `len` bytes fill, checked before anything is

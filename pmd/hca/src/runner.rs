@@ -32,9 +32,29 @@ pub(crate) struct Inner {
     pub(crate) busy_poll: bool,
     /// The wire brings frames in from outside (TAP), so receiving means polling it.
     pub(crate) wire_rx: AtomicBool,
+    /// Port events and their fd.
+    pub(crate) events: Arc<crate::events::Events>,
+    /// A device thread runs the adapter (else the polled mode).
+    pub(crate) threaded: bool,
 }
 
 impl Inner {
+    /// What the process-wide monitor does for this adapter: look for link changes at the far
+    /// end of the wire (`link`), and in the polled mode, while completion channels exist, run
+    /// the device, so that frames arriving while the polling lcore sleeps on an event fd are
+    /// received and raise their events. Returns whether the adapter wants the short period.
+    pub(crate) fn service(&self, link: bool) -> bool {
+        let mut st = self.state.lock();
+        if link {
+            st.check_link();
+        }
+        let run = !self.threaded && st.has_channels();
+        if run {
+            st.poll();
+        }
+        run
+    }
+
     /// One pass over every queue and the receive buffer; the work done (0 = idle).
     pub(crate) fn poll(&self) -> usize {
         self.state.lock().poll()

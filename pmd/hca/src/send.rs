@@ -286,7 +286,7 @@ pub(crate) fn assemble(
     wqe: &WqeBuf,
     segs: &Segs,
     mrs: &MrTable,
-    bf_posted: bool,
+    (bf_posted, pro): (bool, bool),
     frame: &mut Vec<u8>,
 ) -> Option<(usize, usize)> {
     let flat = wqe.as_flattened();
@@ -313,6 +313,13 @@ pub(crate) fn assemble(
     if be32(ctrl, 0) & owner_opcode::OPCODE_MASK == u32::from(opcode::LSO) {
         let mss_hdr = be32(&wqe[1], 0);
         return Some(((mss_hdr >> 16) as usize, (mss_hdr & 0xffff) as usize + tag));
+    }
+    // A ConnectX-3 Pro fills a VXLAN frame's inner checksums first (IIP/ILP), then the outer
+    // ones the srcrb flags ask for, which cover the inner bytes. Other adapters ignore IIP/ILP.
+    let dw0 = be32(ctrl, 0);
+    let (iip, ilp) = (dw0 & owner_opcode::IIP != 0, dw0 & owner_opcode::ILP != 0);
+    if pro && (iip || ilp) {
+        net::fill_inner_checksums(frame, iip, ilp);
     }
     let srcrb = be32(ctrl, 8);
     let ip = srcrb & mlx4_prm::srcrb::IP_CSUM != 0;

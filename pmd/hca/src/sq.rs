@@ -1,5 +1,10 @@
-//! The send engine: a send queue's doorbell and BlueFlame arrivals, and the walk that executes
-//! its WQEs in order (spec section 10 rules 1-4).
+//! The send engine: a send queue's doorbells (routed to it by QPN from any UAR page) and
+//! BlueFlame arrivals, and the walk that executes its WQEs in order (spec section 10 rules 1-4).
+//!
+//! The ring is `cnt` slots of `1 << stride_shift` bytes (64 for DPDK and mlx4_en, larger for
+//! libmlx4 QPs with inline or LSO caps). A WQE starts at a slot and takes
+//! `ceil(size / stride)` of them; counters (ownership parity, BlueFlame counter, CQE
+//! `wqe_index`) count slots, which with a 64-byte stride are TXBBs.
 
 use mlx4_prm::{
     cqe_opcode, cqe_owner, owner_opcode, srcrb, syndrome, wqe_txbbs, Cqe, CtrlSeg, CQE_SIZE,
@@ -8,7 +13,7 @@ use mlx4_prm::{
 
 use crate::cq::{Cq, CqCredit};
 use crate::dma::HostMem;
-use crate::fault::{Every, FaultState, INJECTED_VENDOR_ERR};
+use crate::fault::{FaultState, INJECTED_VENDOR_ERR};
 use crate::net;
 use crate::send::{self, Segs, Verdict, WqeBuf, WQE_UNITS};
 use crate::shape::Shape;
@@ -52,8 +57,8 @@ impl Walk {
     }
 }
 
-/// What tells, without the adapter's lock, that a send queue has work: its doorbell word and
-/// BlueFlame halves (views of device pages) and its unfinished-walk flag.
+/// What tells, without the adapter's lock, that a send queue has work: the doorbell word of its
+/// UAR page and its BlueFlame halves (views of device pages) and its pending-walk flag.
 pub(crate) struct SqWatch {
     pub(crate) db: HostMem,
     pub(crate) bf: Option<[HostMem; 2]>,
@@ -113,15 +118,20 @@ impl Bf {
 pub(crate) struct Sq {
     pub(crate) qpn: u32,
     ring: HostMem,
+    /// Slots of the ring.
     cnt: u32,
+    /// log2 of TXBBs per slot (stride_shift - 6).
+    txbb_shift: u32,
     pub(crate) cqn: u32,
-    /// Free-running consumer, in TXBBs.
+    /// Free-running consumer, in slots.
     ci: u32,
     pub(crate) state: QueueState,
     pub(crate) uar: usize,
-    db: HostMem,
     pub(crate) bf: Option<Bf>,
     walk: Walk,
+    /// The walk was asked for by a doorbell seen for another queue of a shared UAR page (one
+    /// that may have overwritten this queue's own): WQEs it runs are counted as inferred.
+    inferred: bool,
     stalled: bool,
     /// Per TXBB slot: a BlueFlame write announced the WQE starting there. Its control segment's
     /// bytes 4-6 are then the QPN (drivers write it into the ring copy too), not a VLAN request.
@@ -130,8 +140,8 @@ pub(crate) struct Sq {
     marks: u32,
     /// The layout of the last inline WQE, which most following WQEs share.
     shape: Box<Shape>,
-    /// Set while a walk is unfinished (its CQ was full), so a runner comes back without a new
-    /// doorbell.
+    /// Set while a walk is pending: unfinished (its CQ was full), or asked for by a doorbell
+    /// another queue's runner took from a shared UAR page; a runner comes back for it.
     busy: Arc<AtomicBool>,
 }
 
@@ -159,6 +169,8 @@ impl Scratch {
 /// What a walk works with besides the queue itself.
 pub(crate) struct TxCtx<'a> {
     pub(crate) wc: bool,
+    /// A ConnectX-3 Pro: inner checksums (IIP/ILP) of VXLAN frames.
+    pub(crate) pro: bool,
     pub(crate) max_wqe_size: usize,
     pub(crate) mrs: &'a MrTable,
     pub(crate) cq: &'a mut Cq,
@@ -187,32 +199,38 @@ impl Fetched {
 
 /// The C field (completion requested) of `srcrb_flags`, in its last byte.
 const CQ_UPDATE_BYTE: u8 = srcrb::CQ_UPDATE as u8;
+/// The solicited-event bit of `srcrb_flags`, in its last byte.
+const SOLICIT_BYTE: u8 = srcrb::SOLICIT as u8;
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 impl Sq {
+    /// A send queue of `cnt` slots of `1 << stride_shift` bytes (at least 64) on `ring`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         qpn: u32,
         ring: HostMem,
         cnt: u32,
+        stride_shift: u32,
         cqn: u32,
         uar: usize,
-        db: HostMem,
         bf: Option<Bf>,
+        state: QueueState,
     ) -> Sq {
         Sq {
             qpn,
             ring,
             cnt,
+            txbb_shift: stride_shift - mlx4_prm::TXBB_SHIFT,
             cqn,
             ci: 0,
-            state: QueueState::Ready,
+            state,
             uar,
-            db,
             bf,
             walk: Walk::Idle,
+            inferred: false,
             stalled: false,
             bf_marks: vec![false; cnt as usize],
             marks: 0,
@@ -221,49 +239,72 @@ impl Sq {
         }
     }
 
-    /// Take doorbell and BlueFlame arrivals, then execute what they asked for; returns the work
-    /// items done (0 = nothing arrived and nothing was pending).
+    /// Take BlueFlame arrivals, then execute what they and the doorbells routed here asked
+    /// for; returns the work items done (0 = nothing arrived and nothing was pending).
     pub(crate) fn poll(&mut self, cx: &mut TxCtx<'_>) -> usize {
-        let mut work = self.take_doorbell(cx.counters, &mut cx.faults.doorbell);
-        work += self.take_bf_arrivals(cx.wc, cx.counters);
+        let mut work = 0;
+        if self.bf.is_some() {
+            work += self.take_bf_arrivals(cx.wc, cx.counters);
+        }
         if self.walk != Walk::Idle {
             work += self.walk(cx);
-            let unfinished = self.walk != Walk::Idle;
-            if unfinished != self.busy.load(Ordering::Relaxed) {
-                self.busy.store(unfinished, Ordering::Release);
-            }
+        }
+        let pending = self.walk != Walk::Idle;
+        if pending != self.busy.load(Ordering::Relaxed) {
+            self.busy.store(pending, Ordering::Release);
         }
         work
     }
 
-    /// What a runner watches to know whether this queue has work.
-    pub(crate) fn watch(&self) -> SqWatch {
+    /// What a runner watches to know whether this queue has work (`db`: its UAR page's send
+    /// doorbell word).
+    pub(crate) fn watch(&self, db: HostMem) -> SqWatch {
         SqWatch {
-            db: self.db.clone(),
+            db,
             bf: self.bf.as_ref().map(|b| b.halves.clone()),
             busy: self.busy.clone(),
         }
     }
 
-    /// A UAR doorbell, read-only until one is there so the driver's cache line is not stolen per
-    /// poll, then taken with a swap so none is lost.
-    fn take_doorbell(&mut self, counters: &mut Counters, drop: &mut Every) -> usize {
-        if self.db.load_be32(0).unwrap_or(0) == 0 {
-            return 0;
+    /// A doorbell naming this queue arrived (on any UAR page). `inferred`: it named another
+    /// queue of a shared page, and may have overwritten one for this queue. Returns whether
+    /// the queue will walk (a queue not in `Ready` drops doorbells, as a QP not in RTS).
+    pub(crate) fn doorbell(&mut self, inferred: bool, counters: &mut Counters) -> bool {
+        if self.state != QueueState::Ready {
+            if !inferred {
+                counters.doorbells_not_ready += 1;
+            }
+            return false;
         }
-        let v = self.db.take_be32(0).unwrap_or(0);
-        counters.doorbells += 1;
-        if drop.tick() {
-            // An injected fault: the write never reached the device.
-            counters.inj_doorbells_dropped += 1;
-            return 1;
-        }
-        if mlx4_prm::doorbell_qpn(v.to_be_bytes()) == self.qpn {
+        if !inferred {
             self.walk = Walk::All;
-        } else {
-            counters.doorbells_bad_qpn += 1;
+            self.inferred = false;
+        } else if self.walk == Walk::Idle {
+            self.walk = Walk::All;
+            self.inferred = true;
         }
-        1
+        self.busy.store(true, Ordering::Release);
+        true
+    }
+
+    /// Move to `state` (the checks are the caller's). Going to `Reset` forgets where the device
+    /// was: the next `Ready` starts at slot 0 with nothing pending, as a QP reset does.
+    pub(crate) fn set_state(&mut self, state: QueueState) {
+        if state == QueueState::Reset {
+            self.ci = 0;
+            self.walk = Walk::Idle;
+            self.inferred = false;
+            self.stalled = false;
+            self.bf_marks.iter_mut().for_each(|m| *m = false);
+            self.marks = 0;
+            if let Some(bf) = self.bf.as_mut() {
+                for l in &mut bf.latch {
+                    l.counter = None;
+                }
+            }
+            self.shape.forget();
+        }
+        self.state = state;
     }
 
     /// BlueFlame arrivals in either half: each is a doorbell up to its WQE, and with write
@@ -288,7 +329,7 @@ impl Sq {
             let ctrl = CtrlSeg::new_unchecked(&q[..]);
             let c = ctrl.bf_counter();
             let ahead = u32::from(c.wrapping_sub(self.ci as u16));
-            if ctrl.bf_qpn() != self.qpn || ahead >= self.cnt {
+            if ctrl.bf_qpn() != self.qpn || ahead >= self.cnt || self.state != QueueState::Ready {
                 counters.bf_ignored += 1;
             } else {
                 if bf.latch[h].counter.take().is_some() {
@@ -338,7 +379,8 @@ impl Sq {
         // may become visible after the copy's (x86 orders a `movdir64b` or WC store after
         // earlier stores only behind a fence), so it too is waited for, as briefly.
         let idx = self.ci.wrapping_add(ahead);
-        let owner_off = ((idx & (self.cnt - 1)) as usize) * TXBB_SIZE;
+        let first = self.first_txbb(idx);
+        let owner_off = first as usize * TXBB_SIZE;
         let parity = idx & self.cnt != 0;
         let mut ring = [[0u8; TXBB_SIZE]; MAX_WQE_TXBBS];
         let mut posted = false;
@@ -349,8 +391,8 @@ impl Sq {
                 let dw0 = self.ring.load_be32(owner_off);
                 if dw0.is_some_and(|w| (w & owner_opcode::OWNER != 0) == parity) {
                     for (k, block) in ring.iter_mut().take(bytes / TXBB_SIZE).enumerate() {
-                        let slot = (idx.wrapping_add(k as u32) & (self.cnt - 1)) as usize;
-                        self.ring.read_array(slot * TXBB_SIZE, block);
+                        let t = first.wrapping_add(k as u32) & self.txbb_mask();
+                        self.ring.read_array(t as usize * TXBB_SIZE, block);
                     }
                     posted = true;
                 }
@@ -380,7 +422,7 @@ impl Sq {
     /// shared memory; counters are tallied locally and added once.
     #[inline(never)]
     fn walk(&mut self, cx: &mut TxCtx<'_>) -> usize {
-        if self.state == QueueState::Error {
+        if self.state != QueueState::Ready {
             self.walk = Walk::Idle;
             return 0;
         }
@@ -401,16 +443,20 @@ impl Sq {
         // shape needs only its headers checked (see `shape`).
         let fast = !bf_live && !out.bytes;
         let epoch = cx.mrs.epoch();
-        let mask = self.cnt - 1;
+        let txbb_mask = self.txbb_mask();
+        // The ring's geometry in registers: the fields would be reloaded per WQE.
+        let (slot_mask, shift) = (self.cnt - 1, self.txbb_shift);
+        let round = (1u32 << shift) - 1;
         let mut done = 0;
+        let inferred = std::mem::take(&mut self.inferred);
         self.walk = Walk::Idle;
         loop {
             let counter = self.ci as u16;
             if matches!(stop, Some(c) if u32::from(c.wrapping_sub(counter)) >= self.cnt) {
                 break;
             }
-            let slot = self.ci & mask;
-            let off = slot as usize * TXBB_SIZE;
+            let first = (self.ci & slot_mask) << shift;
+            let off = first as usize * TXBB_SIZE;
             let Some(dw0) = self.ring.load_be32(off) else {
                 break;
             };
@@ -423,7 +469,10 @@ impl Sq {
             if fast && !inject {
                 let mut ctrl = [0u8; DS_SIZE];
                 self.ring.read_array(off, &mut ctrl);
-                if let Some(hit) = self.shape.recall(&self.ring, slot, mask, &ctrl, epoch) {
+                if let Some(hit) = self
+                    .shape
+                    .recall(&self.ring, first, txbb_mask, &ctrl, epoch)
+                {
                     if hit.signaled && !credit.take(cx.cq) {
                         self.stall(stop, cx.counters);
                         break;
@@ -437,10 +486,13 @@ impl Sq {
                     }
                     if hit.signaled {
                         let op = cqe_owner::SEND | hit.opcode;
-                        cx.cq.push(tx_cqe(self.qpn, counter, op, 0, 0));
+                        let solicited = ctrl[11] & SOLICIT_BYTE != 0;
+                        if cx.cq.push(tx_cqe(self.qpn, counter, op, 0, 0), solicited) {
+                            t.events += 1;
+                        }
                         t.cqes += 1;
                     }
-                    self.ci = self.ci.wrapping_add(hit.txbbs);
+                    self.ci = self.ci.wrapping_add((hit.txbbs + round) >> shift);
                     t.txbbs += u64::from(hit.txbbs);
                     done += 1;
                     if stop == Some(counter) {
@@ -475,6 +527,7 @@ impl Sq {
                 send::decode::<false>(wqe, w.ds, bf_posted, cx.mrs, segs, &mut self.shape)
             };
             let signaled = result.is_err() || wqe[0][11] & CQ_UPDATE_BYTE == CQ_UPDATE_BYTE;
+            let solicited = wqe[0][11] & SOLICIT_BYTE != 0;
             if signaled && !credit.take(cx.cq) {
                 self.stall(stop, cx.counters);
                 break;
@@ -510,7 +563,12 @@ impl Sq {
             };
             if signaled {
                 let vendor = if inject { INJECTED_VENDOR_ERR } else { 0 };
-                cx.cq.push(tx_cqe(self.qpn, counter, op, syn, vendor));
+                if cx
+                    .cq
+                    .push(tx_cqe(self.qpn, counter, op, syn, vendor), solicited)
+                {
+                    t.events += 1;
+                }
                 t.cqes += 1;
                 t.error_cqes += u64::from(syn != 0);
             }
@@ -520,6 +578,9 @@ impl Sq {
             if syn != 0 || stop == Some(counter) {
                 break;
             }
+        }
+        if inferred && done > 0 {
+            cx.counters.doorbells_inferred += 1;
         }
         t.add_to(cx.counters);
         if bf_live {
@@ -558,7 +619,7 @@ impl Sq {
             return None;
         }
         let txbbs = wqe_txbbs(ds);
-        let oversized = usize::from(ds) * DS_SIZE > max_wqe_size || txbbs > self.cnt;
+        let oversized = usize::from(ds) * DS_SIZE > max_wqe_size || txbbs > self.txbb_mask() + 1;
         if !oversized {
             for k in 1..txbbs {
                 self.fetch_txbb(k, dst);
@@ -576,7 +637,7 @@ impl Sq {
     /// may wrap to the ring's start.
     #[inline(always)]
     fn fetch_txbb(&self, k: u32, dst: &mut WqeBuf) {
-        let slot = (self.ci.wrapping_add(k) & (self.cnt - 1)) as usize;
+        let slot = (self.first_txbb(self.ci).wrapping_add(k) & self.txbb_mask()) as usize;
         let k = k as usize % MAX_WQE_TXBBS;
         let units = &mut dst[k * UNITS_PER_TXBB..(k + 1) * UNITS_PER_TXBB];
         let block: &mut [u8; TXBB_SIZE] = units
@@ -614,8 +675,9 @@ impl Sq {
     /// starting there.
     #[inline(always)]
     fn advance(&mut self, txbbs: u32, bf_live: bool) {
+        let slots = self.slots(txbbs);
         if bf_live && self.marks > 0 {
-            for k in 0..txbbs.min(self.cnt) {
+            for k in 0..slots.min(self.cnt) {
                 let mark = &mut self.bf_marks[(self.ci.wrapping_add(k) & (self.cnt - 1)) as usize];
                 if *mark {
                     *mark = false;
@@ -623,7 +685,25 @@ impl Sq {
                 }
             }
         }
-        self.ci = self.ci.wrapping_add(txbbs);
+        self.ci = self.ci.wrapping_add(slots);
+    }
+
+    /// Slots a WQE of `txbbs` TXBBs takes.
+    #[inline(always)]
+    fn slots(&self, txbbs: u32) -> u32 {
+        (txbbs + (1 << self.txbb_shift) - 1) >> self.txbb_shift
+    }
+
+    /// The TXBB of the ring where the slot of counter `c` starts.
+    #[inline(always)]
+    fn first_txbb(&self, c: u32) -> u32 {
+        (c & (self.cnt - 1)) << self.txbb_shift
+    }
+
+    /// TXBBs of the ring, minus one.
+    #[inline(always)]
+    fn txbb_mask(&self) -> u32 {
+        (self.cnt << self.txbb_shift) - 1
     }
 
     /// Copies for WQEs the walk has passed are of no further use.
@@ -693,6 +773,7 @@ struct Tally {
     cqes: u64,
     error_cqes: u64,
     injected: u64,
+    events: u64,
 }
 
 impl Tally {
@@ -709,6 +790,7 @@ impl Tally {
         c.cqes += self.cqes;
         c.error_cqes += self.error_cqes;
         c.inj_tx_errors += self.injected;
+        c.cq_events += self.events;
     }
 }
 
@@ -729,7 +811,7 @@ fn transmit(v: Verdict, bf_posted: bool, out: &Out, t: &mut Tally, cx: &mut TxCt
 /// Assemble the frame(s) of the WQE in `scratch` and hand them to the wire.
 fn put_on_wire(bf_posted: bool, t: &mut Tally, cx: &mut TxCtx<'_>) {
     let s = &mut *cx.scratch;
-    let lso = send::assemble(&s.wqe, &s.segs, cx.mrs, bf_posted, &mut s.frame);
+    let lso = send::assemble(&s.wqe, &s.segs, cx.mrs, (bf_posted, cx.pro), &mut s.frame);
     let (wire, port) = (&mut *cx.wire, cx.port);
     let mut put = |frame: &[u8]| match wire.transmit(port, frame) {
         TxOutcome::Sent => {

@@ -1,7 +1,7 @@
 //! Resource tables the firmware would keep: memory regions, CQ and QP numbers, and the device
 //! pages (UAR and BlueFlame) handed to send queues.
 
-use mlx4_prm::{INVALID_LKEY, SEND_DOORBELL_OFFSET, UAR_PAGE_SIZE};
+use mlx4_prm::{CQ_DOORBELL_OFFSET, INVALID_LKEY, SEND_DOORBELL_OFFSET, UAR_PAGE_SIZE};
 
 use crate::bar::Bar;
 use crate::dma::HostMem;
@@ -92,10 +92,13 @@ impl MrTable {
     }
 }
 
-/// Numbers for queues or CQs: slots in a table, reused after a while.
+/// Numbers for queues or CQs: slots in a table, reused after a while. Slots can be held back
+/// in aligned ranges (an RSS indirection table's QPNs), to be filled only by number.
 #[derive(Debug)]
 pub(crate) struct Slots<T> {
     items: Vec<Option<T>>,
+    /// Per slot: inside a reserved range, so [`Slots::insert_with`] passes it by.
+    held: Vec<bool>,
     max: usize,
     /// Where the next search starts, so a destroyed queue's number is not reused at once.
     cursor: usize,
@@ -105,12 +108,13 @@ impl<T> Slots<T> {
     pub(crate) fn new(max: usize) -> Self {
         Slots {
             items: Vec::new(),
+            held: Vec::new(),
             max,
             cursor: 0,
         }
     }
 
-    /// Reserve a free slot and fill it with what `make` builds for that slot.
+    /// Reserve a free slot (not in a held range) and fill it with what `make` builds for it.
     pub(crate) fn insert_with(
         &mut self,
         what: &'static str,
@@ -119,11 +123,11 @@ impl<T> Slots<T> {
         let n = self.items.len();
         let slot = match (0..n)
             .map(|k| (self.cursor + k) % n)
-            .find(|&s| self.items[s].is_none())
+            .find(|&s| self.items[s].is_none() && !self.held[s])
         {
             Some(s) => s,
             None if n < self.max => {
-                self.items.push(None);
+                self.grow(n + 1);
                 n
             }
             None => return Err(HcaError::NoResources(what)),
@@ -131,6 +135,57 @@ impl<T> Slots<T> {
         self.items[slot] = Some(make(slot)?);
         self.cursor = slot + 1;
         Ok(slot)
+    }
+
+    /// Fill `slot`, which must be free and held (inside a reserved range).
+    pub(crate) fn insert_at(
+        &mut self,
+        slot: usize,
+        make: impl FnOnce(usize) -> Result<T, HcaError>,
+    ) -> Result<(), HcaError> {
+        if !self.held.get(slot).copied().unwrap_or(false) || self.items[slot].is_some() {
+            return Err(HcaError::InvalidArgument(format!(
+                "slot {slot} is not a free number of a reserved range"
+            )));
+        }
+        self.items[slot] = Some(make(slot)?);
+        Ok(())
+    }
+
+    fn grow(&mut self, len: usize) {
+        while self.items.len() < len {
+            self.items.push(None);
+            self.held.push(false);
+        }
+    }
+
+    /// Hold back `count` consecutive free slots whose first satisfies `aligned`; returns it.
+    pub(crate) fn reserve_range(
+        &mut self,
+        count: usize,
+        aligned: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let free =
+            |s: &Self, at: usize| at >= s.items.len() || (s.items[at].is_none() && !s.held[at]);
+        let start = (0..self.max.checked_sub(count)? + 1)
+            .filter(|&s| aligned(s))
+            .find(|&s| (s..s + count).all(|k| free(self, k)))?;
+        self.grow(start + count);
+        for h in &mut self.held[start..start + count] {
+            *h = true;
+        }
+        Some(start)
+    }
+
+    /// Give a reserved range back; `false` while one of its slots is in use.
+    pub(crate) fn release_range(&mut self, start: usize, count: usize) -> bool {
+        if self.items[start..start + count].iter().any(Option::is_some) {
+            return false;
+        }
+        for h in &mut self.held[start..start + count] {
+            *h = false;
+        }
+        true
     }
 
     pub(crate) fn get(&self, slot: usize) -> Option<&T> {
@@ -160,65 +215,148 @@ impl<T> Slots<T> {
     }
 }
 
-/// A BlueFlame register the pool handed out: page and register index in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BfSlot {
-    pub(crate) page: usize,
-    pub(crate) reg: usize,
+/// Who uses a UAR page: the opener who allocated it explicitly ([`crate::Hca::alloc_uar`]),
+/// and the send queues created on it.
+#[derive(Debug, Default)]
+struct UarUse {
+    explicit: bool,
+    sqs: u32,
+    /// BlueFlame registers of the page's BlueFlame page still free.
+    free_bfs: Vec<usize>,
 }
 
-/// The UAR pages (one per send queue) and BlueFlame registers of the device memory, handed out
-/// and taken back.
+/// The UAR pages and their BlueFlame pages (UAR page `i` owns BlueFlame page `i`, one page
+/// after it in device memory), handed out and taken back.
 #[derive(Debug)]
 pub(crate) struct Pages {
     pub(crate) bar: Bar,
     free_uars: Vec<usize>,
-    free_bfs: Vec<BfSlot>,
+    uses: Vec<Option<UarUse>>,
+}
+
+/// A UAR page in use: its index, doorbell views and address.
+#[derive(Clone)]
+pub(crate) struct UarPage {
+    pub(crate) index: usize,
+    /// The send doorbell word (0x14).
+    pub(crate) db: HostMem,
+    /// The CQ doorbell qword (0x20).
+    pub(crate) cq_db: HostMem,
 }
 
 impl Pages {
     pub(crate) fn new(bar: Bar) -> Pages {
-        let free_uars = (0..bar.uar_pages()).rev().collect();
-        let free_bfs = (0..bar.bf_pages())
-            .flat_map(|page| (0..bar.bf_regs_per_page()).map(move |reg| BfSlot { page, reg }))
-            .rev()
-            .collect();
+        let n = bar.uar_pages();
         Pages {
+            free_uars: (0..n).rev().collect(),
+            uses: (0..n).map(|_| None).collect(),
             bar,
-            free_uars,
-            free_bfs,
         }
     }
 
-    /// A zeroed UAR page: its index, a view of its send doorbell word, and its address.
-    pub(crate) fn alloc_uar(&mut self) -> Result<(usize, HostMem, *mut u8), HcaError> {
+    fn page(&self, i: usize) -> UarPage {
+        UarPage {
+            index: i,
+            db: self.bar.uar_view(i, SEND_DOORBELL_OFFSET, 4),
+            cq_db: self.bar.uar_view(i, CQ_DOORBELL_OFFSET, 8),
+        }
+    }
+
+    /// A zeroed UAR page (with its zeroed BlueFlame page), for the opener (`explicit`) or for
+    /// one send queue of its own.
+    pub(crate) fn alloc_uar(&mut self, explicit: bool) -> Result<UarPage, HcaError> {
         let i = self
             .free_uars
             .pop()
             .ok_or(HcaError::NoResources("UAR pages"))?;
         self.bar.clear(&self.bar.uar_view(i, 0, UAR_PAGE_SIZE));
-        let db = self.bar.uar_view(i, SEND_DOORBELL_OFFSET, 4);
-        Ok((i, db, self.bar.uar_ptr(i)))
-    }
-
-    pub(crate) fn free_uar(&mut self, i: usize) {
-        self.free_uars.push(i);
-    }
-
-    /// A zeroed BlueFlame register, with views of its two halves and its address.
-    pub(crate) fn alloc_bf(&mut self) -> Result<(BfSlot, [HostMem; 2], *mut u8), HcaError> {
-        let slot = self
-            .free_bfs
-            .pop()
-            .ok_or(HcaError::NoResources("BlueFlame registers"))?;
-        let (halves, reg) = self.bar.bf_reg(slot.page, slot.reg);
-        for h in &halves {
-            self.bar.clear(h);
+        if self.bar.bf_pages() > 0 {
+            for r in 0..self.bar.bf_regs_per_page() {
+                for h in &self.bar.bf_reg(i, r).0 {
+                    self.bar.clear(h);
+                }
+            }
         }
-        Ok((slot, halves, reg))
+        self.uses[i] = Some(UarUse {
+            explicit,
+            sqs: u32::from(!explicit),
+            free_bfs: (0..self.bar.bf_regs_per_page()).rev().collect(),
+        });
+        Ok(self.page(i))
+    }
+
+    /// UAR page `i` for one more send queue; it must be allocated.
+    pub(crate) fn share_uar(&mut self, i: usize) -> Result<UarPage, HcaError> {
+        match self.uses.get_mut(i) {
+            Some(Some(u)) => {
+                u.sqs += 1;
+                Ok(self.page(i))
+            }
+            _ => Err(HcaError::NotFound("UAR page", i as u32)),
+        }
+    }
+
+    /// A send queue on UAR page `i` is gone; the page is free once nobody uses it.
+    pub(crate) fn drop_sq(&mut self, i: usize) {
+        if let Some(Some(u)) = self.uses.get_mut(i) {
+            u.sqs = u.sqs.saturating_sub(1);
+            if u.sqs == 0 && !u.explicit {
+                self.uses[i] = None;
+                self.free_uars.push(i);
+            }
+        }
+    }
+
+    /// The opener gives UAR page `i` back (`Busy` while send queues are still on it).
+    pub(crate) fn free_uar(&mut self, i: usize) -> Result<(), HcaError> {
+        match self.uses.get_mut(i) {
+            Some(Some(u)) if u.explicit => {
+                if u.sqs > 0 {
+                    return Err(HcaError::Busy(i as u32));
+                }
+                self.uses[i] = None;
+                self.free_uars.push(i);
+                Ok(())
+            }
+            _ => Err(HcaError::NotFound("UAR page", i as u32)),
+        }
+    }
+
+    /// Whether UAR page `i` is allocated.
+    pub(crate) fn in_use(&self, i: usize) -> bool {
+        matches!(self.uses.get(i), Some(Some(_)))
+    }
+
+    /// The address of UAR page `i`'s BlueFlame page, if the device has BlueFlame.
+    pub(crate) fn bf_page_ptr(&self, i: usize) -> Option<*mut u8> {
+        (self.bar.bf_pages() > 0).then(|| self.bar.bf_reg(i, 0).1)
+    }
+
+    /// A free BlueFlame register of UAR page `i`'s BlueFlame page (zeroed when the page was
+    /// allocated and when the register was last given back): its halves and address.
+    pub(crate) fn alloc_bf(&mut self, i: usize) -> Option<(BfSlot, [HostMem; 2], *mut u8)> {
+        if self.bar.bf_pages() == 0 {
+            return None;
+        }
+        let reg = self.uses.get_mut(i)?.as_mut()?.free_bfs.pop()?;
+        let (halves, ptr) = self.bar.bf_reg(i, reg);
+        Some((BfSlot { page: i, reg }, halves, ptr))
     }
 
     pub(crate) fn free_bf(&mut self, slot: BfSlot) {
-        self.free_bfs.push(slot);
+        let (halves, _) = self.bar.bf_reg(slot.page, slot.reg);
+        for h in &halves {
+            self.bar.clear(h);
+        }
+        if let Some(Some(u)) = self.uses.get_mut(slot.page) {
+            u.free_bfs.push(slot.reg);
+        }
     }
+}
+
+/// A BlueFlame register the pool handed out: page and register index in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BfSlot {
+    pub(crate) page: usize,
+    pub(crate) reg: usize,
 }

@@ -75,6 +75,29 @@ impl Tap {
         &self.name
     }
 
+    /// Whether the interface is up (`IFF_UP`): the kernel side of the link. False if it cannot
+    /// be asked.
+    pub(crate) fn is_up(&self) -> bool {
+        // SAFETY: a datagram socket only to ask for interface flags; closed below.
+        let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if sock < 0 {
+            return false;
+        }
+        let mut req = IfReq {
+            name: [0; libc::IFNAMSIZ],
+            flags: 0,
+            _pad: [0; 22],
+        };
+        for (d, s) in req.name.iter_mut().zip(self.name.bytes()) {
+            *d = s as libc::c_char;
+        }
+        // SAFETY: SIOCGIFFLAGS fills the flags of one `struct ifreq`, which `IfReq` lays out.
+        let rc = unsafe { libc::ioctl(sock, libc::SIOCGIFFLAGS as _, &mut req as *mut IfReq) };
+        // SAFETY: our own socket.
+        unsafe { libc::close(sock) };
+        rc == 0 && req.flags & libc::IFF_UP as libc::c_short != 0
+    }
+
     /// Send one frame; false if the kernel would not take it now (interface down, queue full).
     pub(crate) fn send(&mut self, frame: &[u8]) -> bool {
         matches!(self.file.write(frame), Ok(n) if n == frame.len())

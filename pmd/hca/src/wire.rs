@@ -331,6 +331,26 @@ impl WirePort {
         n
     }
 
+    /// Whether the wire has a carrier (the far end is there and up), and whether it is gone
+    /// for good (a cable whose file was deleted).
+    pub(crate) fn carrier(&mut self) -> (bool, bool) {
+        match &mut self.link {
+            Link::Null | Link::Loop | Link::Pcap(_) | Link::Sink(_) => (true, false),
+            Link::Peer { name, target } => {
+                let port = target.as_ref().and_then(Weak::upgrade).or_else(|| {
+                    *target = lookup(name);
+                    target.as_ref().and_then(Weak::upgrade)
+                });
+                (port.is_some_and(|p| p.up()), false)
+            }
+            Link::Tap(t) => (t.is_up(), false),
+            Link::Cable(c) => {
+                let gone = c.unlinked();
+                (!gone && c.peer_present(), gone)
+            }
+        }
+    }
+
     /// The cable end frames from outside arrive on, if this wire is a cable.
     pub(crate) fn cable(&mut self) -> Option<&mut Cable> {
         match &mut self.link {

@@ -328,3 +328,135 @@ fn mtu_drops_and_counts_longer_frames() {
     rig.hca.reset_counters();
     assert_eq!(rig.hca.counters().rx_drops_mtu, 0);
 }
+
+#[test]
+fn mac_table_of_128_addresses_and_a_multicast_list() {
+    let mut rig = Rig::new(1);
+    let flow = (([10, 0, 0, 1], 1), ([10, 0, 0, 2], 2));
+    let to = |mac: [u8; 6]| l4_frame(mac, false, flow.0, flow.1, 8);
+    let uc = |i: u8| [0x02, 0, 0, 0, 1, i];
+    let table: Vec<[u8; 6]> = (0..128).map(uc).collect();
+    rig.hca.set_promisc(false);
+    rig.hca.set_mac_table(&table).unwrap();
+    assert_eq!(rig.hca.caps().max_mac_addrs, 128);
+    // Every one of the 128 passes, others do not.
+    for i in (0..128).step_by(9).chain([127]) {
+        assert!(rig.roundtrip(&to(uc(i))).is_some(), "entry {i}");
+    }
+    rig.post_rx(0, 16);
+    assert!(rig.roundtrip(&to(uc(200))).is_none());
+    assert!(rig.roundtrip(&to(OUR_MAC)).is_none());
+    // 129 is one too many; a multicast address is not a unicast entry. The table stays.
+    let mut more = table.clone();
+    more.push(uc(200));
+    assert!(matches!(
+        rig.hca.set_mac_table(&more),
+        Err(HcaError::NoResources(_))
+    ));
+    let mcast = [0x01, 0x00, 0x5e, 0x00, 0x00, 0x07];
+    assert!(matches!(
+        rig.hca.set_mac_table(&[mcast]),
+        Err(HcaError::InvalidArgument(_))
+    ));
+    assert_eq!(rig.hca.rx_filter().unicast.len(), 128);
+
+    // Multicast: only the listed groups, or all with all-multicast.
+    let other_group = [0x01, 0x00, 0x5e, 0x00, 0x00, 0x08];
+    assert!(rig.roundtrip(&to(mcast)).is_none());
+    rig.hca.set_mc_list(&[mcast]).unwrap();
+    assert!(rig.roundtrip(&to(mcast)).is_some());
+    assert!(rig.roundtrip(&to(other_group)).is_none());
+    assert!(rig.hca.set_mc_list(&[OUR_MAC]).is_err(), "not multicast");
+    rig.hca.set_allmulti(true);
+    assert!(rig.roundtrip(&to(other_group)).is_some());
+    rig.hca.set_allmulti(false);
+    rig.hca.set_mc_list(&[]).unwrap();
+    assert!(rig.roundtrip(&to(mcast)).is_none());
+    let f = rig.hca.rx_filter();
+    assert!(!f.promisc && !f.allmulti && f.multicast.is_empty());
+    let k = rig.hca.counters();
+    assert_eq!((k.rx_frames, k.rx_drops_filter), (16 + 2, 5));
+}
+
+#[test]
+fn vlan_filter_drops_and_counts_tags_not_in_the_table() {
+    let mut rig = Rig::new(1);
+    let flow = (([10, 0, 0, 1], 1), ([10, 0, 0, 2], 2));
+    let tagged = |tpid: u16, vid: u16| {
+        let mut f = l4_frame(OUR_MAC, false, flow.0, flow.1, 8);
+        let t = tpid.to_be_bytes();
+        let v = vid.to_be_bytes();
+        f.splice(12..12, [t[0], t[1], v[0], v[1]]);
+        f
+    };
+    let untagged = l4_frame(OUR_MAC, false, flow.0, flow.1, 8);
+    rig.hca.set_rx_filter(OUR_MAC, false, false);
+    // Off: every tag passes.
+    assert!(rig.roundtrip(&tagged(0x8100, 6)).is_some());
+    rig.hca.set_vlan_filtering(true);
+    rig.hca.set_vlan(5, true).unwrap();
+    rig.hca.set_vlan(4095, true).unwrap();
+    assert!(rig.hca.set_vlan(4096, true).is_err());
+    assert!(rig.roundtrip(&tagged(0x8100, 5)).is_some());
+    assert!(rig.roundtrip(&tagged(0x8100, 4095)).is_some());
+    assert!(rig.roundtrip(&tagged(0x8100, 6)).is_none());
+    assert!(rig.roundtrip(&tagged(0x88a8, 6)).is_none(), "outer S-tag");
+    assert!(rig.roundtrip(&untagged).is_some(), "untagged frames pass");
+    assert!(rig.roundtrip(&tagged(0x8100, 0)).is_some(), "priority tag");
+    // The priority bits are not the VLAN ID.
+    assert!(rig.roundtrip(&tagged(0x8100, 0xa005)).is_some());
+    assert_eq!(rig.hca.rx_filter().vlans, vec![5, 4095]);
+    rig.hca.set_vlan(5, false).unwrap();
+    assert!(rig.roundtrip(&tagged(0x8100, 5)).is_none());
+    // Promiscuous filters nothing.
+    rig.hca.set_promisc(true);
+    assert!(rig.roundtrip(&tagged(0x8100, 6)).is_some());
+    let k = rig.hca.counters();
+    assert_eq!((k.rx_drops_vlan, k.rx_drops_filter), (3, 0));
+    assert_eq!(k.rx_dropped(), 3, "counted as dropped, not missed");
+    assert_eq!(k.rx_missed(), 0);
+}
+
+#[test]
+fn flow_control_is_stored_and_reported_and_changes_no_frame() {
+    let mut rig = Rig::new(1);
+    let fc = rig.hca.flow_control();
+    assert!(
+        fc.rx_pause && fc.tx_pause && !fc.autoneg,
+        "mlx4_en's defaults"
+    );
+    let want = mlx4_hca::FlowControl {
+        rx_pause: false,
+        tx_pause: true,
+        autoneg: true,
+        pause_time: 100,
+        high_water: 8000,
+        low_water: 2000,
+        send_xon: true,
+        mac_ctrl_frame_fwd: true,
+    };
+    rig.hca.set_flow_control(&want).unwrap();
+    assert_eq!(rig.hca.flow_control(), want);
+    let bad = mlx4_hca::FlowControl {
+        low_water: 9000,
+        ..want
+    };
+    assert!(matches!(
+        rig.hca.set_flow_control(&bad),
+        Err(HcaError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        rig.hca.flow_control(),
+        want,
+        "unchanged by a refused setting"
+    );
+    // No pause frame is generated, and a received one is just a frame (EtherType 0x8808).
+    let mut pause = vec![
+        0x01, 0x80, 0xc2, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 1, 0x88, 0x08,
+    ];
+    pause.extend([0x00, 0x01, 0xff, 0xff]);
+    pause.resize(60, 0);
+    assert!(rig.roundtrip(&pause).is_some());
+    let k = rig.hca.counters();
+    assert_eq!((k.tx_frames, k.rx_frames), (1, 1));
+}

@@ -29,6 +29,9 @@ fn qpns_and_caps_look_like_hardware() {
     assert_eq!(caps.max_inline, 928);
     assert_eq!(caps.bf_reg_size, 512);
     assert_eq!(sq.info.bf.unwrap().half_size, 256);
+    assert_eq!(caps.fw_ver, 2 << 32 | 42 << 16 | 5000);
+    assert_eq!(caps.fw_version(), "2.42.5000");
+    assert_eq!((caps.vendor_part_id, caps.tunnel_offloads), (0x1003, false));
     let nobf = Hca::open(HcaConfig {
         bf_reg_size: 0,
         ..step_cfg()

@@ -227,7 +227,19 @@ pub mod cqe_vlan {
     pub const CVLAN_PRESENT: u32 = 1 << 29;
     /// An S-VLAN tag was stripped into `sl_vid`.
     pub const SVLAN_PRESENT: u32 = 1 << 30;
+    /// ConnectX-3 Pro: the frame is a tunnel (VXLAN); the status word describes the inner
+    /// packet (DPDK's `MLX4_CQE_L2_TUNNEL`).
+    pub const L2_TUNNEL: u32 = 1 << 27;
+    /// ConnectX-3 Pro: the tunnel's outer L3 is IPv4 (`MLX4_CQE_L2_TUNNEL_IPV4`).
+    pub const L2_TUNNEL_IPV4: u32 = 1 << 25;
+    /// ConnectX-3 Pro: the outer L4 (UDP) checksum is good (`MLX4_CQE_L2_TUNNEL_L4_CSUM`).
+    pub const L2_TUNNEL_L4_CSUM: u32 = 1 << 26;
+    /// ConnectX-3 Pro: the outer IP header checksum is good (`MLX4_CQE_L2_TUNNEL_IPOK`).
+    pub const L2_TUNNEL_IPOK: u32 = 1 << 31;
 }
+
+/// The UDP destination port of VXLAN (IANA), the tunnel a ConnectX-3 Pro parses.
+pub const VXLAN_PORT: u16 = 4789;
 
 /// Host-order value of the send doorbell for `qpn`; the driver stores it big-endian at
 /// UAR + [`SEND_DOORBELL_OFFSET`], so the register bytes read QPN\[23:0\] then 0x00.
@@ -269,6 +281,18 @@ mod tests {
             STAMP_DWORD & owner_opcode::OPCODE_MASK,
             opcode::CONFIG_CMD as u32
         );
+    }
+
+    #[test]
+    fn tunnel_bits_are_dpdks() {
+        // DPDK's mlx4_prm.h: L2_TUNNEL 1<<27, L2_TUNNEL_IPV4 1<<25, L2_TUNNEL_L4_CSUM 1<<26,
+        // L2_TUNNEL_IPOK 1<<31; none overlaps the QPN.
+        let all = cqe_vlan::L2_TUNNEL
+            | cqe_vlan::L2_TUNNEL_IPV4
+            | cqe_vlan::L2_TUNNEL_L4_CSUM
+            | cqe_vlan::L2_TUNNEL_IPOK;
+        assert_eq!(all, 0x8e00_0000);
+        assert_eq!(all & cqe_vlan::QPN_MASK, 0);
     }
 
     #[test]

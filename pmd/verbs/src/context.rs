@@ -4,7 +4,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -183,12 +183,27 @@ pub(crate) struct Context {
     pub adapter: Arc<Adapter>,
     pub events: Arc<EventQueue>,
     mem: Mutex<Mem>,
-    /// `MLX4DV_SET_CTX_ATTR_LOG_WQS_RANGE_SZ` for the next WQ (the model numbers WQs in sequence
-    /// anyway).
+    /// `MLX4DV_SET_CTX_ATTR_LOG_WQS_RANGE_SZ` for the next WQ.
     pub log_wqs_range: AtomicU8,
-    /// The page `mlx4dv_cq.cq_uar` points at, for CQ arm doorbells (not watched by the model).
-    cq_uar: Buf,
+    /// The WQN ranges of the context's WQs, the latest last, as mlx4_ib keeps them.
+    pub wq_ranges: Mutex<Vec<WqRange>>,
+    /// The context's UAR page (`mlx4dv_cq.cq_uar`): CQ arm doorbells land there.
+    uar: mlx4_hca::Uar,
+    /// The command fd: the adapter's device memory file, so `mmap(cmd_fd, uar_mmap_offset)`
+    /// maps a QP's UAR page, as mlx4_ib maps it for a secondary process.
     _cmd_fd: OwnedFd,
+}
+
+/// A range of consecutive WQNs aligned to its size (mlx4_ib's `mlx4_wqn_range`): WQs take its
+/// numbers in order until it is full or one of them was destroyed (dirty); it is given back
+/// when its last WQ goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WqRange {
+    pub base: u32,
+    pub size: u32,
+    pub used: u32,
+    pub live: u32,
+    pub dirty: bool,
 }
 
 impl Context {
@@ -227,7 +242,15 @@ impl Context {
     }
 
     pub(crate) fn cq_uar(&self) -> *mut c_void {
-        self.cq_uar.ptr.cast()
+        self.uar.page.cast()
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        if let Err(e) = self.adapter.hca.free_uar(self.uar.index) {
+            log(format_args!("closing a context: its UAR page: {e}"));
+        }
     }
 }
 
@@ -321,10 +344,6 @@ unsafe extern "C" fn no_poll_cq(_: *mut sys::ibv_cq, _: c_int, _: *mut sys::ibv_
     -1
 }
 
-unsafe extern "C" fn no_req_notify(_: *mut sys::ibv_cq, _: c_int) -> c_int {
-    libc::EOPNOTSUPP
-}
-
 unsafe extern "C" fn no_post_send(
     _: *mut sys::ibv_qp,
     _: *mut sys::ibv_send_wr,
@@ -349,14 +368,15 @@ fn open(dev: &'static Device) -> Result<Box<Context>, c_int> {
     let guard = Release(dev);
     let events = Arc::new(EventQueue::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?);
     adapter.subscribe(&events);
-    // SAFETY: opening /dev/null; the result is checked. It stands for the uverbs command fd,
-    // which nothing of ours needs (a secondary process mapping UARs through it fails cleanly).
-    let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(libc::EIO);
-    }
-    // SAFETY: a fresh descriptor we own.
-    let cmd_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // The command fd maps device memory by offset, as the uverbs fd maps UAR pages.
+    let cmd_fd = adapter.bar_fd.try_clone().map_err(|e| {
+        log(format_args!("ibv_open_device: command fd: {e}"));
+        libc::EIO
+    })?;
+    let uar = adapter.hca.alloc_uar().map_err(|e| {
+        log(format_args!("ibv_open_device: the context's UAR page: {e}"));
+        e.errno()
+    })?;
     let mut vctx = sys::verbs_context {
         query_port: Some(crate::queries::query_port_ex),
         query_device_ex: Some(crate::queries::query_device_ex),
@@ -377,10 +397,9 @@ fn open(dev: &'static Device) -> Result<Box<Context>, c_int> {
     vctx.context.num_comp_vectors = 1;
     vctx.context.abi_compat = usize::MAX as *mut c_void;
     vctx.context.ops.poll_cq = Some(no_poll_cq);
-    vctx.context.ops.req_notify_cq = Some(no_req_notify);
+    vctx.context.ops.req_notify_cq = Some(crate::queues::req_notify_cq);
     vctx.context.ops.post_send = Some(no_post_send);
     vctx.context.ops.post_recv = Some(no_post_recv);
-    let cq_uar = Buf::alloc(None, page_size())?;
     std::mem::forget(guard);
     Ok(Box::new(Context {
         vctx,
@@ -394,7 +413,8 @@ fn open(dev: &'static Device) -> Result<Box<Context>, c_int> {
             rq_db: DbPool::new(4),
         }),
         log_wqs_range: AtomicU8::new(0),
-        cq_uar,
+        wq_ranges: Mutex::new(Vec::new()),
+        uar,
         _cmd_fd: cmd_fd,
     }))
 }
@@ -475,42 +495,54 @@ pub unsafe extern "C" fn mlx4rs_verbs__ibv_ack_async_event(_ev: *mut sys::ibv_as
 
 // ------------------------------------------------------------------------------ completion channels
 
-/// A completion channel; its fd never becomes readable: the model does not raise completion
-/// events (CQ arming, spec 5.3, is not modelled).
+/// A completion channel: the model's, whose eventfd is the channel's fd. CQs created on it
+/// report their events there once armed (`ibv_req_notify_cq`, or the CQ doorbell an mlx4dv
+/// user writes itself).
 #[repr(C)]
 pub(crate) struct CompChannel {
     ibv: sys::ibv_comp_channel,
     magic: u64,
-    _fd: OwnedFd,
+    adapter: Arc<Adapter>,
+    /// The model's channel.
+    pub id: u32,
+    /// The CQs on it: (CQN, the application's CQ pointer, its `cq_context`).
+    pub cqs: Mutex<Vec<(u32, usize, usize)>>,
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn mlx4rs_verbs__ibv_create_comp_channel(
     ctx: *mut sys::ibv_context,
 ) -> *mut sys::ibv_comp_channel {
-    let _c = ctx_or!(ctx, ptr::null_mut());
-    // SAFETY: plain eventfd(2) call; the result is checked.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return ptr::null_mut();
-    }
-    // SAFETY: a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let c = ctx_or!(ctx, ptr::null_mut());
+    let hca = &c.adapter.hca;
+    let (id, fd) = match hca
+        .create_comp_channel()
+        .and_then(|id| Ok((id, hca.comp_channel_fd(id)?)))
+    {
+        Ok(x) => x,
+        Err(e) => {
+            log(format_args!("ibv_create_comp_channel: {e}"));
+            set_errno(e.errno());
+            return ptr::null_mut();
+        }
+    };
     let ch = Box::new(CompChannel {
         ibv: sys::ibv_comp_channel {
             context: ctx,
-            fd: fd.as_raw_fd(),
+            fd,
             refcnt: 0,
         },
         magic: MAGIC,
-        _fd: fd,
+        adapter: c.adapter.clone(),
+        id,
+        cqs: Mutex::new(Vec::new()),
     });
     Box::into_raw(ch).cast()
 }
 
 /// # Safety
 /// `p` is null or a channel pointer the application got from some provider.
-unsafe fn channel<'a>(p: *mut sys::ibv_comp_channel) -> Option<&'a CompChannel> {
+pub(crate) unsafe fn channel<'a>(p: *mut sys::ibv_comp_channel) -> Option<&'a CompChannel> {
     if p.is_null() {
         return None;
     }
@@ -530,36 +562,75 @@ pub unsafe extern "C" fn mlx4rs_verbs__ibv_destroy_comp_channel(
     if c.ibv.refcnt != 0 {
         return libc::EBUSY;
     }
+    if let Err(e) = c.adapter.hca.destroy_comp_channel(c.id) {
+        log(format_args!("ibv_destroy_comp_channel: {e}"));
+        return e.errno();
+    }
     // SAFETY: the channel came from Box::into_raw and is destroyed once.
     drop(unsafe { Box::from_raw((c as *const CompChannel).cast_mut()) });
     0
 }
 
+/// The next completion event: the CQ that raised it and its context. Waits as the application
+/// set the fd up (blocking by default, `EAGAIN` once it made the fd non-blocking), as
+/// rdma-core's read of the channel fd would.
 #[no_mangle]
 pub unsafe extern "C" fn mlx4rs_verbs__ibv_get_cq_event(
     ch: *mut sys::ibv_comp_channel,
-    _cq: *mut *mut sys::ibv_cq,
-    _cq_ctx: *mut *mut c_void,
+    cq: *mut *mut sys::ibv_cq,
+    cq_ctx: *mut *mut c_void,
 ) -> c_int {
     // SAFETY: the application's channel pointer.
     let Some(c) = (unsafe { channel(ch) }) else {
         set_errno(libc::EINVAL);
         return -1;
     };
-    // No event is ever raised: this waits as the application set the fd up (forever when
-    // blocking, EAGAIN when not), as rdma-core's read of the channel fd would.
-    let mut n: u64 = 0;
-    // SAFETY: reading 8 bytes from our eventfd.
-    let r = unsafe { libc::read(c.ibv.fd, (&mut n as *mut u64).cast(), 8) };
-    if r != 8 {
-        return -1;
+    loop {
+        match c.adapter.hca.next_cq_event(c.id) {
+            Ok(Some(cqn)) => {
+                let Some(&(_, p, ctx)) = c.cqs.lock().iter().find(|x| x.0 == cqn) else {
+                    // A CQ destroyed since: its event goes with it.
+                    continue;
+                };
+                // SAFETY: the caller's output pointers; the CQ is alive (destroying it
+                // removes it from the list).
+                unsafe {
+                    if !cq.is_null() {
+                        *cq = p as *mut sys::ibv_cq;
+                    }
+                    if !cq_ctx.is_null() {
+                        *cq_ctx = ctx as *mut c_void;
+                    }
+                    crate::queues::cq_event(p as *mut sys::ibv_cq);
+                }
+                return 0;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                set_errno(e.errno());
+                return -1;
+            }
+        }
+        // SAFETY: F_GETFL on the channel's descriptor.
+        let fl = unsafe { libc::fcntl(c.ibv.fd, libc::F_GETFL) };
+        if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
+            set_errno(libc::EAGAIN);
+            return -1;
+        }
+        let mut pfd = libc::pollfd {
+            fd: c.ibv.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polling one pollfd.
+        unsafe { libc::poll(&mut pfd, 1, -1) };
     }
-    set_errno(libc::EIO);
-    -1
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn mlx4rs_verbs__ibv_ack_cq_events(_cq: *mut sys::ibv_cq, _n: c_uint) {}
+pub unsafe extern "C" fn mlx4rs_verbs__ibv_ack_cq_events(_cq: *mut sys::ibv_cq, _n: c_uint) {
+    // Events hold nothing a destroy would have to wait for.
+}
 
 // ------------------------------------------------------------------------------ misc
 

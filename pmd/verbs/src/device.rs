@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mlx4_hca::{Hca, HcaConfig, Wire};
+use mlx4_hca::{Bar, FlowAction, FlowRule, Hca, HcaConfig, PortEvent, RssContext, Wire};
 use parking_lot::Mutex;
 
 use crate::config::{self, DeviceConf, Sysfs};
@@ -204,14 +204,30 @@ impl EventQueue {
 /// The running adapter of a device.
 pub(crate) struct Adapter {
     pub hca: Hca,
+    /// The memory file holding the adapter's device memory: what a context's command fd maps
+    /// (a UAR page at `mlx4dv_qp.uar_mmap_offset`, its BlueFlame page one page later).
+    pub bar_fd: OwnedFd,
     pub name: String,
     pub part_id: u32,
-    steering: Mutex<(Steering, Vec<String>)>,
+    steering: Mutex<SteerState>,
     events: Arc<Mutex<Vec<Weak<EventQueue>>>>,
     ids: AtomicU64,
     stats: Option<PathBuf>,
     watcher: Mutex<Option<(Arc<AtomicBool>, JoinHandle<()>)>>,
-    _tap: Option<File>,
+    /// The TAP interface the stand-in created as the port's netdev (its carrier follows the
+    /// model's link).
+    tap: Option<Arc<File>>,
+}
+
+/// Verbs steering and what the model was told for it.
+#[derive(Default)]
+struct SteerState {
+    verbs: Steering,
+    /// Notes already logged.
+    notes: Vec<String>,
+    /// The model's flow rules and RSS contexts of the last plan.
+    flows: Vec<u32>,
+    contexts: Vec<u32>,
 }
 
 /// How long the netdev watcher sleeps without link messages before checking whether to stop.
@@ -220,15 +236,20 @@ const WATCH_TIMEOUT: Duration = Duration::from_millis(200);
 impl Adapter {
     fn open(dev: &Device) -> Result<Arc<Adapter>, String> {
         let name = dev.sysfs.name.clone();
-        let hca = Hca::open(HcaConfig {
+        let cfg = HcaConfig {
             wc: dev.conf.wc,
             bf_reg_size: dev.conf.bf_reg_size,
             busy_poll: dev.conf.busy_poll,
             name: dev.conf.name.clone(),
             threaded: true,
+            // As on a card: a QP runs only in RTS, a WQ receives only in RDY.
+            reset_on_create: true,
+            pro: dev.sysfs.part_id == mlx4_hca::PART_CX3_PRO,
             ..HcaConfig::default()
-        })
-        .map_err(|e| format!("{name}: opening the model: {e}"))?;
+        };
+        let (bar, bar_fd) =
+            Bar::in_memfd(&cfg).map_err(|e| format!("{name}: device memory: {e}"))?;
+        let hca = Hca::open_on(cfg, bar).map_err(|e| format!("{name}: opening the model: {e}"))?;
         let wire: Wire = dev.conf.wire.parse().map_err(|e| format!("{name}: {e}"))?;
         hca.set_wire(wire)
             .map_err(|e| format!("{name}: wire {}: {e}", dev.conf.wire))?;
@@ -236,31 +257,51 @@ impl Adapter {
         let tap = if netdev::exists(&nd) {
             None
         } else {
-            Some(netdev::create_tap(&nd, dev.conf.mac).map_err(|e| {
-                format!("{name}: creating TAP interface {nd} as the port's netdev: {e}")
-            })?)
+            Some(Arc::new(netdev::create_tap(&nd, dev.conf.mac).map_err(
+                |e| format!("{name}: creating TAP interface {nd} as the port's netdev: {e}"),
+            )?))
         };
         let a = Arc::new(Adapter {
             hca,
+            bar_fd,
             name,
             part_id: dev.sysfs.part_id,
-            steering: Mutex::new((Steering::default(), Vec::new())),
+            steering: Mutex::new(SteerState::default()),
             events: Arc::new(Mutex::new(Vec::new())),
             ids: AtomicU64::new(1),
             stats: dev.conf.stats.clone(),
             watcher: Mutex::new(None),
-            _tap: tap,
+            tap,
         });
+        // As a verbs device: only flow rules deliver.
+        a.hca.set_flows_only(true);
         a.apply_steering();
         let st = netdev::state(&nd).map_err(|e| format!("{}: netdev {nd}: {e}", a.name))?;
-        follow(&a.hca, st);
+        follow(&a.hca, st, a.tap.is_some());
+        let model_fd = a
+            .hca
+            .event_fd()
+            .map_err(|e| format!("{}: the model's event fd: {e}", a.name))?;
+        // Where the port starts: no event for it, the carrier set.
+        while a.hca.next_event().is_some() {}
+        if let Some(t) = &a.tap {
+            carrier(&a.name, t, a.hca.link_up());
+        }
         let links = netdev::LinkEvents::open(WATCH_TIMEOUT)
             .map_err(|e| format!("{}: rtnetlink socket: {e}", a.name))?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (hca, events, stop2) = (a.hca.clone(), a.events.clone(), stop.clone());
+        let w = Watch {
+            nd,
+            name: a.name.clone(),
+            hca: a.hca.clone(),
+            events: a.events.clone(),
+            tap: a.tap.clone(),
+            model_fd,
+        };
+        let stop2 = stop.clone();
         let h = std::thread::Builder::new()
             .name("mlx4rs-netdev".into())
-            .spawn(move || watch(&nd, &hca, &events, &links, &stop2, st))
+            .spawn(move || w.run(&links, &stop2, st))
             .map_err(|e| format!("spawning the netdev watcher: {e}"))?;
         *a.watcher.lock() = Some((stop, h));
         a.hca
@@ -282,32 +323,66 @@ impl Adapter {
 
     /// Change the steering state and tell the model the result.
     pub(crate) fn steer<R>(&self, f: impl FnOnce(&mut Steering) -> R) -> R {
-        let r = f(&mut self.steering.lock().0);
+        let r = f(&mut self.steering.lock().verbs);
         self.apply_steering();
         r
     }
 
+    /// Tell the model the rules of the current plan: the new rules and contexts first, then
+    /// the old ones go, so frames never meet a moment without rules (equal priorities go by
+    /// age, so the old rules keep matching until they are destroyed).
     fn apply_steering(&self) {
         let mut s = self.steering.lock();
-        let plan = s.0.plan();
-        if let Err(e) = self.hca.set_rx_steering(&plan.table) {
-            log(format_args!("{}: RSS indirection table: {e}", self.name));
-        }
-        if let Some((key, fields)) = plan.rss {
-            if let Err(e) = self.hca.set_rss(&key, fields) {
-                log(format_args!("{}: RSS key: {e}", self.name));
+        let plan = s.verbs.plan();
+        let mut ctxs = Vec::new();
+        let mut ctx_of = Vec::new();
+        for (hash, q) in &plan.contexts {
+            let ctx = RssContext {
+                key: q.key,
+                fields: q.fields,
+                rqs: q.rqs.clone(),
+            };
+            match self.hca.create_rss_context(&ctx) {
+                Ok(id) => {
+                    ctxs.push(id);
+                    ctx_of.push((*hash, id));
+                }
+                Err(e) => log(format_args!("{}: RSS context: {e}", self.name)),
             }
         }
-        let (mac, promisc, allmulti) = plan.filter;
-        self.hca.set_rx_filter(mac, promisc, allmulti);
-        if plan.notes != s.1 {
+        let mut flows = Vec::new();
+        for r in &plan.rules {
+            let action = match r.hash {
+                None => FlowAction::Drop,
+                Some(h) => match ctx_of.iter().find(|(x, _)| *x == h) {
+                    Some(&(_, id)) => FlowAction::Rss(id),
+                    None => continue,
+                },
+            };
+            let rule = FlowRule {
+                priority: r.priority,
+                pattern: r.pattern,
+                action,
+            };
+            match self.hca.create_flow(&rule) {
+                Ok(id) => flows.push(id),
+                Err(e) => log(format_args!("{}: flow rule: {e}", self.name)),
+            }
+        }
+        for id in std::mem::replace(&mut s.flows, flows) {
+            let _ = self.hca.destroy_flow(id);
+        }
+        for id in std::mem::replace(&mut s.contexts, ctxs) {
+            let _ = self.hca.destroy_rss_context(id);
+        }
+        if plan.notes != s.notes {
             for n in &plan.notes {
                 log(format_args!(
                     "{}: steering not modelled exactly: {n}",
                     self.name
                 ));
             }
-            s.1 = plan.notes;
+            s.notes = plan.notes;
         }
     }
 
@@ -337,43 +412,68 @@ impl Adapter {
     }
 }
 
-fn follow(hca: &Hca, st: netdev::State) {
+/// The model port follows the netdev: its MTU, and whether it is up. The stand-in's own TAP
+/// is up when set up (its carrier is the model's to give); a netdev of the system also needs
+/// its carrier.
+fn follow(hca: &Hca, st: netdev::State, own: bool) {
     hca.set_mtu(st.mtu.min(u32::from(u16::MAX)) as u16);
-    hca.set_port_up(st.up);
+    hca.set_port_up(if own { st.admin } else { st.up });
 }
 
-/// The netdev watcher: the port's MTU and link follow the netdev, and a link change is an async
-/// event (`PORT_ACTIVE` / `PORT_ERR`) on every open context, as mlx4_ib reports it.
-fn watch(
-    nd: &str,
-    hca: &Hca,
-    events: &Mutex<Vec<Weak<EventQueue>>>,
-    links: &netdev::LinkEvents,
-    stop: &AtomicBool,
-    mut last: netdev::State,
-) {
-    while !stop.load(Ordering::Acquire) {
-        links.wait();
-        let Ok(st) = netdev::state(nd) else {
-            continue;
-        };
-        if st == last {
-            continue;
+/// Set the TAP's carrier, saying once if the kernel cannot.
+fn carrier(name: &str, tap: &File, on: bool) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if let Err(e) = netdev::set_carrier(tap, on) {
+        if !SAID.swap(true, Ordering::Relaxed) {
+            log(format_args!(
+                "{name}: setting the netdev's carrier (TUNSETCARRIER): {e}; the netdev will \
+                 not show the model's link"
+            ));
         }
-        follow(hca, st);
-        if st.up != last.up {
-            let ev = AsyncEvent {
-                event_type: if st.up {
-                    sys::IBV_EVENT_PORT_ACTIVE
-                } else {
-                    sys::IBV_EVENT_PORT_ERR
-                },
-                port: 1,
-            };
-            for q in events.lock().iter().filter_map(Weak::upgrade) {
-                q.push(ev);
+    }
+}
+
+/// The watcher thread's share of the adapter.
+struct Watch {
+    nd: String,
+    name: String,
+    hca: Hca,
+    events: Arc<Mutex<Vec<Weak<EventQueue>>>>,
+    tap: Option<Arc<File>>,
+    model_fd: libc::c_int,
+}
+
+impl Watch {
+    /// The netdev and the model, watched together: the port follows the netdev (up, MTU); the
+    /// model's port events become async events on every open context, as mlx4_ib reports
+    /// them (`PORT_ACTIVE`, `PORT_ERR`, `DEVICE_FATAL` for a removal), and the netdev's
+    /// carrier follows the model's link, so a driver reading the netdev sees it too.
+    fn run(&self, links: &netdev::LinkEvents, stop: &AtomicBool, mut last: netdev::State) {
+        while !stop.load(Ordering::Acquire) {
+            links.wait_with(self.model_fd, WATCH_TIMEOUT);
+            if let Ok(st) = netdev::state(&self.nd) {
+                if st != last {
+                    follow(&self.hca, st, self.tap.is_some());
+                    last = st;
+                }
+            }
+            while let Some(ev) = self.hca.next_event() {
+                let (event_type, link) = match ev {
+                    PortEvent::LinkUp => (sys::IBV_EVENT_PORT_ACTIVE, Some(true)),
+                    PortEvent::LinkDown => (sys::IBV_EVENT_PORT_ERR, Some(false)),
+                    PortEvent::Removed => (sys::IBV_EVENT_DEVICE_FATAL, None),
+                };
+                if let (Some(t), Some(up)) = (&self.tap, link) {
+                    carrier(&self.name, t, up);
+                }
+                let ev = AsyncEvent {
+                    event_type,
+                    port: 1,
+                };
+                for q in self.events.lock().iter().filter_map(Weak::upgrade) {
+                    q.push(ev);
+                }
             }
         }
-        last = st;
     }
 }

@@ -31,9 +31,14 @@ fn qp_out(p: *mut sys::ibv_qp, out: &mut sys::mlx4dv_qp) -> c_int {
     out.rq.wqe_cnt = s.rq_dv_cnt;
     out.rq.wqe_shift = s.rq.wqe_shift as c_int;
     out.rq.offset = s.rq.offset as c_int;
-    // The UAR lives in the model's memory, not behind an mmap offset of the command fd: a
-    // secondary process cannot map it, so the offset is not reported.
+    // The command fd is the device memory file: the QP's UAR page maps at this offset (and its
+    // BlueFlame page one page later), as from mlx4_ib's command fd.
+    let asked = out.comp_mask;
     out.comp_mask = 0;
+    if asked & u64::from(sys::MLX4DV_QP_MASK_UAR_MMAP_OFFSET) != 0 {
+        out.uar_mmap_offset = s.uar_offset as libc::off_t;
+        out.comp_mask |= u64::from(sys::MLX4DV_QP_MASK_UAR_MMAP_OFFSET);
+    }
     0
 }
 
@@ -48,7 +53,7 @@ fn cq_out(p: *mut sys::ibv_cq, out: &mut sys::mlx4dv_cq) -> c_int {
     out.cqn = c.cqn;
     out.set_ci_db = c.db;
     out.arm_db = c.db.wrapping_add(1);
-    out.arm_sn = c.arm_sn as c_int;
+    out.arm_sn = c.arm_sn.load(std::sync::atomic::Ordering::Relaxed) as c_int;
     out.cqe_size = mlx4_prm::CQE_SIZE as c_int;
     let mut mask = 0;
     if out.comp_mask & u64::from(sys::MLX4DV_CQ_MASK_UAR) != 0 {

@@ -99,6 +99,8 @@ pub(crate) struct State {
     /// `IFF_UP` and `IFF_RUNNING`: the port passes traffic.
     pub up: bool,
     pub mtu: u32,
+    /// `IFF_UP` alone: set up by its user, carrier or not.
+    pub admin: bool,
 }
 
 /// Read the netdev's flags and MTU.
@@ -115,7 +117,29 @@ pub(crate) fn state(name: &str) -> io::Result<State> {
     Ok(State {
         up: flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0,
         mtu: mtu.max(0) as u32,
+        admin: flags & libc::IFF_UP != 0,
     })
+}
+
+/// `_IOW('T', 226, int)`: set a TAP interface's carrier.
+const TUNSETCARRIER: libc::c_ulong = 0x4004_54e2;
+
+/// Turn the carrier of the TAP interface behind `tap` on or off: its `IFF_RUNNING` (operational
+/// state) follows, as a card's netdev follows its PHY.
+pub(crate) fn set_carrier(tap: &File, on: bool) -> io::Result<()> {
+    let v: libc::c_int = on.into();
+    // SAFETY: TUNSETCARRIER reads one int; the fd is an attached TAP.
+    let rc = unsafe {
+        libc::ioctl(
+            tap.as_raw_fd(),
+            TUNSETCARRIER as _,
+            &v as *const libc::c_int,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A socket that wakes its reader when any link changes (rtnetlink `RTMGRP_LINK`), so the
@@ -174,12 +198,35 @@ impl LinkEvents {
         Ok(LinkEvents { fd })
     }
 
-    /// Wait for a link message or the timeout; the message itself is not needed (the caller
-    /// reads the state it cares about).
-    pub(crate) fn wait(&self) {
-        let mut buf = [0u8; 8192];
-        // SAFETY: reading into a buffer of the given length.
-        let _ = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    /// Wait for a link message, `other` to become readable, or `timeout`; link messages are
+    /// taken (the caller reads the state it cares about), `other` is left to its owner.
+    pub(crate) fn wait_with(&self, other: libc::c_int, timeout: Duration) {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: other,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: polling two pollfds of open descriptors.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout.as_millis() as libc::c_int) };
+        if fds[0].revents & libc::POLLIN != 0 {
+            let mut buf = [0u8; 8192];
+            // SAFETY: reading into a buffer of the given length, without blocking.
+            let _ = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+        }
     }
 }
 

@@ -46,8 +46,10 @@ pub(crate) fn device_attr(c: &Context) -> sys::ibv_device_attr {
         phys_port_cnt: caps.num_ports,
         ..Default::default()
     };
-    for (d, s) in a.fw_ver.iter_mut().zip(b"2.42.5000 (mlx4rs model)") {
-        *d = *s as _;
+    // mlx4_ib formats the firmware version as major.minor.subminor.
+    let fw = caps.fw_version();
+    for (d, s) in a.fw_ver.iter_mut().take(63).zip(fw.bytes()) {
+        *d = s as _;
     }
     a
 }
@@ -107,8 +109,12 @@ pub(crate) unsafe extern "C" fn query_device_ex(
             rx_hash_function: sys::IBV_RX_HASH_FUNC_TOEPLITZ as u8,
         },
         max_wq_type_rq: caps.max_qps,
-        // No FCS scatter (the model strips the CRC it never adds), no VLAN stripping.
-        raw_packet_caps: 0,
+        // The FCS kept on request; no VLAN stripping.
+        raw_packet_caps: if caps.scatter_fcs {
+            sys::IBV_RAW_PACKET_CAP_SCATTER_FCS
+        } else {
+            0
+        },
         phys_port_cnt_ex: u32::from(caps.num_ports),
         ..Default::default()
     };

@@ -8,12 +8,12 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mlx4_hca::{CqAttr, HcaError, RqAttr, SqAttr};
+use mlx4_hca::{CqAttr, HcaError, QueueState, RqAttr, RqOptions, SqAttr, SqOptions};
 
-use crate::context::{context, ctx_or, take_wqs_range, Buf, Context, DbKind, MAGIC};
+use crate::context::{context, ctx_or, take_wqs_range, Buf, Context, DbKind, WqRange, MAGIC};
 use crate::device::Adapter;
 use crate::layout::{self, Ring};
 use crate::queries::{device_attr, MAX_CQE, MAX_RWQ_IND_TABLE, MAX_SGE};
@@ -180,7 +180,8 @@ pub(crate) struct Cq {
     pub db: *mut u32,
     pub cqn: u32,
     pub cnt: u32,
-    pub arm_sn: u32,
+    /// libmlx4's arm sequence number: 2 bits carried by each arm, advanced per event.
+    pub arm_sn: AtomicU32,
 }
 
 /// # Safety
@@ -218,7 +219,19 @@ fn create_cq(
             return Err(hca_errno("ibv_create_cq", e));
         }
     };
-    if !channel.is_null() {
+    // SAFETY: the application's channel pointer, if any.
+    let ch = unsafe { crate::context::channel(channel) };
+    if !channel.is_null() && ch.is_none() {
+        let _ = c.adapter.hca.destroy_cq(cqn);
+        c.free_db(DbKind::Cq, db);
+        return Err(libc::EINVAL);
+    }
+    if let Some(ch) = ch {
+        if let Err(e) = c.adapter.hca.set_cq_channel(cqn, Some(ch.id)) {
+            let _ = c.adapter.hca.destroy_cq(cqn);
+            c.free_db(DbKind::Cq, db);
+            return Err(hca_errno("ibv_create_cq", e));
+        }
         // SAFETY: the application's channel; rdma-core counts the CQs using it.
         unsafe { (*channel).refcnt += 1 };
     }
@@ -236,9 +249,13 @@ fn create_cq(
         db,
         cqn,
         cnt,
-        arm_sn: 1,
+        arm_sn: AtomicU32::new(1),
     });
-    Ok(Box::into_raw(cq).cast())
+    let p = Box::into_raw(cq);
+    if let Some(ch) = ch {
+        ch.cqs.lock().push((cqn, p as usize, cq_context as usize));
+    }
+    Ok(p.cast())
 }
 
 #[no_mangle]
@@ -273,11 +290,66 @@ pub unsafe extern "C" fn mlx4rs_verbs__ibv_destroy_cq(p: *mut sys::ibv_cq) -> c_
     if !cq.ibv.channel.is_null() {
         // SAFETY: the channel outlives the CQs using it (its destroy checks refcnt).
         unsafe { (*cq.ibv.channel).refcnt -= 1 };
+        // SAFETY: as above.
+        if let Some(ch) = unsafe { crate::context::channel(cq.ibv.channel) } {
+            ch.cqs.lock().retain(|x| x.0 != cq.cqn);
+        }
     }
     c.free_db(DbKind::Cq, cq.db);
     // SAFETY: allocated with Box::into_raw, destroyed once; the model no longer writes the ring.
     drop(unsafe { Box::from_raw((cq as *const Cq).cast_mut()) });
     0
+}
+
+/// CQ doorbell commands (spec 5.3): the next solicited completion, or the next one.
+const ARM_SOLICITED: u32 = 1 << 24;
+const ARM_NEXT: u32 = 2 << 24;
+
+/// `ibv_req_notify_cq` (the context op verbs.h calls): arm the CQ as libmlx4's `mlx4_arm_cq`
+/// does, through the hardware: the arm record after `set_ci_db`, then the 64-bit CQ doorbell
+/// at offset 0x20 of the context's UAR page, carrying the sequence number, the command, the
+/// CQN and the consumer index (read from `set_ci_db`, which the mlx4dv user keeps).
+pub(crate) unsafe extern "C" fn req_notify_cq(p: *mut sys::ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: the application's CQ pointer.
+    let Some(cq) = (unsafe { cq(p) }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the context outlives its objects.
+    let c = unsafe { &*cq.ctx };
+    let sn = cq.arm_sn.load(Ordering::Relaxed) & 3;
+    let cmd = if solicited_only != 0 {
+        ARM_SOLICITED
+    } else {
+        ARM_NEXT
+    };
+    // SAFETY: the CQ's doorbell record pair (set_ci_db, arm_db), ours until destroy_cq.
+    let ci =
+        u32::from_be(unsafe { AtomicU32::from_ptr(cq.db) }.load(Ordering::Acquire)) & 0xff_ffff;
+    // SAFETY: as above; the arm word follows set_ci_db.
+    unsafe { AtomicU32::from_ptr(cq.db.add(1)) }
+        .store((sn << 28 | cmd | ci).to_be(), Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    let v = (u64::from(sn << 28 | cmd | cq.cqn) << 32) | u64::from(ci);
+    let reg = c
+        .cq_uar()
+        .cast::<u8>()
+        .wrapping_add(mlx4_prm::CQ_DOORBELL_OFFSET);
+    // SAFETY: the CQ doorbell of the context's UAR page (device memory valid while the context
+    // is open), 8-aligned; one 64-bit store, as on a card.
+    unsafe { AtomicU64::from_ptr(reg.cast()) }.store(v.to_be(), Ordering::Release);
+    0
+}
+
+/// An event of this CQ was taken (`ibv_get_cq_event`): the next arm carries the next sequence
+/// number, as libmlx4's `cq_event` op keeps it.
+///
+/// # Safety
+/// `p` is a CQ pointer of ours.
+pub(crate) unsafe fn cq_event(p: *mut sys::ibv_cq) {
+    // SAFETY: forwarded contract.
+    if let Some(cq) = unsafe { cq(p) } {
+        cq.arm_sn.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 // ------------------------------------------------------------------------------ QP
@@ -292,6 +364,8 @@ pub(crate) struct SendQp {
     pub rq_dv_cnt: u32,
     pub rdb: *mut u32,
     pub uar: *mut u8,
+    /// Where the UAR page is in the device memory the command fd maps.
+    pub uar_offset: usize,
 }
 
 pub(crate) enum QpKind {
@@ -376,24 +450,23 @@ fn create_send_qp(
         cap.max_inline_data,
         r.max_tso_header,
     );
-    if l.sq.wqe_shift > mlx4_prm::TXBB_SHIFT {
-        log(format_args!(
-            "ibv_create_qp: these caps give a {}-byte SQ stride, as libmlx4 computes it; the \
-             model has no stride (it walks 64-byte TXBBs by each WQE's size, mlx4-prm 10.1), so \
-             WQEs must be packed TXBB after TXBB, not one per stride slot",
-            1u32 << l.sq.wqe_shift
-        ));
-    }
     let txbbs = l.sq.wqe_cnt << (l.sq.wqe_shift - mlx4_prm::TXBB_SHIFT);
     let buf = c.buf(l.buf_size as usize)?;
     let rdb = c.db(DbKind::Rq)?;
+    let opts = SqOptions {
+        stride_shift: l.sq.wqe_shift,
+        ..SqOptions::default()
+    };
     // SAFETY: the ring stays ours until destroy_qp, which destroys the model's SQ first.
     let info = match unsafe {
-        c.adapter.hca.create_sq(&SqAttr {
-            buf: buf.ptr,
-            txbb_cnt: txbbs,
-            cqn: scq.cqn,
-        })
+        c.adapter.hca.create_sq_with(
+            &SqAttr {
+                buf: buf.ptr,
+                txbb_cnt: txbbs,
+                cqn: scq.cqn,
+            },
+            &opts,
+        )
     } {
         Ok(i) => i,
         Err(e) => {
@@ -427,6 +500,7 @@ fn create_send_qp(
             rq_dv_cnt: 1,
             rdb,
             uar: info.uar,
+            uar_offset: c.adapter.hca.bar().offset_of(info.uar).unwrap_or(0),
         }),
         flows: AtomicU32::new(0),
     });
@@ -590,7 +664,7 @@ fn init_sq_ownership(base: *mut u8, sq: &Ring) {
     }
 }
 
-fn modify_send(q: &Qp, s: &SendQp, a: &sys::ibv_qp_attr, mask: c_int) -> c_int {
+fn modify_send(c: &Context, q: &Qp, s: &SendQp, a: &sys::ibv_qp_attr, mask: c_int) -> c_int {
     let mask = mask as u32;
     if mask & sys::IBV_QP_STATE == 0 {
         return 0;
@@ -599,25 +673,26 @@ fn modify_send(q: &Qp, s: &SendQp, a: &sys::ibv_qp_attr, mask: c_int) -> c_int {
     if mask & sys::IBV_QP_CUR_STATE != 0 && a.cur_qp_state != cur {
         return libc::EINVAL;
     }
-    match (cur, next) {
+    // The model's SQ runs in RTS (Ready), drops doorbells before (Reset), and stops in ERR.
+    let model = match (cur, next) {
         (sys::IBV_QPS_RESET, sys::IBV_QPS_INIT) => {
             if mask & sys::IBV_QP_PORT == 0 || a.port_num != 1 {
                 return libc::EINVAL;
             }
             init_sq_ownership(s.buf.ptr, &s.sq);
+            None
         }
-        (sys::IBV_QPS_INIT, sys::IBV_QPS_INIT | sys::IBV_QPS_RTR)
-        | (sys::IBV_QPS_RTR, sys::IBV_QPS_RTS)
-        | (sys::IBV_QPS_RTS, sys::IBV_QPS_RTS) => {}
-        (_, sys::IBV_QPS_RESET | sys::IBV_QPS_ERR) if cur != next => {
-            log(format_args!(
-                "ibv_modify_qp: QP {:#x} to state {next}: the model cannot reset or fail a send \
-                 queue (destroy and recreate it)",
-                q.qpn()
-            ));
-            return libc::EOPNOTSUPP;
-        }
+        (sys::IBV_QPS_INIT, sys::IBV_QPS_INIT | sys::IBV_QPS_RTR) => None,
+        (sys::IBV_QPS_RTR, sys::IBV_QPS_RTS) => Some(QueueState::Ready),
+        (sys::IBV_QPS_RTS, sys::IBV_QPS_RTS) => None,
+        (_, sys::IBV_QPS_RESET) => Some(QueueState::Reset),
+        (_, sys::IBV_QPS_ERR) => Some(QueueState::Error),
         _ => return libc::EINVAL,
+    };
+    if let Some(st) = model {
+        if let Err(e) = c.adapter.hca.set_sq_state(q.qpn(), st) {
+            return hca_errno("ibv_modify_qp", e);
+        }
     }
     set_state(q, next);
     0
@@ -668,7 +743,7 @@ pub unsafe extern "C" fn mlx4rs_verbs__ibv_modify_qp(
     // SAFETY: the context outlives its objects; the caller's attribute struct.
     let (c, a) = unsafe { (&*q.ctx, &*attr) };
     match &q.kind {
-        QpKind::Send(s) => modify_send(q, s, a, mask),
+        QpKind::Send(s) => modify_send(c, q, s, a, mask),
         QpKind::Hash { id, .. } => modify_hash(c, q, *id, a, mask),
     }
 }
@@ -743,11 +818,15 @@ fn create_wq_in(c: &Context, a: &mut sys::ibv_wq_init_attr) -> Result<*mut sys::
     if a.comp_mask & !sys::IBV_WQ_INIT_ATTR_FLAGS != 0 {
         return Err(libc::EOPNOTSUPP);
     }
-    if a.comp_mask & sys::IBV_WQ_INIT_ATTR_FLAGS != 0 && a.create_flags != 0 {
+    let flags = if a.comp_mask & sys::IBV_WQ_INIT_ATTR_FLAGS != 0 {
+        a.create_flags
+    } else {
+        0
+    };
+    if flags & !sys::IBV_WQ_FLAGS_SCATTER_FCS != 0 {
         log(format_args!(
-            "ibv_create_wq: create flags {:#x} not supported (the model delivers frames without \
-             their FCS)",
-            a.create_flags
+            "ibv_create_wq: create flags {:#x} not supported (SCATTER_FCS is)",
+            flags
         ));
         return Err(libc::EOPNOTSUPP);
     }
@@ -761,20 +840,33 @@ fn create_wq_in(c: &Context, a: &mut sys::ibv_wq_init_attr) -> Result<*mut sys::
     let buf = c.buf(l.buf_size as usize)?;
     init_sq_ownership(buf.ptr, &l.sq);
     let rdb = c.db(DbKind::Rq)?;
-    let _range = take_wqs_range(c);
+    let qpn = match next_wqn(c, take_wqs_range(c)) {
+        Ok(q) => q,
+        Err(e) => {
+            c.free_db(DbKind::Rq, rdb);
+            return Err(e);
+        }
+    };
     // SAFETY: the ring and the record stay ours until destroy_wq, which destroys the model's RQ
     // first.
     let rqn = match unsafe {
-        c.adapter.hca.create_rq(&RqAttr {
-            buf: buf.ptr.wrapping_add(l.rq.offset as usize),
-            wqe_cnt: l.rq.wqe_cnt,
-            sges: l.sges,
-            cqn: rcq.cqn,
-            db_rec: rdb,
-        })
+        c.adapter.hca.create_rq_with(
+            &RqAttr {
+                buf: buf.ptr.wrapping_add(l.rq.offset as usize),
+                wqe_cnt: l.rq.wqe_cnt,
+                sges: l.sges,
+                cqn: rcq.cqn,
+                db_rec: rdb,
+            },
+            &RqOptions {
+                qpn: Some(qpn),
+                scatter_fcs: flags & sys::IBV_WQ_FLAGS_SCATTER_FCS != 0,
+            },
+        )
     } {
         Ok(n) => n,
         Err(e) => {
+            wqn_done(c, qpn);
             c.free_db(DbKind::Rq, rdb);
             return Err(hca_errno("ibv_create_wq", e));
         }
@@ -800,6 +892,59 @@ fn create_wq_in(c: &Context, a: &mut sys::ibv_wq_init_attr) -> Result<*mut sys::
         users: AtomicU32::new(0),
     });
     Ok(Box::into_raw(w).cast())
+}
+
+/// The number of the next WQ, as mlx4_ib hands them out: from the context's latest range while
+/// it has room and none of its WQs was destroyed, else from a new range of `1 << log_range`
+/// numbers aligned to its size (a range of more than one while one is open is refused).
+fn next_wqn(c: &Context, log_range: u8) -> Result<u32, c_int> {
+    let mut ranges = c.wq_ranges.lock();
+    if let Some(x) = ranges.last_mut().filter(|x| x.used < x.size && !x.dirty) {
+        if log_range != 0 {
+            log(format_args!(
+                "ibv_create_wq: a WQ range of {} asked for while the last one is open",
+                1u32 << log_range
+            ));
+            return Err(libc::EINVAL);
+        }
+        let q = x.base + x.used;
+        x.used += 1;
+        x.live += 1;
+        return Ok(q);
+    }
+    let size = 1u32 << log_range.min(16);
+    let base = c
+        .adapter
+        .hca
+        .reserve_qpns(size)
+        .map_err(|e| hca_errno("ibv_create_wq: WQN range", e))?;
+    ranges.push(WqRange {
+        base,
+        size,
+        used: 1,
+        live: 1,
+        dirty: false,
+    });
+    Ok(base)
+}
+
+/// A WQ numbered by [`next_wqn`] is gone: its range is dirty, and released once empty.
+fn wqn_done(c: &Context, qpn: u32) {
+    let mut ranges = c.wq_ranges.lock();
+    if let Some(i) = ranges
+        .iter()
+        .position(|x| (x.base..x.base + x.size).contains(&qpn))
+    {
+        let x = &mut ranges[i];
+        x.live -= 1;
+        x.dirty = true;
+        if x.live == 0 {
+            if let Err(e) = c.adapter.hca.release_qpns(x.base) {
+                hca_errno("releasing a WQN range", e);
+            }
+            ranges.remove(i);
+        }
+    }
 }
 
 /// `verbs_context::create_wq`.
@@ -833,8 +978,21 @@ pub(crate) unsafe extern "C" fn modify_wq(
     };
     // SAFETY: the caller's attribute struct.
     let a = unsafe { &*attr };
-    if a.attr_mask & !(sys::IBV_WQ_ATTR_STATE | sys::IBV_WQ_ATTR_CURR_STATE) != 0 {
+    if a.attr_mask
+        & !(sys::IBV_WQ_ATTR_STATE | sys::IBV_WQ_ATTR_CURR_STATE | sys::IBV_WQ_ATTR_FLAGS)
+        != 0
+    {
         return libc::EOPNOTSUPP;
+    }
+    if a.attr_mask & sys::IBV_WQ_ATTR_FLAGS != 0
+        && a.flags_mask & sys::IBV_WQ_FLAGS_SCATTER_FCS != 0
+    {
+        // SAFETY: the context outlives its objects.
+        let c = unsafe { &*w.ctx };
+        let on = a.flags & sys::IBV_WQ_FLAGS_SCATTER_FCS != 0;
+        if let Err(e) = c.adapter.hca.set_rq_scatter_fcs(w.ibv.wq_num, on) {
+            return hca_errno("ibv_modify_wq", e);
+        }
     }
     let cur = w.ibv.state;
     if a.attr_mask & sys::IBV_WQ_ATTR_CURR_STATE != 0 && a.curr_wq_state != cur {
@@ -843,17 +1001,16 @@ pub(crate) unsafe extern "C" fn modify_wq(
     if a.attr_mask & sys::IBV_WQ_ATTR_STATE == 0 {
         return 0;
     }
-    match (cur, a.wq_state) {
-        (sys::IBV_WQS_RESET, sys::IBV_WQS_RDY) | (sys::IBV_WQS_RDY, sys::IBV_WQS_RDY) => {}
-        (sys::IBV_WQS_RESET, sys::IBV_WQS_RESET) => {}
-        (_, next) => {
-            log(format_args!(
-                "ibv_modify_wq: WQ {:#x} to state {next}: the model cannot reset or fail a \
-                 receive queue (destroy and recreate it)",
-                w.ibv.wq_num
-            ));
-            return libc::EOPNOTSUPP;
-        }
+    let model = match (cur, a.wq_state) {
+        (sys::IBV_WQS_RESET | sys::IBV_WQS_RDY, sys::IBV_WQS_RDY) => QueueState::Ready,
+        (_, sys::IBV_WQS_RESET) => QueueState::Reset,
+        (_, sys::IBV_WQS_ERR) => QueueState::Error,
+        _ => return libc::EINVAL,
+    };
+    // SAFETY: the context outlives its objects.
+    let c = unsafe { &*w.ctx };
+    if let Err(e) = c.adapter.hca.set_rq_state(w.ibv.wq_num, model) {
+        return hca_errno("ibv_modify_wq", e);
     }
     // SAFETY: the state word of our own WQ.
     unsafe { ptr::addr_of!(w.ibv.state).cast_mut().write(a.wq_state) };
@@ -874,6 +1031,7 @@ pub(crate) unsafe extern "C" fn destroy_wq(p: *mut sys::ibv_wq) -> c_int {
     if let Err(e) = c.adapter.hca.destroy_rq(w.ibv.wq_num) {
         return hca_errno("ibv_destroy_wq", e);
     }
+    wqn_done(c, w.ibv.wq_num);
     c.free_db(DbKind::Rq, w.rdb);
     // SAFETY: allocated with Box::into_raw, destroyed once; the model no longer uses the ring.
     drop(unsafe { Box::from_raw((w as *const Wq).cast_mut()) });
@@ -929,13 +1087,13 @@ pub(crate) unsafe extern "C" fn create_rwq_ind_table(
     }
     // SAFETY: just checked to be our live WQs.
     let rqs: Vec<u32> = wqs.iter().map(|&w| unsafe { (*w).ibv.wq_num }).collect();
-    // mlx4_ib's rule (an RSS context is a base QPN and a power-of-two range): consecutive WQNs.
-    // It also wants the first one aligned to the table size, which the model cannot promise: it
-    // has no way to reserve an aligned QPN range (libmlx4's LOG_WQS_RANGE_SZ).
-    if rqs.windows(2).any(|p| p[1] != p[0].wrapping_add(1)) {
+    // mlx4_ib's rule (an RSS context is a base QPN and a power-of-two range): consecutive WQNs
+    // from a base aligned to the table size, which WQs created after LOG_WQS_RANGE_SZ get.
+    if rqs.windows(2).any(|p| p[1] != p[0].wrapping_add(1)) || rqs[0] % n as u32 != 0 {
         log(format_args!(
-            "ibv_create_rwq_ind_table: WQNs {rqs:#x?} are not consecutive (mlx4 RSS takes a base \
-             QPN and a range)"
+            "ibv_create_rwq_ind_table: WQNs {rqs:#x?} are not consecutive from a base aligned \
+             to the table size (mlx4 RSS takes a base QPN and a range; set \
+             MLX4DV_SET_CTX_ATTR_LOG_WQS_RANGE_SZ before creating the WQs)"
         ));
         set_errno(libc::EINVAL);
         return ptr::null_mut();

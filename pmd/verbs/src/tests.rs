@@ -112,6 +112,12 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         assert_eq!(mlx4rs_verbs__ibv_query_device(ctx, &mut attr), 0);
         assert_eq!((attr.vendor_part_id, attr.phys_port_cnt), (0x1003, 1));
         assert!(attr.max_sge >= 32, "DPDK's mlx4 asserts 32 SGEs");
+        let fw = CStr::from_ptr(attr.fw_ver.as_ptr());
+        assert_eq!(
+            fw.to_str(),
+            Ok("2.42.5000"),
+            "the model's firmware, as mlx4_ib says it"
+        );
         let mut ex = sys::ibv_device_attr_ex::default();
         let q = v.query_device_ex.expect("query_device_ex op");
         assert_eq!(
@@ -198,8 +204,14 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         }
         assert_eq!((*qp).state, sys::IBV_QPS_RTS);
 
-        // Receive side: CQ, WQ, indirection table, Toeplitz hash QP, promiscuous flow.
-        let rcq = mlx4rs_verbs__ibv_create_cq(ctx, 15, ptr::null_mut(), ptr::null_mut(), 0);
+        // Receive side: a completion channel, CQ, WQ, indirection table, Toeplitz hash QP,
+        // promiscuous flow.
+        let ch = mlx4rs_verbs__ibv_create_comp_channel(ctx);
+        assert!(!ch.is_null());
+        let rcq_ctx = 0x5eed_usize as *mut c_void;
+        let rcq = mlx4rs_verbs__ibv_create_cq(ctx, 15, rcq_ctx, ch, 0);
+        assert!(!rcq.is_null());
+        assert_eq!((*ch).refcnt, 1);
         let mut wa = sys::ibv_wq_init_attr {
             wq_type: sys::IBV_WQT_RQ,
             max_wr: 16,
@@ -264,7 +276,10 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         assert!(!flow.is_null());
 
         // The rings.
-        let mut dq = sys::mlx4dv_qp::default();
+        let mut dq = sys::mlx4dv_qp {
+            comp_mask: u64::from(sys::MLX4DV_QP_MASK_UAR_MMAP_OFFSET),
+            ..Default::default()
+        };
         let mut dc = sys::mlx4dv_cq::default();
         let mut obj = sys::mlx4dv_obj::default();
         obj.qp.in_ = qp;
@@ -281,6 +296,21 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         assert_eq!((dq.sq.wqe_cnt, dq.sq.wqe_shift, dq.sq.offset), (128, 6, 0));
         assert_eq!(dq.rq.offset, 128 * 64);
         assert_eq!(dq.doorbell_qpn, ((*qp).qp_num << 8).to_be());
+        // The UAR page maps from the command fd at the offset reported, as a secondary process
+        // maps it; its BlueFlame page follows it.
+        assert_eq!(dq.comp_mask, u64::from(sys::MLX4DV_QP_MASK_UAR_MMAP_OFFSET));
+        let ps = page_size();
+        let uar = libc::mmap(
+            ptr::null_mut(),
+            2 * ps,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            (*ctx).cmd_fd,
+            dq.uar_mmap_offset,
+        );
+        assert_ne!(uar, libc::MAP_FAILED, "mmap(cmd_fd, uar_mmap_offset)");
+        let sdb_offset = dq.sdb as usize % ps;
+        assert_eq!(sdb_offset, mlx4_prm::SEND_DOORBELL_OFFSET);
         assert_eq!((dc.cqe_cnt, dc.cqe_size), (128, 32));
         let mut drw = sys::mlx4dv_rwq::default();
         let mut drc = sys::mlx4dv_cq::default();
@@ -312,6 +342,10 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         fence(Ordering::Release);
         AtomicU32::from_ptr(drw.rdb).store(16u32.to_be(), Ordering::Release);
 
+        // Ask for an event at the next receive completion.
+        let notify = (*ctx).ops.req_notify_cq.expect("req_notify_cq op");
+        assert_eq!(notify(rcq, 0), 0);
+
         // One frame: broadcast, a local experimental EtherType, 60 bytes.
         let frame: Vec<u8> = [0xff; 6]
             .into_iter()
@@ -336,7 +370,9 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         AtomicU32::from_ptr(sq.cast::<u32>())
             .store(u32::from(opcode::SEND).to_be(), Ordering::Release);
         fence(Ordering::SeqCst);
-        AtomicU32::from_ptr(dq.sdb).store(dq.doorbell_qpn, Ordering::Release);
+        // Rung through the second mapping: the same device page.
+        AtomicU32::from_ptr(uar.cast::<u8>().add(sdb_offset).cast())
+            .store(dq.doorbell_qpn, Ordering::Release);
 
         let scqe = dc.buf.buf.cast::<u8>();
         wait_until("the send completion", || cqe_ready(scqe, 0));
@@ -353,6 +389,111 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         assert_eq!(r.qpn(), (*wq).wq_num);
         assert_eq!(r.byte_cnt() as usize, frame.len());
         assert_eq!(&mem[32768..32768 + frame.len()], &frame[..]);
+        // The completion raised the event the arm asked for (blocking read of the channel).
+        let (mut ecq, mut ectx) = (ptr::null_mut(), ptr::null_mut());
+        assert_eq!(mlx4rs_verbs__ibv_get_cq_event(ch, &mut ecq, &mut ectx), 0);
+        assert_eq!((ecq, ectx), (rcq, rcq_ctx));
+        mlx4rs_verbs__ibv_ack_cq_events(rcq, 1);
+        // One event per arming: nothing more waits (the fd made non-blocking, as DPDK does).
+        libc::fcntl((*ch).fd, libc::F_SETFL, libc::O_NONBLOCK);
+        assert_eq!(mlx4rs_verbs__ibv_get_cq_event(ch, &mut ecq, &mut ectx), -1);
+        assert_eq!(*libc::__errno_location(), libc::EAGAIN);
+
+        // A drop rule (a flow on a QP without receive queue, as DPDK's mlx4 makes for the drop
+        // action) for UDP to port 9, ahead of the promiscuous flow: such a frame is dropped.
+        let mut drop_specs = Vec::new();
+        let eth = sys::ibv_flow_spec_eth {
+            type_: sys::IBV_FLOW_SPEC_ETH,
+            size: size_of::<sys::ibv_flow_spec_eth>() as u16,
+            ..Default::default()
+        };
+        let mut udp = sys::ibv_flow_spec_tcp_udp {
+            type_: sys::IBV_FLOW_SPEC_UDP,
+            size: size_of::<sys::ibv_flow_spec_tcp_udp>() as u16,
+            ..Default::default()
+        };
+        udp.val.dst_port = 9u16.to_be();
+        udp.mask.dst_port = 0xffff;
+        let hdr = sys::ibv_flow_attr {
+            type_: sys::IBV_FLOW_ATTR_NORMAL,
+            size: (size_of::<sys::ibv_flow_attr>()
+                + size_of::<sys::ibv_flow_spec_eth>()
+                + size_of::<sys::ibv_flow_spec_tcp_udp>()) as u16,
+            num_of_specs: 2,
+            port: 1,
+            ..Default::default()
+        };
+        for part in [
+            std::slice::from_raw_parts(
+                (&hdr as *const sys::ibv_flow_attr).cast::<u8>(),
+                size_of_val(&hdr),
+            ),
+            std::slice::from_raw_parts(
+                (&eth as *const sys::ibv_flow_spec_eth).cast::<u8>(),
+                size_of_val(&eth),
+            ),
+            std::slice::from_raw_parts(
+                (&udp as *const sys::ibv_flow_spec_tcp_udp).cast::<u8>(),
+                size_of_val(&udp),
+            ),
+        ] {
+            drop_specs.extend_from_slice(part);
+        }
+        let drop_flow =
+            v.ibv_create_flow.expect("create_flow op")(qp, drop_specs.as_mut_ptr().cast());
+        assert!(!drop_flow.is_null());
+        // UDP/IPv4 to port 9, then the same to port 10, through the next two SQ slots.
+        let udp_frame = |port: u16| -> Vec<u8> {
+            let mut f = vec![0xff; 6];
+            f.extend([0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
+            f.extend([
+                0x45, 0, 0, 46, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+            ]);
+            f.extend(1000u16.to_be_bytes());
+            f.extend(port.to_be_bytes());
+            f.extend(26u16.to_be_bytes());
+            f.extend([0, 0]);
+            f.extend([0xab; 18]);
+            f
+        };
+        for (slot, port) in [(1usize, 9u16), (2, 10)] {
+            let f = udp_frame(port);
+            ptr::copy_nonoverlapping(f.as_ptr(), base.add(slot * 128), f.len());
+            let mut w = wqe;
+            {
+                let mut d = DataSeg::new_unchecked(&mut w[16..]);
+                d.set_byte_count(f.len() as u32);
+                d.set_addr(base.add(slot * 128) as u64);
+            }
+            let at = sq.add(slot * 64);
+            ptr::copy_nonoverlapping(w.as_ptr().add(4), at.add(4), 28);
+            fence(Ordering::Release);
+            AtomicU32::from_ptr(at.cast::<u32>())
+                .store(u32::from(opcode::SEND).to_be(), Ordering::Release);
+        }
+        fence(Ordering::SeqCst);
+        AtomicU32::from_ptr(uar.cast::<u8>().add(sdb_offset).cast())
+            .store(dq.doorbell_qpn, Ordering::Release);
+        wait_until("the port-10 frame", || cqe_ready(rcqe, 1));
+        let r = cqe(rcqe, 1);
+        let r = Cqe::new_unchecked(&r[..]);
+        assert_eq!(r.byte_cnt() as usize, udp_frame(10).len());
+        assert_eq!(
+            mem[32768 + 2048 + 36..32768 + 2048 + 38],
+            10u16.to_be_bytes()
+        );
+        assert!(!cqe_ready(rcqe, 2), "the port-9 frame was dropped");
+        assert_eq!(v.ibv_destroy_flow.expect("op")(drop_flow), 0);
+
+        // A QP moves to ERR and back through RESET, as on a card.
+        for s in [sys::IBV_QPS_ERR, sys::IBV_QPS_RESET] {
+            m.qp_state = s;
+            assert_eq!(
+                mlx4rs_verbs__ibv_modify_qp(qp, &mut m, mask(sys::IBV_QP_STATE)),
+                0
+            );
+        }
+        libc::munmap(uar, 2 * ps);
 
         // Teardown in rdma-core's order; what is still in use says so.
         assert_eq!(
@@ -376,13 +517,26 @@ fn verbs_and_mlx4dv_drive_the_model_like_rdma_core() {
         assert_eq!(v.destroy_wq.expect("op")(wq), 0);
         assert_eq!(mlx4rs_verbs__ibv_destroy_qp(qp), 0);
         assert_eq!(mlx4rs_verbs__ibv_destroy_cq(scq), 0);
+        assert_eq!(
+            mlx4rs_verbs__ibv_destroy_comp_channel(ch),
+            libc::EBUSY,
+            "a CQ uses it"
+        );
         assert_eq!(mlx4rs_verbs__ibv_destroy_cq(rcq), 0);
+        assert_eq!(mlx4rs_verbs__ibv_destroy_comp_channel(ch), 0);
         assert_eq!(mlx4rs_verbs__ibv_dereg_mr(mr), 0);
         assert_eq!(mlx4rs_verbs__ibv_dealloc_pd(pd), 0);
         assert_eq!(mlx4rs_verbs__ibv_close_device(ctx), 0);
     }
     let text = std::fs::read_to_string(&stats).expect("counters written at the last close");
-    for line in ["tx_frames 1", "rx_frames 1", "cqes 2", "error_cqes 0"] {
+    for line in [
+        "tx_frames 3",
+        "rx_frames 2",
+        "rx_drops_flow 1",
+        "cqes 5",
+        "error_cqes 0",
+        "cq_events 1",
+    ] {
         assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
