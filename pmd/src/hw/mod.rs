@@ -260,6 +260,8 @@ unsafe impl Send for RqDesc {}
 /// A queue's state as the device reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueState {
+    /// Created or stopped: the queue executes nothing until it is made ready.
+    Reset,
     Ready,
     /// A WQE completed in error; the queue executes nothing until it is recreated.
     Error,

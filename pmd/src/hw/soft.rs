@@ -194,6 +194,7 @@ fn rss_fields(h: RssHash) -> RssFields {
 
 fn state(s: mlx4_hca::QueueState) -> QueueState {
     match s {
+        mlx4_hca::QueueState::Reset => QueueState::Reset,
         mlx4_hca::QueueState::Ready => QueueState::Ready,
         mlx4_hca::QueueState::Error => QueueState::Error,
     }
