@@ -2,66 +2,77 @@
 -- as `pktgen ... -- -f pktgen.lua`. Parameters come from the environment (PG_*), results go
 -- to PG_OUT as lines of `key=value` words, one line per trial, for pktgen.sh to tabulate.
 --
--- Rates are counts over time, not Pktgen's per-second samples: a trial clears the port
--- counters, starts the port, stops it after PG_SECS, waits until the counters Pktgen reads
--- once a second stand still, and divides the totals by the time between start and stop.
+-- Counts are the ports' own (rte_eth_stats_get through DPDK telemetry, PG_TELEMETRY), read
+-- when the script asks and stamped with the time they were read, not Pktgen's once-a-second
+-- copies. A trial's rate is counted over a window that opens once every sender has sent its
+-- first frames: at each start Pktgen first rebuilds every mbuf of its pool, which takes a
+-- second or more and is no part of the driver's rate.
 
 local out = assert(io.open(assert(os.getenv("PG_OUT"), "PG_OUT unset"), "w"))
 local mode = os.getenv("PG_MODE") or "tx"
 local secs = tonumber(os.getenv("PG_SECS") or "5")
 local rounds = tonumber(os.getenv("PG_ROUNDS") or "3")
--- A shell command that prints port N's xstats as `name value` lines (N is appended).
-local xstats_cmd = os.getenv("PG_XSTATS")
+-- A command to which `stats P ...` or `xstats P` is appended: a telemetry client of this
+-- Pktgen process (see pktgen.sh).
+local telemetry = assert(os.getenv("PG_TELEMETRY"), "PG_TELEMETRY unset")
 
 local function emit(fmt, ...)
   out:write(string.format(fmt, ...), "\n")
   out:flush()
 end
 
--- Seconds since boot, to 10 ms (Lua's os.time() has whole seconds; forking `date` would
--- cost more than that on a busy machine).
-local function now()
-  local f = assert(io.open("/proc/uptime"))
-  local t = f:read("*n")
-  f:close()
-  return t
-end
-
-local function totals(port)
-  -- "port" gives Pktgen's copy of rte_eth_stats_get since the last clear, refreshed every
-  -- second by its timer.
-  return pktgen.portStats(port, "port")[port]
-end
-
--- Waits until two consecutive refreshes of the counters agree (the port has gone quiet and
--- the timer has read it since), for at most `limit_ms`.
-local function settle(ports, limit_ms)
-  local function snap()
-    local s = ""
-    for _, p in ipairs(ports) do
-      local t = totals(p)
-      s = s .. t.opackets .. "/" .. t.ipackets .. "/" .. t.imissed .. " "
+-- The ports' counters now: the time they were read (seconds, monotonic) and, per port, a
+-- table of opackets, ipackets, imissed, ierrors, oerrors, rx_nombuf.
+local function live(ports)
+  local p = io.popen(telemetry .. " stats " .. table.concat(ports, " "))
+  local t, got = nil, {}
+  for line in p:lines() do
+    local time = line:match("^time (%S+)$")
+    if time then
+      t = tonumber(time)
+    else
+      local port, rest = line:match("^port (%d+) (.*)$")
+      if port then
+        local c = {}
+        for k, v in rest:gmatch("(%S+)=(%d+)") do
+          c[k] = tonumber(v)
+        end
+        got[tonumber(port)] = c
+      end
     end
-    return s
   end
-  local prev, waited = snap(), 0
-  while waited < limit_ms do
-    pktgen.delay(1100)
-    waited = waited + 1100
-    local cur = snap()
-    if cur == prev then
-      return true
-    end
-    prev = cur
+  p:close()
+  assert(t, "no answer from DPDK telemetry (" .. telemetry .. ")")
+  for _, port in ipairs(ports) do
+    assert(got[port], "telemetry gave no counters of port " .. port)
   end
-  return false
+  return t, got
 end
 
+local COUNTERS = { "opackets", "ipackets", "imissed", "ierrors", "oerrors", "rx_nombuf" }
+
+local function delta(a, b)
+  local d = {}
+  for _, k in ipairs(COUNTERS) do
+    d[k] = b[k] - a[k]
+  end
+  return d
+end
+
+local function same(a, b, ports)
+  for _, p in ipairs(ports) do
+    for _, k in ipairs(COUNTERS) do
+      if a[p][k] ~= b[p][k] then
+        return false
+      end
+    end
+  end
+  return true
+end
+
+-- The device's counters of `port` as one result line (the hca_* drop causes among them).
 local function xstats(port, tag)
-  if not xstats_cmd then
-    return
-  end
-  local p = io.popen(xstats_cmd .. " " .. port)
+  local p = io.popen(telemetry .. " xstats " .. port)
   local words = {}
   for line in p:lines() do
     local k, v = line:match("^(%S+) (%d+)$")
@@ -73,13 +84,11 @@ local function xstats(port, tag)
   emit("xstats %s port=%d %s", tag, port, table.concat(words, " "))
 end
 
--- Sends on `ports` (unpaced unless `rate` is given, in percent of the link) for `secs`,
--- emits one line per port in `report` and returns those ports' totals and the seconds sent.
-local function trial(kind, ports, report, extra, rate)
-  for _, p in ipairs(report) do
-    pktgen.clear(p)
-  end
-  for _, p in ipairs(ports) do
+-- Sends on `senders` (unpaced unless `rate` is given, in percent of the link) and emits one
+-- line per port in `ports`: its rates over the measuring window and its totals from start
+-- until the ports stood still after stop. Returns the rates and the totals, per port.
+local function trial(kind, senders, ports, extra, rate)
+  for _, p in ipairs(senders) do
     pktgen.set(p, "rate", rate or 100)
     if not rate then
       -- Pktgen paces a port by its link speed (net_null reports 10G, ours 40G); one cycle
@@ -87,29 +96,59 @@ local function trial(kind, ports, report, extra, rate)
       pktgen.set(p, "cycles", 1)
     end
   end
-  local t0 = now()
   for _, p in ipairs(ports) do
+    pktgen.clear(p)
+  end
+  local t0, base = live(ports)
+  for _, p in ipairs(senders) do
     pktgen.start(p)
   end
+  -- The window opens once every sender has sent (Pktgen has built its packets).
+  local t_a, a
+  repeat
+    pktgen.delay(20)
+    t_a, a = live(ports)
+    local all = true
+    for _, p in ipairs(senders) do
+      all = all and a[p].opackets > base[p].opackets
+    end
+    if not all and t_a - t0 > 60 then
+      error(kind .. " " .. extra .. ": a port sent nothing for 60 s after start")
+    end
+  until all
   -- pktgen.delay sleeps in 10 ms steps that each overrun on a busy machine: watch the clock.
-  while now() - t0 < secs do
-    pktgen.delay(100)
+  local t_b, b = live(ports)
+  while t_b - t_a < secs do
+    pktgen.delay(math.max(10, math.floor((secs - (t_b - t_a)) * 900)))
+    t_b, b = live(ports)
   end
-  for _, p in ipairs(ports) do
+  for _, p in ipairs(senders) do
     pktgen.stop(p)
   end
-  local t1 = now()
-  local quiet = settle(report, 10000)
-  local got = {}
-  for _, p in ipairs(report) do
-    local t = totals(p)
-    got[p] = t
-    emit("%s %s port=%d secs=%.2f opackets=%d ipackets=%d imissed=%d ierrors=%d oerrors=%d "
-      .. "rx_nombuf=%d settled=%s",
-      kind, extra, p, t1 - t0, t.opackets, t.ipackets, t.imissed, t.ierrors, t.oerrors,
-      t.rx_nombuf, tostring(quiet))
+  -- Totals once nothing moves any more (frames in flight delivered or dropped).
+  local _, c = live(ports)
+  local quiet = false
+  for _ = 1, 100 do
+    pktgen.delay(200)
+    local _, d = live(ports)
+    if same(c, d, ports) then
+      quiet = true
+      break
+    end
+    c = d
   end
-  return got, t1 - t0
+  local rates, totals = {}, {}
+  for _, p in ipairs(ports) do
+    local w, tot = delta(a[p], b[p]), delta(base[p], c[p])
+    totals[p] = tot
+    local secs_w = t_b - t_a
+    rates[p] = { tx = w.opackets / secs_w, rx = w.ipackets / secs_w }
+    emit("%s %s port=%d window=%.3f tx_pps=%.0f rx_pps=%.0f opackets=%d ipackets=%d imissed=%d "
+      .. "ierrors=%d oerrors=%d rx_nombuf=%d settled=%s",
+      kind, extra, p, secs_w, rates[p].tx, rates[p].rx, tot.opackets, tot.ipackets, tot.imissed,
+      tot.ierrors, tot.oerrors, tot.rx_nombuf, tostring(quiet))
+  end
+  return rates, totals
 end
 
 local function main()
@@ -122,11 +161,14 @@ local function main()
   end
   if mode == "tx" then
     -- Port 0 is ours, port 1 net_null; they take turns, ours first.
+    local ports = {}
+    for p in (os.getenv("PG_PORTS") or "0 1"):gmatch("%d+") do
+      ports[#ports + 1] = tonumber(p)
+    end
     for _, size in ipairs(sizes) do
       pktgen.set("all", "size", size)
       for r = 1, rounds do
-        for p in (os.getenv("PG_PORTS") or "0 1"):gmatch("%d+") do
-          p = tonumber(p)
+        for _, p in ipairs(ports) do
           trial("tx", { p }, { p }, string.format("size=%d round=%d", size, r))
         end
       end
@@ -141,7 +183,7 @@ local function main()
     xstats(1, "begin")
     -- Both ports send as fast as they can; lcore 1 polls each port for as many frames per
     -- call as it sends (Pktgen's burst, 64).
-    local got, took = trial("cable", { 0, 1 }, { 0, 1 }, string.format("size=%d rate=max", size))
+    local r = trial("cable", { 0, 1 }, { 0, 1 }, string.format("size=%d rate=max", size))
     xstats(0, "cable")
     xstats(1, "cable")
     -- A receiver slower than its sender: only port 0 sends, and Pktgen polls port 1 for 16
@@ -156,11 +198,10 @@ local function main()
     -- frame sent arrives.
     pktgen.set("all", "rate", 100)
     local line = pktgen.portInfo(0)[0].info.tx_debug.tx_pps
-    local taken = math.min(got[0].ipackets, got[1].ipackets) / took
-    local rate = math.max(0.01, math.min(100, 100 * taken / line))
+    local rate = math.max(0.01, math.min(100, 100 * math.min(r[0].rx, r[1].rx) / line))
     rate = tonumber(string.format("%.3g", rate))
     for step = 1, tonumber(os.getenv("PG_STEPS") or "8") do
-      local t = trial("paced", { 0, 1 }, { 0, 1 },
+      local _, t = trial("paced", { 0, 1 }, { 0, 1 },
         string.format("size=%d rate=%g line_pps=%d step=%d", size, rate, line, step), rate)
       if t[0].opackets > 0 and t[1].opackets > 0 and t[1].ipackets == t[0].opackets
           and t[0].ipackets == t[1].opackets then
@@ -177,7 +218,7 @@ end
 
 local ok, err = pcall(main)
 if not ok then
-  emit("error %s", tostring(err):gsub("%s+", " "))
+  emit("error %s", (tostring(err):gsub("%s+", " ")))
 end
 out:close()
 pktgen.quit()

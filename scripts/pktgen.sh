@@ -10,8 +10,12 @@
 #     turns, unpaced, --rounds times, and the median ratio of their rates is the figure.
 #  2. Two of our ports cabled (wire=peer), both sending unpaced: TX and RX rates of both, the
 #     frames lost and the counters that hold them (imissed, ierrors, rx_nombuf; hca_* causes).
-#  3. The same cable paced, from the rate run 2 delivered down by halves, until both receivers
-#     take every frame.
+#     Then only port 0 sends while port 1 is polled for fewer frames than that (a receiver
+#     slower than its sender), and then both send paced, from the rate the receivers took down
+#     by halves, until every frame arrives.
+#  3. (--parts profile) Where the time goes: the TX runs of 1 at 64 B under callgrind, counting
+#     instructions per packet in Pktgen's send loop, split into Pktgen, the driver's tx_burst
+#     and the device the burst glue runs. Exact, whatever the machine's load.
 # Prints the tables and writes them, with each run's results and log, to the report directory.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,7 +28,8 @@ usage: PKTGEN=/path/to/pktgen bash scripts/pktgen.sh [options]
   --secs N        seconds per measured interval (default 5)
   --rounds N      turns of ours and net_null per point (default 3)
   --sizes "A B"   frame sizes in bytes with CRC, as Pktgen counts them (default "64 128 512 1518")
-  --only PART     run one part: tx, cable
+  --parts "P ..." what to run, of tx, cable, profile (default "tx cable")
+  --plugin-dir D  use the librte_net_mlx4rs.so in D instead of building a release one (tests)
   --check         only check PKTGEN and exit
 PKTGEN must be a Pktgen-DPDK binary built with Lua support against the installed DPDK.
 EOF
@@ -39,7 +44,8 @@ out=$top/target/pktgen-report
 secs=5
 rounds=3
 sizes="64 128 512 1518"
-only=""
+parts="tx cable"
+plugin_dir=""
 check_only=0
 while [ $# -gt 0 ]; do
   case $1 in
@@ -47,7 +53,8 @@ while [ $# -gt 0 ]; do
     --secs) secs=${2:?--secs needs a number}; shift 2 ;;
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --sizes) sizes=${2:?--sizes needs sizes}; shift 2 ;;
-    --only) only=${2:?--only needs tx or cable}; shift 2 ;;
+    --parts) parts=${2:?--parts needs parts}; shift 2 ;;
+    --plugin-dir) plugin_dir=${2:?--plugin-dir needs a directory}; shift 2 ;;
     --check) check_only=1; shift ;;
     --pktgen) PKTGEN=${2:?}; shift 2 ;; # how a re-run under sudo keeps PKTGEN
     -h | --help) usage; exit 0 ;;
@@ -60,7 +67,11 @@ done
 for s in $sizes; do
   [ "$s" -ge 64 ] && [ "$s" -le 1518 ] || die "frame size $s is outside 64..1518"
 done
-case $only in "" | tx | cable) ;; *) die "--only takes tx or cable, not '$only'" ;; esac
+for p in $parts; do
+  case $p in tx | cable | profile) ;; *) die "--parts takes tx, cable and profile, not '$p'" ;; esac
+done
+[ -n "$parts" ] || die "--parts takes tx, cable and profile"
+has_part() { [[ " $parts " == *" $1 "* ]]; }
 
 # Is PKTGEN a Pktgen built with Lua against the DPDK installed here? Answered from the file
 # alone (what it is and what the dynamic loader would give it), without running it.
@@ -95,56 +106,86 @@ if [ "$check_only" = 1 ]; then
   exit 0
 fi
 command -v script >/dev/null || die "needs 'script' (util-linux): Pktgen wants a terminal on stdin"
+if has_part profile; then
+  command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null ||
+    die "--parts profile needs valgrind (callgrind)"
+fi
 
 set -- "${args[@]}" --pktgen "$PKTGEN"
 . "$top/scripts/as-root.sh"
 bash "$top/scripts/setup.sh"
-(cd "$top" && cargo build --release -q -p rte_net_mlx4rs)
+if [ -z "$plugin_dir" ]; then
+  (cd "$top" && cargo build --release -q -p rte_net_mlx4rs)
+  plugin_dir=$top/target/release
+fi
+plugin_dir=$(cd "$plugin_dir" && pwd)
+[ -f "$plugin_dir/librte_net_mlx4rs.so" ] || die "no librte_net_mlx4rs.so in $plugin_dir"
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-rm -f "$out"/*.res "$out"/*.log "$out"/report.md "$out"/*.csv
+rm -f "$out"/*.res "$out"/*.log "$out"/report.md "$out"/*.csv "$out"/*.callgrind "$out"/*.annotate
 # EAL refuses -d paths under world-writable directories: pass a bare name found through
 # LD_LIBRARY_PATH, from a directory that does not hold the library.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 
-# Port xstats through DPDK telemetry (Pktgen's Lua has no xstats call; `page xstats` shows
-# per-second differences): argv = file prefix, port; prints `name value` lines.
-cat >"$work/xstats.py" <<'PY'
-import json, socket, sys
+# The ports' counters through DPDK telemetry, read when asked (Pktgen's Lua has no xstats call,
+# and its port counters are copies taken once a second):
+#   telemetry.py PREFIX stats P...   `time <monotonic s>`, then `port P opackets=N ...` lines
+#   telemetry.py PREFIX xstats P     `name value` lines
+cat >"$work/telemetry.py" <<'PY'
+import json, socket, sys, time
+prefix, what, ports = sys.argv[1], sys.argv[2], sys.argv[3:]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-s.connect(f"/var/run/dpdk/{sys.argv[1]}/dpdk_telemetry.v2")
+s.connect(f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2")
 limit = json.loads(s.recv(1024))["max_output_len"]
-s.send(f"/ethdev/xstats,{sys.argv[2]}".encode())
-for name, value in json.loads(s.recv(limit))["/ethdev/xstats"].items():
-    print(name, value)
+
+def ask(cmd):
+    s.send(cmd.encode())
+    return json.loads(s.recv(limit))[cmd.split(",")[0]]
+
+if what == "stats":
+    got = {p: ask(f"/ethdev/stats,{p}") for p in ports}
+    print("time", time.monotonic())
+    keys = ("opackets", "ipackets", "imissed", "ierrors", "oerrors", "rx_nombuf")
+    for p in ports:
+        print("port", p, " ".join(f"{k}={got[p][k]}" for k in keys))
+else:
+    for name, value in ask(f"/ethdev/xstats,{ports[0]}").items():
+        print(name, value)
 PY
 
 runs=$out/runs.txt
 : >"$runs"
-# One Pktgen process: $1 = run name, $2 = PG_MODE, the rest = --vdev arguments. Its results
-# go to $out/<name>.res, its screen and log to $out/<name>.log.
+# One Pktgen process: $1 = run name, $2 = PG_MODE, the rest = --vdev arguments; RUN_SIZES,
+# RUN_PORTS, RUN_SECS, RUN_ROUNDS override the run's parameters and the array `wrap` holds a
+# program to run Pktgen under. Its results go to $out/<name>.res, its screen and log to
+# $out/<name>.log.
+wrap=()
 run_pktgen() {
-  local name=$1 mode=$2 run_sizes=${RUN_SIZES:-$sizes}
+  local name=$1 mode=$2 run_sizes=${RUN_SIZES:-$sizes} run_secs=${RUN_SECS:-$secs}
+  local run_rounds=${RUN_ROUNDS:-$rounds} run_ports=${RUN_PORTS:-0 1}
   shift 2
   local prefix="mlx4rs-pktgen-$$-$name" cmd
-  cmd=("$PKTGEN" -l 0-1 --no-huge -m 4096 --no-pci --file-prefix="$prefix"
+  cmd=("${wrap[@]}" "$PKTGEN" -l 0-1 --no-huge -m 4096 --no-pci --file-prefix="$prefix"
     -d librte_net_mlx4rs.so "$@" -- -m "1.[0-1]" -f "$top/scripts/pktgen.lua")
-  # Pktgen wants a terminal on stdin; `script` gives it one.
   local trials=10
-  [ "$mode" = tx ] && trials=$((2 * rounds * $(wc -w <<<"$run_sizes")))
-  local limit=$((60 + (secs + 15) * trials))
+  if [ "$mode" = tx ]; then
+    trials=$(($(wc -w <<<"$run_ports") * run_rounds * $(wc -w <<<"$run_sizes")))
+  fi
+  local limit=$((60 + (run_secs + 15) * trials + ${#wrap[@]} * 60))
   echo "== $name: load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   {
     echo "$name: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "$name: PG_MODE=$mode PG_SECS=$secs PG_ROUNDS=$rounds PG_SIZES=\"$run_sizes\" LD_LIBRARY_PATH=$top/target/release ${cmd[*]}"
+    echo "$name: PG_MODE=$mode PG_SECS=$run_secs PG_ROUNDS=$run_rounds PG_SIZES=\"$run_sizes\"" \
+      "PG_PORTS=\"$run_ports\" LD_LIBRARY_PATH=$plugin_dir ${cmd[*]}"
   } >>"$runs"
-  if ! PG_OUT="$out/$name.res" PG_MODE=$mode PG_SECS=$secs PG_ROUNDS=$rounds PG_SIZES="$run_sizes" \
-    PG_XSTATS="python3 $work/xstats.py $prefix" LD_LIBRARY_PATH="$top/target/release" \
-    timeout "$limit" script -qfec "$(printf '%q ' "${cmd[@]}")" /dev/null \
-    </dev/null >"$out/$name.log" 2>&1; then
+  # Pktgen wants a terminal on stdin; `script` gives it one.
+  if ! PG_OUT="$out/$name.res" PG_MODE=$mode PG_SECS=$run_secs PG_ROUNDS=$run_rounds \
+    PG_SIZES="$run_sizes" PG_PORTS="$run_ports" PG_TELEMETRY="python3 $work/telemetry.py $prefix" \
+    LD_LIBRARY_PATH="$plugin_dir" timeout "$limit" script -qfec "$(printf '%q ' "${cmd[@]}")" \
+    /dev/null </dev/null >"$out/$name.log" 2>&1; then
     tail -c 2000 "$out/$name.log" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g' >&2
     die "$name: Pktgen failed or ran over ${limit}s (log: $out/$name.log)"
   fi
@@ -155,13 +196,27 @@ run_pktgen() {
   [ -s "$out/$name.res" ] || die "$name: Pktgen wrote no results (log: $out/$name.log)"
 }
 
-if [ "$only" != cable ]; then
+if has_part tx; then
   run_pktgen tx-bf tx --vdev net_mlx4rs0 --vdev net_null0,no-rx=1
   run_pktgen tx-doorbell tx --vdev net_mlx4rs0,bf=off --vdev net_null0,no-rx=1
 fi
-if [ "$only" != tx ]; then
+if has_part cable; then
   RUN_SIZES=${sizes%% *} run_pktgen cable cable \
     --vdev net_mlx4rs0,wire=peer:net_mlx4rs1 --vdev net_mlx4rs1,wire=peer:net_mlx4rs0
+fi
+if has_part profile; then
+  # Instructions in Pktgen's send function and everything it calls (the burst, the device the
+  # glue runs, the mbuf frees), one port sending 64 B frames for 20 s (under valgrind, some
+  # 5 million packets); the count per packet does not depend on how many.
+  for run in "prof-bf 0 net_mlx4rs0" "prof-doorbell 0 net_mlx4rs0,bf=off" "prof-null 1 net_mlx4rs0"; do
+    read -r name port vdev <<<"$run"
+    wrap=(valgrind --tool=callgrind --fair-sched=yes --callgrind-out-file="$out/$name.callgrind"
+      --toggle-collect=pktgen_send_pkts)
+    RUN_SIZES=64 RUN_PORTS=$port RUN_SECS=20 RUN_ROUNDS=1 run_pktgen "$name" tx \
+      --vdev "$vdev" --vdev net_null0,no-rx=1
+    callgrind_annotate --inclusive=yes "$out/$name.callgrind" >"$out/$name.annotate"
+  done
+  wrap=()
 fi
 
 python3 - "$out" "$pktgen_version" "$dpdk_version" "$secs" "$rounds" <<'PY' | tee "$out/report.md"
@@ -204,7 +259,8 @@ def log_lines(name, pattern):
 
 
 def mpps(r, key):
-    return r[key] / r["secs"] / 1e6
+    """The rate of counter `key` over the trial's measuring window, in Mpps."""
+    return r["tx_pps" if key == "opackets" else "rx_pps"] / 1e6
 
 
 print(f"# Pktgen measurements of net_mlx4rs\n")
@@ -345,6 +401,51 @@ if cable:
             if kept_up else "NOT FOUND within the steps tried"))
     verdicts.append("every lost frame counted in the receiving port's imissed: "
                     + ("met" if all_counted else "MISSED (see the tables)"))
+
+def inclusive(name):
+    """Inclusive instruction counts by function name from a callgrind_annotate listing."""
+    path = os.path.join(out, name + ".annotate")
+    if not os.path.exists(path):
+        return {}
+    got = {}
+    for line in open(path, errors="replace"):
+        m = re.match(r"^\s*([\d,]+) \([^)]*\)\s+\S*?:(\S+) \[\S+\]$", line)
+        if m:
+            got.setdefault(m.group(2), int(m.group(1).replace(",", "")))
+    return got
+
+
+profiles = [("BlueFlame", "prof-bf", 0), ("doorbell", "prof-doorbell", 0), ("net_null", "prof-null", 1)]
+if any(inclusive(name) for _, name, _ in profiles):
+    print("## Where the time goes: instructions per packet (callgrind, 64 B, one port sending)\n")
+    print("Counted in Pktgen's `pktgen_send_pkts` and everything it calls: Pktgen's own part (mbuf "
+          "allocation, its TX buffer), the driver's `tx_burst` (with the mbuf frees), and the rest of "
+          "our burst glue, which is the software HCA executing the WQEs (device loop `lcore`).\n")
+    print("| port | instructions/packet | Pktgen | driver tx_burst | device (in the burst glue) |")
+    print("|---|---|---|---|---|")
+    per_packet = {}
+    for label, name, port in profiles:
+        fns = inclusive(name)
+        rec = next((f for k, f in records(name) if k == "tx" and f["port"] == port), None)
+        if not fns or not rec or not rec["opackets"]:
+            continue
+        n = rec["opackets"]
+        total = fns.get("pktgen_send_pkts", 0) / n
+        per_packet[label] = total
+        if port == 0:
+            burst = fns.get("mlx4rs::ethdev::queue::tx_burst", 0) / n
+            glue = fns.get("mlx4rs::ethdev::queue::tx_burst_lcore", 0) / n
+            print(f"| {label} | {total:.1f} | {total - glue:.1f} | {burst:.1f} | {glue - burst:.1f} |")
+        else:
+            print(f"| {label} | {total:.1f} | Pktgen and net_null's tx_burst together (net_null is "
+                  f"stripped) | | |")
+    if "net_null" in per_packet:
+        print()
+        for label in ("BlueFlame", "doorbell"):
+            if label in per_packet:
+                print(f"- {label}: net_null's {per_packet['net_null']:.1f} instructions per packet against "
+                      f"{per_packet[label]:.1f}: instruction ratio {per_packet['net_null'] / per_packet[label]:.3f}")
+    print()
 
 print("## Targets\n")
 for v in verdicts:
