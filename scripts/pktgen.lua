@@ -22,14 +22,18 @@ local function emit(fmt, ...)
 end
 
 -- The ports' counters now: the time they were read (seconds, monotonic) and, per port, a
--- table of opackets, ipackets, imissed, ierrors, oerrors, rx_nombuf.
+-- table of opackets, ipackets, imissed, ierrors, oerrors, rx_nombuf; `cpu` holds the seconds
+-- the polling lcore's thread has run (-1 if unknown).
 local function live(ports)
   local p = io.popen(telemetry .. " stats " .. table.concat(ports, " "))
   local t, got = nil, {}
   for line in p:lines() do
     local time = line:match("^time (%S+)$")
+    local cpu = line:match("^cpu (%S+)$")
     if time then
       t = tonumber(time)
+    elseif cpu then
+      got.cpu = tonumber(cpu)
     else
       local port, rest = line:match("^port (%d+) (.*)$")
       if port then
@@ -143,10 +147,13 @@ local function trial(kind, senders, ports, extra, rate)
     totals[p] = tot
     local secs_w = t_b - t_a
     rates[p] = { tx = w.opackets / secs_w, rx = w.ipackets / secs_w }
-    emit("%s %s port=%d window=%.3f tx_pps=%.0f rx_pps=%.0f opackets=%d ipackets=%d imissed=%d "
-      .. "ierrors=%d oerrors=%d rx_nombuf=%d settled=%s",
-      kind, extra, p, secs_w, rates[p].tx, rates[p].rx, tot.opackets, tot.ipackets, tot.imissed,
-      tot.ierrors, tot.oerrors, tot.rx_nombuf, tostring(quiet))
+    -- The share of the window the polling lcore ran: on a busy machine it is not 1, and
+    -- packets per second of it is what the lcore would do with a core of its own.
+    local cpu = (a.cpu >= 0 and b.cpu >= 0) and (b.cpu - a.cpu) / secs_w or -1
+    emit("%s %s port=%d window=%.3f lcore_share=%.3f tx_pps=%.0f rx_pps=%.0f opackets=%d "
+      .. "ipackets=%d imissed=%d ierrors=%d oerrors=%d rx_nombuf=%d settled=%s",
+      kind, extra, p, secs_w, cpu, rates[p].tx, rates[p].rx, tot.opackets, tot.ipackets,
+      tot.imissed, tot.ierrors, tot.oerrors, tot.rx_nombuf, tostring(quiet))
   end
   return rates, totals
 end

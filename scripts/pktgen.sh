@@ -135,7 +135,7 @@ cd "$work"
 #   telemetry.py PREFIX stats P...   `time <monotonic s>`, then `port P opackets=N ...` lines
 #   telemetry.py PREFIX xstats P     `name value` lines
 cat >"$work/telemetry.py" <<'PY'
-import json, socket, sys, time
+import json, os, socket, sys, time
 prefix, what, ports = sys.argv[1], sys.argv[2], sys.argv[3:]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.connect(f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2")
@@ -145,9 +145,23 @@ def ask(cmd):
     s.send(cmd.encode())
     return json.loads(s.recv(limit))[cmd.split(",")[0]]
 
+def lcore_cpu():
+    """Seconds on a CPU of Pktgen's polling lcore (thread rte-worker-1), or -1 if not found:
+    Popen runs us from a shell whose parent is Pktgen."""
+    try:
+        shell = os.getppid()
+        pid = open(f"/proc/{shell}/stat").read().rsplit(")", 1)[1].split()[1]
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            if open(f"/proc/{pid}/task/{tid}/comm").read().strip() == "rte-worker-1":
+                return int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
+    return -1
+
 if what == "stats":
     got = {p: ask(f"/ethdev/stats,{p}") for p in ports}
     print("time", time.monotonic())
+    print("cpu", lcore_cpu())
     keys = ("opackets", "ipackets", "imissed", "ierrors", "oerrors", "rx_nombuf")
     for p in ports:
         print("port", p, " ".join(f"{k}={got[p][k]}" for k in keys))
@@ -280,26 +294,32 @@ tx_runs = [("BlueFlame", "tx-bf"), ("doorbell", "tx-doorbell")]
 if any(records(name) for _, name in tx_runs):
     print(f"## TX rate: one port on the null wire against net_null, same Pktgen process, "
           f"alternating, median of {rounds}\n")
-    print("| TX path | frame | mlx4rs Mpps | net_null Mpps | ratio | ratio per round | mlx4rs Mpps per round |")
-    print("|---|---|---|---|---|---|---|")
-    csv = ["path,size,round,mlx4rs_mpps,net_null_mpps,ratio"]
+    print("| TX path | frame | mlx4rs Mpps | net_null Mpps | ratio | ratio per round | mlx4rs Mpps per round "
+          "| lcore 1's share of the window, mlx4rs / net_null | ratio per second of lcore 1 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    csv = ["path,size,round,mlx4rs_mpps,net_null_mpps,ratio,mlx4rs_lcore_share,net_null_lcore_share"]
     for path, name in tx_runs:
         recs = [f for k, f in records(name) if k == "tx"]
         worst = None
         for size in sorted({f["size"] for f in recs}):
-            ours, null, ratios = [], [], []
+            ours, null, ratios, shares, per_cpu = [], [], [], [], []
             for rnd in sorted({f["round"] for f in recs if f["size"] == size}):
                 a = next(f for f in recs if f["size"] == size and f["round"] == rnd and f["port"] == 0)
                 b = next(f for f in recs if f["size"] == size and f["round"] == rnd and f["port"] == 1)
                 ours.append(mpps(a, "opackets"))
                 null.append(mpps(b, "opackets"))
                 ratios.append(ours[-1] / null[-1] if null[-1] else 0.0)
-                csv.append(f"{path},{size},{rnd},{ours[-1]:.3f},{null[-1]:.3f},{ratios[-1]:.4f}")
+                shares.append(f"{a['lcore_share']:.2f} / {b['lcore_share']:.2f}")
+                if a["lcore_share"] > 0 and b["lcore_share"] > 0 and null[-1]:
+                    per_cpu.append(ratios[-1] * b["lcore_share"] / a["lcore_share"])
+                csv.append(f"{path},{size},{rnd},{ours[-1]:.3f},{null[-1]:.3f},{ratios[-1]:.4f},"
+                           f"{a['lcore_share']:.3f},{b['lcore_share']:.3f}")
             med = statistics.median(ratios)
             worst = med if worst is None else min(worst, med)
+            cpu_med = f"{statistics.median(per_cpu):.3f}" if per_cpu else "?"
             print(f"| {path} | {size} B | {statistics.median(ours):.2f} | {statistics.median(null):.2f} "
                   f"| **{med:.3f}** | {' / '.join(f'{x:.3f}' for x in ratios)} "
-                  f"| {' / '.join(f'{x:.2f}' for x in ours)} |")
+                  f"| {' / '.join(f'{x:.2f}' for x in ours)} | {', '.join(shares)} | {cpu_med} |")
         if worst is not None:
             verdicts.append(f"TX ratio against net_null >= 0.5 on the {path} path: "
                             f"{'met' if worst >= 0.5 else 'MISSED'} (lowest median {worst:.3f})")
