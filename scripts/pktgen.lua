@@ -94,11 +94,12 @@ end
 local function trial(kind, senders, ports, extra, rate)
   for _, p in ipairs(senders) do
     pktgen.set(p, "rate", rate or 100)
-    if not rate then
-      -- Pktgen paces a port by its link speed (net_null reports 10G, ours 40G); one cycle
-      -- between bursts takes the pacing away, so each port sends as fast as it can.
-      pktgen.set(p, "cycles", 1)
-    end
+  end
+  if not rate then
+    -- Pktgen paces a port by its link speed (net_null reports 10G, ours 40G); one cycle
+    -- between bursts takes the pacing away, so each port sends as fast as it can. An lcore
+    -- serving several ports paces them all by its first port's setting: set it on all.
+    pktgen.set("all", "cycles", 1)
   end
   for _, p in ipairs(ports) do
     pktgen.clear(p)
