@@ -124,7 +124,7 @@ local function trial(kind, senders, ports, extra, rate)
   -- pktgen.delay sleeps in 10 ms steps that each overrun on a busy machine: watch the clock.
   local t_b, b = live(ports)
   while t_b - t_a < secs do
-    pktgen.delay(math.max(10, math.floor((secs - (t_b - t_a)) * 900)))
+    pktgen.delay(math.max(10, math.min(500, math.floor((secs - (t_b - t_a)) * 900))))
     t_b, b = live(ports)
   end
   for _, p in ipairs(senders) do
@@ -151,10 +151,11 @@ local function trial(kind, senders, ports, extra, rate)
     -- The share of the window the polling lcore ran: on a busy machine it is not 1, and
     -- packets per second of it is what the lcore would do with a core of its own.
     local cpu = (a.cpu >= 0 and b.cpu >= 0) and (b.cpu - a.cpu) / secs_w or -1
-    emit("%s %s port=%d window=%.3f lcore_share=%.3f tx_pps=%.0f rx_pps=%.0f opackets=%d "
-      .. "ipackets=%d imissed=%d ierrors=%d oerrors=%d rx_nombuf=%d settled=%s",
-      kind, extra, p, secs_w, cpu, rates[p].tx, rates[p].rx, tot.opackets, tot.ipackets,
-      tot.imissed, tot.ierrors, tot.oerrors, tot.rx_nombuf, tostring(quiet))
+    emit("%s %s port=%d first_frame_after=%.3f window=%.3f lcore_share=%.3f tx_pps=%.0f "
+      .. "rx_pps=%.0f opackets=%d ipackets=%d imissed=%d ierrors=%d oerrors=%d rx_nombuf=%d "
+      .. "settled=%s",
+      kind, extra, p, t_a - t0, secs_w, cpu, rates[p].tx, rates[p].rx, tot.opackets,
+      tot.ipackets, tot.imissed, tot.ierrors, tot.oerrors, tot.rx_nombuf, tostring(quiet))
   end
   return rates, totals
 end
