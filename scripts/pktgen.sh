@@ -13,9 +13,9 @@
 #     Then only port 0 sends while port 1 is polled for fewer frames than that (a receiver
 #     slower than its sender), and then both send paced, from the rate the receivers took down
 #     by halves, until every frame arrives.
-#  3. (--parts profile) Where the time goes: the TX runs of 1 at 64 B under callgrind, counting
-#     instructions per packet in Pktgen's send loop, split into Pktgen, the driver's tx_burst
-#     and the device the burst glue runs. Exact, whatever the machine's load.
+#  3. (--parts profile) Where the time goes: one port at a time sending 64 B frames under
+#     callgrind, counting instructions per packet in Pktgen's send function, split into Pktgen,
+#     the driver's tx_burst and the device the burst glue runs. Exact, whatever the load.
 # Prints the tables and writes them, with each run's results and log, to the report directory.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -138,7 +138,9 @@ cat >"$work/telemetry.py" <<'PY'
 import json, os, socket, sys, time
 prefix, what, ports = sys.argv[1], sys.argv[2], sys.argv[3:]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-s.connect(f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2")
+# EAL's runtime directory: /var/run/dpdk for root, else under XDG_RUNTIME_DIR (or /tmp).
+run = "/var/run" if os.getuid() == 0 else os.environ.get("XDG_RUNTIME_DIR", "/tmp")
+s.connect(f"{run}/dpdk/{prefix}/dpdk_telemetry.v2")
 limit = json.loads(s.recv(1024))["max_output_len"]
 
 def ask(cmd):
@@ -233,10 +235,12 @@ if has_part profile; then
   wrap=()
 fi
 
-python3 - "$out" "$pktgen_version" "$dpdk_version" "$secs" "$rounds" <<'PY' | tee "$out/report.md"
+commit=$(git -C "$top" describe --always --dirty 2>/dev/null || echo unknown)
+python3 - "$out" "$pktgen_version" "$dpdk_version" "$secs" "$rounds" "$plugin_dir" "$commit" \
+  <<'PY' | tee "$out/report.md"
 import os, re, statistics, sys
 
-out, pktgen_version, dpdk_version, secs, rounds = sys.argv[1:6]
+out, pktgen_version, dpdk_version, secs, rounds, plugin_dir, commit = sys.argv[1:8]
 
 
 def records(name):
@@ -283,7 +287,9 @@ print(f"{pktgen_version} built with Lua against the installed DPDK {dpdk_version
       + (f" (it reports `{runtime[0]}`)" if runtime else "") + ";")
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print(f"{os.cpu_count()} CPUs ({cpu}); `pktgen -l 0-1 --no-huge -m 4096 --no-pci -- -m \"1.[0-1]\"`: "
-      f"lcore 1 polls both ports, {secs} s per interval. Load average (1, 5, 15 min) around each run:\n")
+      f"lcore 1 polls both ports, {secs} s per interval; the plugin {plugin_dir}/librte_net_mlx4rs.so "
+      f"(mlx4rs {commit}), default devargs but those named. Load average (1, 5, 15 min) around each "
+      f"run:\n")
 for line in open(os.path.join(out, "runs.txt")):
     if "load average" in line:
         print(f"    {line.rstrip()}")
@@ -470,5 +476,9 @@ if any(inclusive(name) for _, name, _ in profiles):
 print("## Targets\n")
 for v in verdicts:
     print(f"- {v}")
+print("\n## Commands run (each under `script -qfec ... /dev/null` from an empty directory, with PG_OUT and PG_TELEMETRY set by the script)\n")
+for line in open(os.path.join(out, "runs.txt")):
+    if "load average" not in line:
+        print(f"    {line.rstrip()}")
 PY
 echo "pktgen.sh: report in $out/report.md" >&2
