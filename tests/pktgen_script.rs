@@ -67,7 +67,7 @@ struct Fakes {
     other_dpdk: PathBuf,
     /// Links the installed DPDK's EAL, but no Lua.
     no_lua: PathBuf,
-    /// Links the installed EAL and Lua 5.3: everything the check asks for.
+    /// Links the installed EAL and a Lua 5.3: everything the check asks for.
     complete: PathBuf,
     /// A shell script.
     shell: PathBuf,
@@ -110,11 +110,22 @@ fn fakes() -> &'static Fakes {
         let eal = libdir.join("librte_eal.so");
         let eal = eal.to_str().unwrap();
         cc(&["-o", "no-lua", "fake.c", "-Wl,--no-as-needed", eal], &dir);
-        let lua = ["liblua5.3.so.0", "liblua5.4.so.0", "liblua5.1.so.0"]
-            .iter()
-            .map(|n| libdir.join(n))
-            .find(|p| p.exists())
-            .expect("no liblua5.x in the DPDK libdir: Pktgen's Lua support needs it");
+        // Lua as Pktgen links it, a stand-in found through the program's rpath (the machine
+        // need not have Lua).
+        fs::create_dir_all(dir.join("lua")).unwrap();
+        fs::write(dir.join("lua.c"), "int luaL_newstate(void) { return 0; }\n").unwrap();
+        cc(
+            &[
+                "-shared",
+                "-fPIC",
+                "-Wl,-soname,liblua5.3.so.0",
+                "-o",
+                "lua/liblua5.3.so.0",
+                "lua.c",
+            ],
+            &dir,
+        );
+        let rpath = format!("-Wl,-rpath,{}", dir.join("lua").display());
         cc(
             &[
                 "-o",
@@ -122,7 +133,8 @@ fn fakes() -> &'static Fakes {
                 "fake.c",
                 "-Wl,--no-as-needed",
                 eal,
-                lua.to_str().unwrap(),
+                "lua/liblua5.3.so.0",
+                &rpath,
             ],
             &dir,
         );
