@@ -439,14 +439,13 @@ impl Sq {
         };
         // Copies and marks only exist after BlueFlame writes; the doorbell path skips them.
         let bf_live = self.marks > 0 || self.bf.as_ref().is_some_and(Bf::has_pending);
-        // With no BlueFlame bookkeeping and no frame bytes wanted, a WQE of the remembered
-        // shape needs only its headers checked (see `shape`).
-        let fast = !bf_live && !out.bytes;
+        // With no frame bytes wanted, a WQE of the remembered shape needs only its headers
+        // checked (see `shape`), whether a doorbell or a BlueFlame write announced it.
+        let fast = !out.bytes;
         let epoch = cx.mrs.epoch();
         let txbb_mask = self.txbb_mask();
         // The ring's geometry in registers: the fields would be reloaded per WQE.
         let (slot_mask, shift) = (self.cnt - 1, self.txbb_shift);
-        let round = (1u32 << shift) - 1;
         let mut done = 0;
         let inferred = std::mem::take(&mut self.inferred);
         self.walk = Walk::Idle;
@@ -469,9 +468,19 @@ impl Sq {
             if fast && !inject {
                 let mut ctrl = [0u8; DS_SIZE];
                 self.ring.read_array(off, &mut ctrl);
+                let (bf_half, bf_posted) = if bf_live {
+                    let slot = (self.ci & slot_mask) as usize;
+                    (self.pending_copy(counter), self.bf_marks[slot])
+                } else {
+                    (None, false)
+                };
+                if let Some(h) = bf_half {
+                    // The copy's `srcrb_flags` rule, as on the full path (`use_bf_copy`).
+                    self.bf_srcrb(h, &mut ctrl);
+                }
                 if let Some(hit) = self
                     .shape
-                    .recall(&self.ring, first, txbb_mask, &ctrl, epoch)
+                    .recall(&self.ring, first, txbb_mask, &ctrl, bf_posted, epoch)
                 {
                     if hit.signaled && !credit.take(cx.cq) {
                         self.stall(stop, cx.counters);
@@ -479,10 +488,15 @@ impl Sq {
                     }
                     self.stalled = false;
                     cx.faults.tx_error.tick();
-                    t.fetched += 1;
-                    t.fetch_bytes += u64::from(hit.wqe_bytes);
+                    if let (Some(h), Some(bf)) = (bf_half, self.bf.as_mut()) {
+                        bf.latch[h].counter = None;
+                        t.from_bf += 1;
+                    } else {
+                        t.fetched += 1;
+                        t.fetch_bytes += u64::from(hit.wqe_bytes);
+                    }
                     if hit.verdict.frames > 0 {
-                        transmit(hit.verdict, false, &out, &mut t, cx);
+                        transmit(hit.verdict, bf_posted, &out, &mut t, cx);
                     }
                     if hit.signaled {
                         let op = cqe_owner::SEND | hit.opcode;
@@ -492,7 +506,7 @@ impl Sq {
                         }
                         t.cqes += 1;
                     }
-                    self.ci = self.ci.wrapping_add((hit.txbbs + round) >> shift);
+                    self.advance(hit.txbbs, bf_live);
                     t.txbbs += u64::from(hit.txbbs);
                     done += 1;
                     if stop == Some(counter) {
@@ -668,6 +682,14 @@ impl Sq {
         }
         cx.scratch.wqe[0][8..12].copy_from_slice(&copy[8..12]);
         true
+    }
+
+    /// Put the `srcrb_flags` of the copy latched in half `h` into the control segment `ctrl`.
+    #[inline(always)]
+    fn bf_srcrb(&self, h: usize, ctrl: &mut [u8; DS_SIZE]) {
+        if let Some(bf) = self.bf.as_ref() {
+            ctrl[8..12].copy_from_slice(&bf.latch[h].copy[8..12]);
+        }
     }
 
     /// Move the consumer past a WQE of `txbbs`. Every slot it covered loses its BlueFlame mark,
