@@ -49,6 +49,7 @@ impl SqRing {
         ring
     }
 
+    #[inline(always)]
     pub fn txbb_cnt(&self) -> u32 {
         self.txbb_cnt
     }
@@ -101,6 +102,16 @@ impl SqRing {
             "WQE wraps the ring"
         );
         WqeMut::new(self.txbb(start).as_ptr(), (txbbs as usize) << TXBB_SHIFT)
+    }
+
+    /// As [`SqRing::wqe_mut`] for a WQE of `T` TXBBs, known at compile time (the straight-line
+    /// path's writers take that).
+    #[inline(always)]
+    pub fn wqe_fixed<const T: usize>(&mut self, start: u32) -> WqeMut<'_, T> {
+        const { assert!(T > 0) };
+        let slot = (start & (self.txbb_cnt - 1)) as usize;
+        assert!(slot + T <= self.txbb_cnt as usize, "WQE wraps the ring");
+        WqeMut::new(self.txbb(start).as_ptr(), T << TXBB_SHIFT)
     }
 
     /// A published WQE as whole TXBBs, for the BlueFlame copy. The exclusive borrow keeps

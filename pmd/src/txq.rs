@@ -40,16 +40,14 @@
 
 use std::sync::atomic::AtomicU32;
 
-use mlx4_prm::{
-    cqe_opcode, opcode, owner_opcode, CtrlSeg, SQ_HEADROOM_BYTES, TXBB_SHIFT, TXBB_SIZE,
-};
+use mlx4_prm::{cqe_opcode, opcode, owner_opcode, SQ_HEADROOM_BYTES, TXBB_SHIFT};
 
 use crate::hw::{Device, HwError};
 use crate::mbuf::{BufBatch, BufRing};
 use crate::mem::{DmaArray, FixedStr, Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell};
 use crate::pmd_log;
-use crate::ring::{txbbs_for, CqRing, Posted, Poster, SqRing};
+use crate::ring::{txbbs_for, CqRing, LastWqe, Posted, Poster, SqRing};
 pub use crate::stats::TxStats;
 use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
 
@@ -159,7 +157,10 @@ struct HwQueue {
     cq: CqRing,
     qpn: u32,
     doorbell: SendDoorbell,
+    /// The BF register, only if the BlueFlame path is live.
     bf: Option<BfReg>,
+    /// Bytes 4-7 of a BF copy less the size byte: the QPN in bytes 4-6 (host order).
+    bf_qpn: u32,
 }
 
 /// Packets gathered for one release when gather packets come between inline ones.
@@ -358,12 +359,13 @@ impl<B: TxBuf> TxQueue<B> {
         if self.hw.cq.has_cqe() || self.comp.failed {
             return self.burst_after_completions(pkts);
         }
-        let room = self.room();
-        if room == 0 {
+        // `room()` spelled out: one subtraction whose flags say full.
+        let used = self.prod.prod.wrapping_sub(self.comp.cons);
+        if used >= self.usable {
             self.prod.ring_full += 1;
             return 0;
         }
-        self.post(pkts, room)
+        self.post_any(pkts, self.usable - used)
     }
 
     #[inline(never)]
@@ -373,12 +375,67 @@ impl<B: TxBuf> TxQueue<B> {
             // The control path recreates the queue (`recover`), with the device in hand.
             return 0;
         }
-        let room = self.room();
-        if room == 0 {
+        // `room()` spelled out: one subtraction whose flags say full.
+        let used = self.prod.prod.wrapping_sub(self.comp.cons);
+        if used >= self.usable {
             self.prod.ring_full += 1;
             return 0;
         }
-        self.post(pkts, room)
+        self.post_any(pkts, self.usable - used)
+    }
+
+    /// A burst of one packet goes its own way: see [`TxQueue::post_one`].
+    #[inline(always)]
+    fn post_any(&mut self, pkts: &[B], room: u32) -> usize {
+        match pkts {
+            [pkt] => self.post_one(pkt, room),
+            _ => self.post(pkts, room),
+        }
+    }
+
+    /// A burst of one packet, what a latency-bound application sends: a plain packet that
+    /// fits a straight-line inline WQE before the ring's end is written in place, without
+    /// the poster's set-up for a run (the run's end, the pending owner store, the loop and its
+    /// tally), which a burst of one pays in full for nothing; the end of the burst is the
+    /// same. Anything else is a burst like any other ([`TxQueue::post`]).
+    #[inline(never)]
+    fn post_one(&mut self, pkt: &B, room: u32) -> usize {
+        let pkts = std::slice::from_ref(pkt);
+        let Some(data) = pkt.plain() else {
+            return self.post(pkts, room);
+        };
+        let len = data.len();
+        let start = self.prod.prod;
+        let txbbs = wqe::plain_inline_txbbs(len);
+        // Two TXBBs before the ring's end whatever the class: the writers' own bound checks
+        // then fold away (a one-TXBB WQE in the last slot is rare, and `post` takes it).
+        let cnt = self.hw.sq.txbb_cnt();
+        let slot = start & (cnt - 1);
+        // `len > PLAIN_INLINE_MAX` is implied by the first test (the threshold is clamped to
+        // it); said again so that the compiler knows the second chunk's size.
+        if len.wrapping_sub(1) >= self.plain_inline_max
+            || len > wqe::PLAIN_INLINE_MAX
+            || txbbs > room
+            || slot + 2 > cnt
+        {
+            return self.post(pkts, room);
+        }
+        if len <= wqe::FIRST_CHUNK {
+            wqe::write_plain_inline1(&mut self.hw.sq.wqe_fixed::<1>(start), data);
+        } else {
+            wqe::write_plain_inline2(&mut self.hw.sq.wqe_fixed::<2>(start), data);
+        }
+        let end = start.wrapping_add(txbbs);
+        let last = LastWqe {
+            start,
+            txbbs,
+            send_be: self.hw.sq.owner_word(start, opcode::SEND).to_be(),
+        };
+        let posted = Posted {
+            end,
+            last: Some(last),
+        };
+        self.end_burst(posted, start, pkts, Tally::straight(1, len as u64))
     }
 
     /// The burst proper, with `room` TXBBs (more than none) to fill. A burst of plain packets
@@ -439,37 +496,29 @@ impl<B: TxBuf> TxQueue<B> {
                 (p.since_comp, p.txbbs_since_comp) = (0, 0);
             }
             let word = u32::from_be(last.send_be);
-            let bf = match self.cfg.path {
-                TxPath::BlueFlame => self.hw.bf.as_mut(),
-                TxPath::Doorbell => None,
-            };
-            match bf {
-                Some(bf) if (last.txbbs as usize) * TXBB_SIZE <= bf.half_size() => {
-                    let ctrl = self.hw.sq.ctrl_dword1(last.start).to_be_bytes();
-                    let ctrl =
-                        CtrlSeg::new_unchecked([0, 0, 0, 0, ctrl[0], ctrl[1], ctrl[2], ctrl[3]]);
-                    if ctrl.ins_vlan() == 0 {
-                        // The copy's first TXBB carries the QPN where the ring copy has the
-                        // VLAN fields (which is why a VLAN-inserting WQE never goes through
-                        // BF); the ring keeps a plain WQE for a device that falls back to
-                        // fetching it.
+            let hw = &mut self.hw;
+            match hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
+                Some(half) => {
+                    let dword1 = hw.sq.ctrl_dword1(last.start);
+                    // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its
+                    // tag: such a WQE never goes through BF. The ring keeps a plain WQE for a
+                    // device that falls back to fetching it.
+                    if (dword1 >> 8) & 0xff == 0 {
                         let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
                         let mut head = [0u8; 8];
-                        let mut c = CtrlSeg::new_unchecked(&mut head[..]);
-                        c.set_owner_opcode(word);
-                        c.set_bf_qpn_ds(self.hw.qpn, ctrl.ds());
-                        let wqe = self.hw.sq.publish_blocks(last.start, last.txbbs, word);
-                        bf.write_wqe(head, wqe);
+                        head[..4].copy_from_slice(&word.to_be_bytes());
+                        head[4..].copy_from_slice(&(hw.bf_qpn | (dword1 & 0xff)).to_be_bytes());
+                        half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
                         p.bf_writes += 1;
                     } else {
-                        self.hw.sq.publish(last.start, word);
-                        self.hw.doorbell.ring();
+                        hw.sq.publish(last.start, word);
+                        hw.doorbell.ring();
                         p.doorbells += 1;
                     }
                 }
-                _ => {
-                    self.hw.sq.publish(last.start, word);
-                    self.hw.doorbell.ring();
+                None => {
+                    hw.sq.publish(last.start, word);
+                    hw.doorbell.ring();
                     p.doorbells += 1;
                 }
             }
@@ -664,10 +713,16 @@ fn create_hw(
         }
     };
     let sq = SqRing::new(sq);
+    let qpn = sq.desc().qpn();
+    let bf = match cfg.path {
+        TxPath::BlueFlame => sq.bf_reg(cfg.copy),
+        TxPath::Doorbell => None,
+    };
     Ok(HwQueue {
-        qpn: sq.desc().qpn(),
+        qpn,
         doorbell: sq.doorbell(),
-        bf: sq.bf_reg(cfg.copy),
+        bf,
+        bf_qpn: (qpn & 0x00ff_ffff) << 8,
         sq,
         cq: CqRing::new(cq),
     })

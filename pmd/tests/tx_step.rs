@@ -312,6 +312,10 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
     let mut segtab = Vec::new();
     let mut next_id = 0u32;
     let (mut bursts, mut bf_expected, mut db_expected) = (0u64, 0u64, 0u64);
+    // Bursts of one plain packet the straight-line inline path takes: the queue's path for a
+    // burst of one (`post_one`), which no counter tells apart.
+    let mut single_straight = 0u64;
+    let straight_max = usize::from(inline_max).min(wqe::PLAIN_INLINE_MAX);
     let half = (r.hca.caps().bf_reg_size / 2) as usize;
     let mut at = 0;
     // Segment tables of packets possibly still in flight.
@@ -331,10 +335,21 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
         keep.push(std::mem::take(&mut segtab));
         next_id += n as u32;
         let mut done = 0;
+        // Now and then a round goes packet by packet, as a latency-bound application sends.
+        let step = if rng.below(6) == 0 { 1 } else { n };
         while done < n {
-            let taken = q.burst(&pkts[done..]);
+            let end = (done + step).min(n);
+            let taken = q.burst(&pkts[done..end]);
             if taken > 0 {
                 bursts += 1;
+                let c = &cases[done];
+                if end - done == 1
+                    && c.cuts.is_empty()
+                    && c.off == TxOffloads::default()
+                    && c.bytes.len() <= straight_max
+                {
+                    single_straight += 1;
+                }
                 let last = &cases[done + taken - 1];
                 let eligible = last.off.vlan.is_none()
                     && wqe_bytes(last, inline_max).div_ceil(64) * 64 <= half;
@@ -349,7 +364,7 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
             }
             done += taken;
             // Let the device run, but often not at all, so that the ring fills.
-            if rng.below(12) == 0 || taken == 0 {
+            if taken == 0 || (end == n && rng.below(12) == 0) {
                 r.hca.step();
             }
         }
@@ -415,6 +430,7 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
     assert!(straight_gather > 0 && st.general_gather > 0, "{st:?}");
     if inline_max > 0 {
         assert!(straight_inline > 0 && st.general_inline > 0, "{st:?}");
+        assert!(single_straight > 0, "no burst of one plain inline packet");
     }
 }
 
@@ -779,13 +795,17 @@ fn every_ring_wrap_position() {
         let mut q: TxQueue<Pkt> =
             TxQueue::new(&r.dev, "tx_wrap", 0, 64, config(path, 928), &[r.mr]).unwrap();
         let size = q.txbb_cnt() as usize;
-        let mut seen = vec![false; size];
         let mut id = 0;
-        // A burst of WQEs of 2, 3, 16 and 1 TXBBs from every position of the ring.
-        while seen.iter().any(|s| !s) {
-            let at = advance_to_unseen(&mut r, &mut q, &mut rng, &seen, &mut id);
-            burst_at(&mut r, &mut q, &mut rng, &[64, 110, 928, 20], &mut id);
-            seen[at] = true;
+        // From every position of the ring: a burst of WQEs of 2, 3, 16 and 1 TXBBs; bursts
+        // of one packet of 2 and of 1 TXBB (the path of a burst of one, which leaves the
+        // ring's last slot to the general burst and its pad); the longest straight-line one.
+        for lens in [&[64, 110, 928, 20][..], &[64], &[20], &[104], &[45]] {
+            let mut seen = vec![false; size];
+            while seen.iter().any(|s| !s) {
+                let at = advance_to_unseen(&mut r, &mut q, &mut rng, &seen, &mut id);
+                burst_at(&mut r, &mut q, &mut rng, lens, &mut id);
+                seen[at] = true;
+            }
         }
         let st = q.stats();
         assert_eq!(st.packets, u64::from(id));
@@ -804,18 +824,27 @@ fn every_ring_wrap_position() {
 
 #[test]
 fn ring_full_at_every_position() {
+    ring_full_from_every_position(TxPath::Doorbell, 32);
+    ring_full_from_every_position(TxPath::BlueFlame, 32);
+}
+
+/// Bursts of one fill the ring too (their own path, which hands a WQE that does not fit the
+/// room to the general burst).
+#[test]
+fn ring_full_at_every_position_by_bursts_of_one() {
+    ring_full_from_every_position(TxPath::Doorbell, 1);
+    ring_full_from_every_position(TxPath::BlueFlame, 1);
+}
+
+/// From every ring position, fills the ring with the device held by bursts of `fill`
+/// packets of two TXBBs until one is cut short, then checks a further call takes nothing
+/// and everything taken reaches the wire.
+fn ring_full_from_every_position(path: TxPath, fill: usize) {
     FREED.with(|f| f.borrow_mut().clear());
     let mut r = rig(true);
     let mut rng = Rng(0xf011);
-    let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.dev,
-        "tx_full",
-        0,
-        64,
-        config(TxPath::Doorbell, 104),
-        &[r.mr],
-    )
-    .unwrap();
+    let mut q: TxQueue<Pkt> =
+        TxQueue::new(&r.dev, "tx_full", 0, 64, config(path, 104), &[r.mr]).unwrap();
     let size = q.txbb_cnt();
     // 64-byte packets take two TXBBs: the room runs out, and the ring's end falls, at both
     // parities of every position.
@@ -832,10 +861,10 @@ fn ring_full_at_every_position() {
         seen[at] = true;
         let wire_before = r.wire.lock().unwrap().len();
         let mut expected = Vec::new();
-        // Fill with the device held: bursts of 32 until one is cut short.
+        // Fill with the device held: bursts of `fill` until one is cut short.
         let full_before = q.stats().ring_full;
         loop {
-            let pkts: Vec<Pkt> = base
+            let pkts: Vec<Pkt> = base[..fill]
                 .iter()
                 .map(|p| Pkt {
                     id: id + p.id,
@@ -846,7 +875,7 @@ fn ring_full_at_every_position() {
             for c in &template[..taken] {
                 expected.push(c.bytes.clone());
             }
-            id += 32;
+            id += fill as u32;
             // Ids of packets not taken are never freed: skip them for good.
             if taken < pkts.len() {
                 for p in &pkts[taken..] {
