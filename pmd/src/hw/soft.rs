@@ -88,6 +88,7 @@ impl Soft {
             shared_thread: args.device_loop == DeviceLoop::ProcessThread,
             busy_poll: args.busy_poll,
             name: name.to_owned(),
+            faults: args.faults,
             ..HcaConfig::default()
         };
         let (hca, bar_mem) = match source {
@@ -108,6 +109,13 @@ impl Soft {
                 None,
             ),
         };
+        if !args.faults.none() {
+            crate::pmd_log!(
+                NOTICE,
+                "{name}: the software HCA injects faults {}",
+                args.faults
+            );
+        }
         let mut soft = Soft::new(hca, source);
         soft.bar_mem = bar_mem;
         soft.wire = Some(args.wire.as_str().to_owned());
