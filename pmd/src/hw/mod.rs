@@ -336,6 +336,10 @@ pub trait Device: Send + Sync {
     fn rq_batch(&self, _count: u16) {}
     fn sq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
     fn rq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
+    /// Puts a receive queue an error completion stopped back to work in place, through reset
+    /// to ready: its number, ring and place in the steering tables stay. It then takes WQEs
+    /// from index 0, as far as the doorbell record says.
+    fn restart_rq(&self, qpn: u32) -> Result<(), HwError>;
 
     /// Which frames the port accepts: promiscuous, or those to `mac`, broadcast, and with
     /// `allmulti` every multicast address.

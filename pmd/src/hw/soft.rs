@@ -369,6 +369,13 @@ impl Device for Soft {
             .map_err(hw_err("RQ state"))
     }
 
+    fn restart_rq(&self, qpn: u32) -> Result<(), HwError> {
+        self.hca
+            .set_rq_state(qpn, mlx4_hca::QueueState::Reset)
+            .and_then(|()| self.hca.set_rq_state(qpn, mlx4_hca::QueueState::Ready))
+            .map_err(hw_err("restart RQ"))
+    }
+
     fn set_rx_filter(&self, mac: [u8; 6], promisc: bool, allmulti: bool) -> Result<(), HwError> {
         self.hca.set_rx_filter(mac, promisc, allmulti);
         Ok(())
