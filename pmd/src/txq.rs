@@ -379,8 +379,7 @@ impl<B: TxBuf> TxQueue<B> {
         }
         let room = self.room();
         if room == 0 {
-            self.prod.ring_full += 1;
-            return 0;
+            return self.full();
         }
         self.post(pkts, room)
     }
@@ -394,8 +393,7 @@ impl<B: TxBuf> TxQueue<B> {
         }
         let room = self.room();
         if room == 0 {
-            self.prod.ring_full += 1;
-            return 0;
+            return self.full();
         }
         self.post(pkts, room)
     }
@@ -430,7 +428,12 @@ impl<B: TxBuf> TxQueue<B> {
         // straight-line path.
         let (poster, t) = post_rest(poster, pkts, stop, Tally::straight(n, bytes), rest);
         let posted = poster.finish();
-        self.end_burst(posted, start, pkts, t)
+        let taken = self.end_burst(posted, start, pkts, t);
+        if taken == 0 {
+            // Too little room for the first packet: as for a full ring (see `full`).
+            self.kick();
+        }
+        taken
     }
 
     /// Once per burst: the completion request, the BlueFlame copy or the doorbell, the
@@ -653,12 +656,23 @@ impl<B: TxBuf> TxQueue<B> {
         n
     }
 
-    /// For a queue nobody posts on. A doorbell can be lost (the device takes only WQEs a
+    /// No room: counted, and a look for a lost doorbell ([`TxQueue::kick`]): a full ring
+    /// whose last doorbell was lost would otherwise take nothing from every later burst, and
+    /// so never ring again.
+    #[cold]
+    #[inline(never)]
+    fn full(&mut self) -> usize {
+        self.prod.ring_full += 1;
+        self.kick();
+        0
+    }
+
+    /// For a queue nobody posts on (or whose ring is full). A doorbell can be lost (the device takes only WQEs a
     /// doorbell covered), leaving posted WQEs waiting with nothing after them to ring again; a
     /// burst with packets needs none of this, as its doorbell covers everything posted before.
     /// So: if WQEs are outstanding and no completion progressed since the last look, ring
     /// again, first asking for a completion if the last WQEs did not, so that the next look
-    /// can see progress. Counted in `doorbell_rerings`. Called by `tx_burst` with no packets,
+    /// can see progress. Counted in `doorbell_rerings`. Called by `tx_burst` with no packets or a full ring,
     /// `tx_done_cleanup` and [`TxQueue::drain`]; returns whether it rang.
     #[cold]
     #[inline(never)]
