@@ -325,6 +325,67 @@ fn every_fault_at_once_while_io_forwards() {
 }
 
 #[test]
+fn testpmd_set_link_down_and_up() {
+    // The operator's version of a flap: `set link-down` while txonly runs drops what the
+    // port sends (counted at the wire), `set link-up` lets it through again.
+    let link_of = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.trim().strip_prefix("Link status:"))
+            .map(|s| s.trim().to_owned())
+            .collect()
+    };
+    let steps = [
+        Step::Cmd("start"),
+        Step::Cmd("set link-down port 0"),
+        Step::Cmd("show port info 0"),
+        Step::Until {
+            cmd: "show port xstats 0",
+            done: |t| at_least(t, "hca_tx_drops_wire", 10_000),
+            limit: Duration::from_secs(60),
+        },
+        Step::Cmd("set link-up port 0"),
+        Step::Cmd("show port info 0"),
+        Step::Cmd("clear port xstats 0"),
+        Step::Until {
+            cmd: "show port xstats 0",
+            done: |t| at_least(t, "hca_tx_frames", 10_000),
+            limit: Duration::from_secs(60),
+        },
+        Step::Cmd("stop"),
+        Step::Quick("port stop all"),
+        Step::Quick("show port xstats 0"),
+        Step::Quick("dump_mempool"),
+        Step::Cmd("quit"),
+    ];
+    let out = testpmd_in(
+        &file_prefix("faults-link"),
+        1024,
+        &[
+            "net_mlx4rs0,wire=peer:net_mlx4rs1",
+            "net_mlx4rs1,wire=peer:net_mlx4rs0",
+        ],
+        &[
+            "--forward-mode=txonly",
+            "--total-num-mbufs=16384",
+            &format!("--rxd={RXD}"),
+            &format!("--txd={RXD}"),
+        ],
+        &steps,
+        Duration::from_secs(150),
+    );
+    let all = out.all();
+    assert!(out.status.success(), "testpmd failed:\n{all}");
+    assert_eq!(link_of(&out.stdout), ["down", "up"], "{}", tail(&all));
+    let a = Port {
+        id: 0,
+        x: port_xstats(&out.stdout, 0),
+    };
+    // After link-up (and the counters cleared) frames reach the wire again.
+    assert!(a.get("hca_tx_frames") >= 10_000, "{:?}", a.x);
+    assert_eq!(in_use(&out.stdout).last().copied(), Some(2 * RXD));
+}
+
+#[test]
 fn a_bad_fault_spec_fails_that_ports_probe_only() {
     let out = testpmd_in(
         &file_prefix("faults-bad"),

@@ -354,6 +354,11 @@ pub trait Device: Send + Sync {
     /// Takes the port down; the device executes nothing more until the next start.
     fn stop(&self);
     fn link_up(&self) -> bool;
+    /// Takes the started port's link down (frames sent and arriving are dropped, and counted)
+    /// or up again: ethdev's `set_link_down` / `set_link_up`.
+    fn set_link(&self, _up: bool) -> Result<(), HwError> {
+        Err(HwError::Unsupported("setting the link down or up"))
+    }
 
     /// The device's own counters as `(xstat name, value)`.
     fn counters(&self) -> Vec<(String, u64)>;

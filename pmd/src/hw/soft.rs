@@ -425,6 +425,11 @@ impl Device for Soft {
         self.hca.port_up()
     }
 
+    fn set_link(&self, up: bool) -> Result<(), HwError> {
+        self.hca.set_port_up(up);
+        Ok(())
+    }
+
     fn counters(&self) -> Vec<(String, u64)> {
         self.hca
             .counters()
