@@ -89,6 +89,15 @@ impl Port {
     }
 }
 
+/// Both ports' TX counts, and both directions of the cable.
+fn check_conserved(a: &Port, b: &Port) {
+    for p in [a, b] {
+        p.check_tx_conserved();
+    }
+    check_cable(a, b);
+    check_cable(b, a);
+}
+
 /// Frames `from` put on the cable are what `to` took.
 fn check_cable(from: &Port, to: &Port) {
     assert_eq!(
@@ -199,11 +208,7 @@ fn error_completion_every_n_send_wqes() {
     assert_eq!(a.get("tx_error_cqes"), a.get("hca_inj_tx_errors"));
     assert!(a.get("tx_flushed") >= a.get("tx_error_cqes"), "{:?}", a.x);
     assert!(a.get("hca_tx_frames") >= 3 * 4999);
-    for p in [&a, &b] {
-        p.check_tx_conserved();
-    }
-    check_cable(&a, &b);
-    check_cable(&b, &a);
+    check_conserved(&a, &b);
 }
 
 #[test]
@@ -236,11 +241,7 @@ fn receive_buffer_error_every_n_frames() {
     assert!(a.get("hca_rx_drops_error") >= inj);
     assert!(a.get("rx_good_packets") <= a.get("hca_rx_frames"));
     assert_eq!(b.get("rx_error_cqes"), 0);
-    for p in [&a, &b] {
-        p.check_tx_conserved();
-    }
-    check_cable(&a, &b);
-    check_cable(&b, &a);
+    check_conserved(&a, &b);
 }
 
 #[test]
@@ -259,11 +260,7 @@ fn link_down_and_up() {
     assert!(a.get("hca_tx_drops_wire") >= 2 * 2000, "{:?}", a.x);
     assert!(a.get("hca_tx_frames") >= 3 * 20000);
     assert_eq!(a.get("tx_error_cqes"), 0);
-    for p in [&a, &b] {
-        p.check_tx_conserved();
-    }
-    check_cable(&a, &b);
-    check_cable(&b, &a);
+    check_conserved(&a, &b);
 }
 
 #[test]
@@ -287,11 +284,7 @@ fn lost_doorbells() {
         "every posted packet left: {:?}",
         a.x
     );
-    for p in [&a, &b] {
-        p.check_tx_conserved();
-    }
-    check_cable(&a, &b);
-    check_cable(&b, &a);
+    check_conserved(&a, &b);
 }
 
 #[test]
@@ -317,11 +310,7 @@ fn every_fault_at_once_while_io_forwards() {
     );
     assert_eq!(a.get("rx_queue_resets"), a.get("hca_inj_rx_errors"));
     assert_eq!(a.get("tx_error_cqes"), a.get("hca_inj_tx_errors"));
-    for p in [&a, &b] {
-        p.check_tx_conserved();
-    }
-    check_cable(&a, &b);
-    check_cable(&b, &a);
+    check_conserved(&a, &b);
 }
 
 #[test]

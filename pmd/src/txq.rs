@@ -683,14 +683,22 @@ impl<B: TxBuf> TxQueue<B> {
         if self.comp.failed || cons == self.prod.prod || progressed {
             return false;
         }
-        let unsignaled = self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0;
-        if unsignaled && self.room() >= 1 && self.marks_free() {
-            self.post_signaled_nop();
-        }
+        self.ask_completion();
         self.hw.doorbell.ring();
         self.prod.doorbells += 1;
         self.recovery.doorbell_rerings += 1;
         true
+    }
+
+    /// Posts a signaled NOP if the last WQEs asked for no completion (and there is room for
+    /// it), so that their execution shows; whether it did. The caller rings.
+    fn ask_completion(&mut self) -> bool {
+        let unsignaled = self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0;
+        let ask = unsignaled && self.room() >= 1 && self.marks_free();
+        if ask {
+            self.post_signaled_nop();
+        }
+        ask
     }
 
     /// Waits (at most `limit`) until the device has executed everything posted, asking for a
@@ -709,9 +717,7 @@ impl<B: TxBuf> TxQueue<B> {
             if self.comp.cons == self.prod.prod {
                 return true;
             }
-            let unsignaled = self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0;
-            if unsignaled && self.room() >= 1 && self.marks_free() {
-                self.post_signaled_nop();
+            if self.ask_completion() {
                 self.hw.doorbell.ring();
                 self.prod.doorbells += 1;
             } else if looked.elapsed() >= std::time::Duration::from_millis(1) {
