@@ -286,9 +286,9 @@ impl<B: RxBuf> RxQueue<B> {
     }
 
     /// After an error completion: if the device moved the RQ to the error state, restart it in
-    /// place. Every slot still holds a posted buffer (an error completion hands none up and
-    /// takes no fresh one), so the ring is handed over again whole from WQE 0, with the same
-    /// buffers: nothing is allocated or freed, and the RQ keeps its number and so its place in
+    /// place. Every slot still holds its buffer (an error completion hands none up and takes no
+    /// fresh one), so the ring is handed over again whole from WQE 0, with the same buffers:
+    /// nothing is allocated or freed, and the RQ keeps its number and so its place in
     /// the steering tables. Frames that reached it meanwhile were dropped and counted by the
     /// device (`imissed`). Returns whether the queue receives.
     #[cold]
