@@ -20,6 +20,9 @@ use mlx4rs::hca::Faults;
 use mlx4rs::txq::{TxPath, TxQueue};
 use traffic::*;
 
+/// A progress line every this many packets (a long run on a busy machine shows it lives).
+const PROGRESS: u64 = 10_000_000;
+
 /// What a soak run did.
 #[derive(Debug, Default)]
 struct Report {
@@ -89,6 +92,7 @@ fn soak(packets: u64, faults: Faults, path: TxPath, seed: u64) -> Report {
     let start = Instant::now();
     let lost_bound = |q: &TxQueue<Pkt>, r: &Rig| q.stats().flushed + r.hca.counters().tx_drops_wire;
     let mut round = 0u64;
+    let mut next_report = PROGRESS;
     while u64::from(next_id) < packets {
         let n = (1 + rng.below(64)).min(packets - u64::from(next_id)) as usize;
         let cases: Vec<Case> = (0..n).map(|_| random_case(&mut rng)).collect();
@@ -131,6 +135,15 @@ fn soak(packets: u64, faults: Faults, path: TxPath, seed: u64) -> Report {
         round += 1;
         if round.is_multiple_of(64) {
             settle_freed(&mut low, &mut freed);
+            if u64::from(next_id) >= next_report {
+                next_report += PROGRESS;
+                eprintln!(
+                    "soak: ... {next_id} packets, {checked} frames checked, {} lost and counted, \
+                     {freed} buffers freed once, {:.0} s",
+                    skipped,
+                    start.elapsed().as_secs_f64()
+                );
+            }
             assert!(
                 skipped <= lost_bound(&q, &r),
                 "{skipped} frames missing from the wire, {} counted lost: {:?} {:?}",
