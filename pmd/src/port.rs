@@ -21,6 +21,7 @@ use crate::hw::{self, Caps, Device, HwError, RssHash, RSS_KEY_LEN};
 use crate::mem::{DmaRange, FixedStr, MemSource, Mr};
 use crate::mmio::Copy64;
 use crate::pmd_log;
+use crate::rxq::RxStats;
 use crate::txq::{TxConfig, TxPath, TxStats};
 use crate::wc::{self, PathChoice};
 
@@ -246,7 +247,12 @@ impl Port {
 
     /// Extended statistics: driver counters summed over queues, then per queue, then the
     /// device's own (bus analyser) counters.
-    pub fn xstats(&self, dev: &dyn Device, txqs: &[TxStats]) -> Vec<(String, u64)> {
+    pub fn xstats(
+        &self,
+        dev: &dyn Device,
+        txqs: &[TxStats],
+        rxqs: &[RxStats],
+    ) -> Vec<(String, u64)> {
         let mut out = Vec::new();
         let mut sum = TxStats::default();
         for s in txqs {
@@ -259,6 +265,14 @@ impl Port {
         ));
         for (i, s) in txqs.iter().enumerate() {
             out.extend(s.extended().map(|(k, v)| (format!("tx_q{i}_{k}"), v)));
+        }
+        let mut sum = RxStats::default();
+        for s in rxqs {
+            sum.add(s);
+        }
+        out.extend(sum.extended().map(|(k, v)| (format!("rx_{k}"), v)));
+        for (i, s) in rxqs.iter().enumerate() {
+            out.extend(s.extended().map(|(k, v)| (format!("rx_q{i}_{k}"), v)));
         }
         out.extend(dev.counters());
         out

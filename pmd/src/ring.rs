@@ -21,7 +21,9 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use mlx4_prm::{opcode, owner_opcode, Cqe, DataSeg, CQE_SIZE, STAMP_DWORD, TXBB_SHIFT, TXBB_SIZE};
+use mlx4_prm::{
+    opcode, owner_opcode, Cqe, CtrlSeg, DataSeg, CQE_SIZE, STAMP_DWORD, TXBB_SHIFT, TXBB_SIZE,
+};
 
 use crate::hw::{CqDesc, RqDesc, SqDesc};
 use crate::mmio::{BfReg, Copy64, SendDoorbell, Txbb};
@@ -156,6 +158,18 @@ impl SqRing {
             unsafe { AtomicU32::from_ptr(self.txbb(start).as_ptr().add(4).cast()) }
                 .load(Ordering::Relaxed),
         )
+    }
+
+    /// The first 8 bytes of the control segment of the published WQE at `start` (owner word
+    /// and opcode, then VLAN fields and size), as the device reads them. For the error path,
+    /// which counts what a failed queue will never send.
+    pub fn ctrl_head(&self, start: u32) -> CtrlSeg<[u8; 8]> {
+        let w0 = self
+            .first_dword(start)
+            .load(Ordering::Acquire)
+            .to_ne_bytes();
+        let w1 = self.ctrl_dword1(start).to_be_bytes();
+        CtrlSeg::new_unchecked([w0[0], w0[1], w0[2], w0[3], w1[0], w1[1], w1[2], w1[3]])
     }
 
     /// Hands the WQE at `start` to the device: the owner word, big-endian, written last.

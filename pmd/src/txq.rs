@@ -163,6 +163,18 @@ struct HwQueue {
     bf_qpn: u32,
 }
 
+/// What the error and lost-doorbell paths keep: cold, off the burst's cache lines.
+#[derive(Default)]
+struct Recovery {
+    /// WQE index (TXBB counter, low 16 bits) of the error completion that stopped the queue.
+    error_wqe: u16,
+    /// `comp.cons` when [`TxQueue::kick`] last looked.
+    kick_cons: u32,
+    flushed: u64,
+    queue_resets: u64,
+    doorbell_rerings: u64,
+}
+
 /// Packets gathered for one release when gather packets come between inline ones.
 const FREE_BATCH: usize = 64;
 
@@ -190,6 +202,7 @@ pub struct TxQueue<B: TxBuf> {
     done: BufBatch<B, FREE_BATCH>,
     /// Data segments of the packet being posted on the general path.
     segs: [(u64, u32, u32); MAX_GATHER_SEGS],
+    recovery: Recovery,
 }
 
 /// Largest WQE we build: 63 DS in 16 TXBBs.
@@ -251,6 +264,7 @@ impl<B: TxBuf> TxQueue<B> {
             marks,
             done: BufBatch::default(),
             segs: [(0, 0, 0); MAX_GATHER_SEGS],
+            recovery: Recovery::default(),
         })
     }
 
@@ -291,6 +305,9 @@ impl<B: TxBuf> TxQueue<B> {
             error_cqes: self.comp.error_cqes,
             general_inline: p.general_inline,
             general_gather: p.general_gather,
+            flushed: self.recovery.flushed,
+            queue_resets: self.recovery.queue_resets,
+            doorbell_rerings: self.recovery.doorbell_rerings,
         }
     }
 
@@ -300,6 +317,8 @@ impl<B: TxBuf> TxQueue<B> {
         (p.gather_packets, p.ring_full) = (0, 0);
         (p.general_inline, p.general_gather) = (0, 0);
         (self.comp.completions, self.comp.error_cqes) = (0, 0);
+        let r = &mut self.recovery;
+        (r.flushed, r.queue_resets, r.doorbell_rerings) = (0, 0, 0);
     }
 
     /// TXBBs in the send ring.
@@ -362,8 +381,7 @@ impl<B: TxBuf> TxQueue<B> {
         // `room()` spelled out: one subtraction whose flags say full.
         let used = self.prod.prod.wrapping_sub(self.comp.cons);
         if used >= self.usable {
-            self.prod.ring_full += 1;
-            return 0;
+            return self.full();
         }
         self.post_any(pkts, self.usable - used)
     }
@@ -378,8 +396,7 @@ impl<B: TxBuf> TxQueue<B> {
         // `room()` spelled out: one subtraction whose flags say full.
         let used = self.prod.prod.wrapping_sub(self.comp.cons);
         if used >= self.usable {
-            self.prod.ring_full += 1;
-            return 0;
+            return self.full();
         }
         self.post_any(pkts, self.usable - used)
     }
@@ -468,7 +485,12 @@ impl<B: TxBuf> TxQueue<B> {
         // straight-line path.
         let (poster, t) = post_rest(poster, pkts, stop, Tally::straight(n, bytes), rest);
         let posted = poster.finish();
-        self.end_burst(posted, start, pkts, t)
+        let taken = self.end_burst(posted, start, pkts, t);
+        if taken == 0 {
+            // Too little room for the first packet: as for a full ring (see `full`).
+            self.kick();
+        }
+        taken
     }
 
     /// Once per burst: the completion request, the BlueFlame copy or the doorbell, the
@@ -594,13 +616,14 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     /// An error CQE: the device moved the SQ to the error state. Count and log once per queue;
-    /// the queue takes nothing more until [`TxQueue::recover`] recreates it.
+    /// the queue takes nothing more until [`TxQueue::recover`] recreates it, and counts then
+    /// what was lost with it.
     #[cold]
     #[inline(never)]
     fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
         self.comp.error_cqes += 1;
-        self.prod.errors += 1;
         self.comp.failed = true;
+        self.recovery.error_wqe = wqe_index;
         if !self.comp.error_logged {
             self.comp.error_logged = true;
             pmd_log!(
@@ -640,6 +663,14 @@ impl<B: TxBuf> TxQueue<B> {
     /// cannot make a new queue, the old one stays, and so does its state.
     pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
         let fresh = create_hw(dev, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
+        if self.comp.failed {
+            // Read from the old ring before it goes.
+            let lost = self.count_flushed();
+            let r = &mut self.recovery;
+            r.flushed += lost;
+            r.queue_resets += 1;
+            self.prod.errors += lost;
+        }
         destroy_hw(dev, std::mem::replace(&mut self.hw, fresh));
         self.free_elts(self.elts.head());
         debug_assert!(self.elts.is_empty());
@@ -650,11 +681,82 @@ impl<B: TxBuf> TxQueue<B> {
         Ok(())
     }
 
+    /// Packets in the WQEs from the failed one up to the producer: what the device of a queue
+    /// in error never sends. WQEs before the failed one executed (a queue executes in order).
+    /// NOPs (completion requests, the padding to the ring's end) hold none.
+    fn count_flushed(&self) -> u64 {
+        let (cons, prod) = (self.comp.cons, self.prod.prod);
+        let ahead = |c: u32| c.wrapping_sub(cons);
+        let mut pos =
+            cons.wrapping_add(u32::from(self.recovery.error_wqe.wrapping_sub(cons as u16)));
+        let mut n = 0;
+        while ahead(pos) < ahead(prod) {
+            let ctrl = self.hw.sq.ctrl_head(pos);
+            let txbbs = txbbs_for(usize::from(ctrl.ds()) * 16).max(1);
+            if ctrl.opcode() != opcode::NOP {
+                n += 1;
+            } else if txbbs > 1 {
+                // Padding: it runs to the ring's end (its size field may say less).
+                pos = (pos | (self.txbb_cnt - 1)).wrapping_add(1);
+                continue;
+            }
+            pos = pos.wrapping_add(txbbs);
+        }
+        n
+    }
+
+    /// No room: counted, and a look for a lost doorbell ([`TxQueue::kick`]): a full ring
+    /// whose last doorbell was lost would otherwise take nothing from every later burst, and
+    /// so never ring again.
+    #[cold]
+    #[inline(never)]
+    fn full(&mut self) -> usize {
+        self.prod.ring_full += 1;
+        self.kick();
+        0
+    }
+
+    /// For a queue nobody posts on (or whose ring is full). A doorbell can be lost (the device takes only WQEs a
+    /// doorbell covered), leaving posted WQEs waiting with nothing after them to ring again; a
+    /// burst with packets needs none of this, as its doorbell covers everything posted before.
+    /// So: if WQEs are outstanding and no completion progressed since the last look, ring
+    /// again, first asking for a completion if the last WQEs did not, so that the next look
+    /// can see progress. Counted in `doorbell_rerings`. Called by `tx_burst` with no packets or a full ring,
+    /// `tx_done_cleanup` and [`TxQueue::drain`]; returns whether it rang.
+    #[cold]
+    #[inline(never)]
+    pub fn kick(&mut self) -> bool {
+        self.complete();
+        let cons = self.comp.cons;
+        let progressed = std::mem::replace(&mut self.recovery.kick_cons, cons) != cons;
+        if self.comp.failed || cons == self.prod.prod || progressed {
+            return false;
+        }
+        self.ask_completion();
+        self.hw.doorbell.ring();
+        self.prod.doorbells += 1;
+        self.recovery.doorbell_rerings += 1;
+        true
+    }
+
+    /// Posts a signaled NOP if the last WQEs asked for no completion (and there is room for
+    /// it), so that their execution shows; whether it did. The caller rings.
+    fn ask_completion(&mut self) -> bool {
+        let unsignaled = self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0;
+        let ask = unsignaled && self.room() >= 1 && self.marks_free();
+        if ask {
+            self.post_signaled_nop();
+        }
+        ask
+    }
+
     /// Waits (at most `limit`) until the device has executed everything posted, asking for a
-    /// completion with a NOP if the last WQEs did not. Used before the port stops, so that what
+    /// completion with a NOP if the last WQEs did not, and ringing again if nothing progresses
+    /// for a millisecond (a lost doorbell). Used before the port stops, so that what
     /// `tx_burst` took reaches the wire rather than being discarded with the queue.
     pub fn drain(&mut self, dev: &dyn Device, limit: std::time::Duration) -> bool {
         let start = std::time::Instant::now();
+        let mut looked = start;
         loop {
             self.complete();
             if self.comp.failed {
@@ -664,11 +766,12 @@ impl<B: TxBuf> TxQueue<B> {
             if self.comp.cons == self.prod.prod {
                 return true;
             }
-            let unsignaled = self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0;
-            if unsignaled && self.room() >= 1 && self.marks_free() {
-                self.post_signaled_nop();
+            if self.ask_completion() {
                 self.hw.doorbell.ring();
                 self.prod.doorbells += 1;
+            } else if looked.elapsed() >= std::time::Duration::from_millis(1) {
+                looked = std::time::Instant::now();
+                self.kick();
             }
             if start.elapsed() >= limit {
                 return false;
@@ -678,9 +781,12 @@ impl<B: TxBuf> TxQueue<B> {
         }
     }
 
-    /// `tx_done_cleanup`: reclaims completed buffers; returns how many were freed.
+    /// `tx_done_cleanup`: reclaims completed buffers (and rings again if posted WQEs made no
+    /// progress, see [`TxQueue::kick`]); returns how many were freed.
     pub fn done_cleanup(&mut self, _free_cnt: u32) -> usize {
-        self.complete()
+        let freed = self.complete();
+        self.kick();
+        freed
     }
 
     /// Destroys the device queue, then frees what was still in flight. A queue dropped without

@@ -280,6 +280,20 @@ pub fn xstat(text: &str, name: &str) -> Option<u64> {
     })
 }
 
+/// mbufs in use in each `dump_mempool` of the session (populated less the cached and the free).
+pub fn in_use(text: &str) -> Vec<u64> {
+    let pop = numbers_after(text, "populated_size=");
+    let cached = numbers_after(text, "total_cache_count=");
+    let free = numbers_after(text, "common_pool_count=");
+    assert_eq!(pop.len(), cached.len());
+    assert_eq!(pop.len(), free.len());
+    pop.iter()
+        .zip(&cached)
+        .zip(&free)
+        .map(|((p, c), f)| p - c - f)
+        .collect()
+}
+
 /// Frames of a classic pcap file (microsecond, either byte order).
 pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
     let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -20,6 +20,8 @@ pub(super) static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_de
     dev_close: Some(dev_close),
     dev_infos_get: Some(dev_infos_get),
     link_update: Some(link_update),
+    dev_set_link_up: Some(dev_set_link_up),
+    dev_set_link_down: Some(dev_set_link_down),
     stats_get: Some(stats::stats_get),
     stats_reset: Some(stats::stats_reset),
     promiscuous_enable: Some(promiscuous_enable),
@@ -71,6 +73,24 @@ op!(dev_stop, "stop", |e| {
     stop(e);
     Ok(())
 });
+op!(dev_set_link_up, "link up", |e| set_link(e, true));
+op!(dev_set_link_down, "link down", |e| set_link(e, false));
+
+/// The link as the operator wants it (the queues stay as they are: a NIC keeps them too). A
+/// stopped port's link is down, and comes up with the port.
+fn set_link(e: &mut Eth<'_>, up: bool) -> Result<(), Error> {
+    e.primary_only()?;
+    if !e.port.started {
+        return Err(invalid!(
+            "the port is stopped: its link comes up when it starts"
+        ));
+    }
+    e.dev.set_link(up)?;
+    let now = e.port.link_up(e.dev);
+    e.set_link(now);
+    Ok(())
+}
+
 op!(promiscuous_enable, "promiscuous on", |e| update_rx(
     e,
     |r| { r.promisc = true }

@@ -343,6 +343,10 @@ pub trait Device: Send + Sync {
     fn rq_batch(&self, _count: u16) {}
     fn sq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
     fn rq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
+    /// Puts a receive queue an error completion stopped back to work in place, through reset
+    /// to ready: its number, ring and place in the steering tables stay. It then takes WQEs
+    /// from index 0, as far as the doorbell record says.
+    fn restart_rq(&self, qpn: u32) -> Result<(), HwError>;
 
     /// Which frames the port accepts: promiscuous, or those to `mac`, broadcast, and with
     /// `allmulti` every multicast address.
@@ -357,6 +361,11 @@ pub trait Device: Send + Sync {
     /// Takes the port down; the device executes nothing more until the next start.
     fn stop(&self);
     fn link_up(&self) -> bool;
+    /// Takes the started port's link down (frames sent and arriving are dropped, and counted)
+    /// or up again: ethdev's `set_link_down` / `set_link_up`.
+    fn set_link(&self, _up: bool) -> Result<(), HwError> {
+        Err(HwError::Unsupported("setting the link down or up"))
+    }
 
     /// The device's own counters as `(xstat name, value)`.
     fn counters(&self) -> Vec<(String, u64)>;

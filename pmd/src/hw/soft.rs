@@ -88,6 +88,7 @@ impl Soft {
             shared_thread: args.device_loop == DeviceLoop::ProcessThread,
             busy_poll: args.busy_poll,
             name: name.to_owned(),
+            faults: args.faults,
             ..HcaConfig::default()
         };
         let (hca, bar_mem) = match source {
@@ -108,6 +109,13 @@ impl Soft {
                 None,
             ),
         };
+        if !args.faults.none() {
+            crate::pmd_log!(
+                NOTICE,
+                "{name}: the software HCA injects faults {}",
+                args.faults
+            );
+        }
         let mut soft = Soft::new(hca, source);
         soft.bar_mem = bar_mem;
         soft.wire = Some(args.wire.as_str().to_owned());
@@ -365,6 +373,13 @@ impl Device for Soft {
             .map_err(hw_err("RQ state"))
     }
 
+    fn restart_rq(&self, qpn: u32) -> Result<(), HwError> {
+        self.hca
+            .set_rq_state(qpn, mlx4_hca::QueueState::Reset)
+            .and_then(|()| self.hca.set_rq_state(qpn, mlx4_hca::QueueState::Ready))
+            .map_err(hw_err("restart RQ"))
+    }
+
     fn set_rx_filter(&self, mac: [u8; 6], promisc: bool, allmulti: bool) -> Result<(), HwError> {
         self.hca.set_rx_filter(mac, promisc, allmulti);
         Ok(())
@@ -412,6 +427,11 @@ impl Device for Soft {
 
     fn link_up(&self) -> bool {
         self.hca.port_up()
+    }
+
+    fn set_link(&self, up: bool) -> Result<(), HwError> {
+        self.hca.set_port_up(up);
+        Ok(())
     }
 
     fn counters(&self) -> Vec<(String, u64)> {

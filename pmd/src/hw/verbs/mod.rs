@@ -905,6 +905,26 @@ impl Device for Verbs {
         })
     }
 
+    fn restart_rq(&self, qpn: u32) -> Result<(), HwError> {
+        let st = self.st.lock();
+        let Some(&wq) = st.wqs.get(&qpn) else {
+            return Err(HwError::Invalid(format!("no WQ {qpn:#x}")));
+        };
+        for (state, what) in [
+            (sys::IBV_WQS_RESET, "WQ to RESET"),
+            (sys::IBV_WQS_RDY, "WQ to RDY"),
+        ] {
+            let mut m = sys::ibv_wq_attr {
+                attr_mask: sys::IBV_WQ_ATTR_STATE,
+                wq_state: state,
+                ..Default::default()
+            };
+            // SAFETY: our live WQ, kept in the table we hold locked.
+            unsafe { rdma::modify_wq(wq, &mut m) }.map_err(|e| dev_err(what, e))?;
+        }
+        Ok(())
+    }
+
     fn set_rx_filter(&self, mac: [u8; 6], promisc: bool, allmulti: bool) -> Result<(), HwError> {
         let mut st = self.st.lock();
         let s = &mut st.steer;
