@@ -55,6 +55,17 @@ pub struct Port {
     pub rx: RxState,
     /// Where the software HCA's device loop runs: the burst functions follow it.
     pub device_loop: DeviceLoop,
+    /// Receive interrupts, by RX queue.
+    pub rx_intr: [RxIntr; MAX_QUEUES as usize],
+}
+
+/// One RX queue's receive interrupt.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RxIntr {
+    /// Its completion channel and the channel's fd (the primary's; only it takes interrupts).
+    pub channel: Option<(u32, std::os::fd::RawFd)>,
+    /// The CQ arm sequence number (2 bits), moved on per event taken.
+    pub sn: u32,
 }
 
 /// The regions a port registered, inline.
@@ -201,6 +212,7 @@ impl Port {
             mrs,
             rx: RxState::default(),
             device_loop: args.device_loop,
+            rx_intr: [RxIntr::default(); MAX_QUEUES as usize],
         };
         Ok(port)
     }

@@ -212,6 +212,11 @@ impl<B: RxBuf> RxQueue<B> {
         self.qpn
     }
 
+    /// The CQ and its consumer counter: where an arm for the next completion points.
+    pub fn cq_arm_point(&self) -> (&crate::hw::CqDesc, u32) {
+        (self.cq.desc(), self.cq.ci())
+    }
+
     pub fn stats(&self) -> RxStats {
         self.stats
     }

@@ -9,6 +9,7 @@
 //! - [`queue`]: queue setup, release and info, and the burst functions;
 //! - [`rss`]: the redirection table and the hash configuration;
 //! - [`stats`]: basic and extended statistics;
+//! - [`intr`]: link status and removal events, link up/down, receive interrupts;
 //! - [`mp`]: secondary processes: attaching to the primary's ports, and what they ask it.
 //!
 //! `unsafe` lives at the edge only: converting the raw pointers DPDK passes in `probe`, `eth`
@@ -20,6 +21,7 @@ use std::fmt;
 use crate::hw::HwError;
 
 mod eth;
+mod intr;
 mod mp;
 mod mr;
 mod ops;

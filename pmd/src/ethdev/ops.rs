@@ -8,7 +8,7 @@ use std::time::Duration;
 use dpdk_sys as sys;
 
 use super::eth::{self, Eth};
-use super::{fmt_mac, invalid, queue, rss, stats, Error};
+use super::{fmt_mac, intr, invalid, queue, rss, stats, Error};
 use crate::pmd_log;
 use crate::port::{self, RxState};
 
@@ -42,6 +42,10 @@ pub(super) static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_de
     xstats_get: Some(stats::xstats_get),
     xstats_get_names: Some(stats::xstats_get_names),
     xstats_reset: Some(stats::xstats_reset),
+    dev_set_link_up: Some(intr::dev_set_link_up),
+    dev_set_link_down: Some(intr::dev_set_link_down),
+    rx_queue_intr_enable: Some(intr::rx_queue_intr_enable),
+    rx_queue_intr_disable: Some(intr::rx_queue_intr_disable),
     ..Default::default()
 });
 
@@ -106,6 +110,7 @@ fn configure(e: &mut Eth<'_>) -> Result<(), Error> {
 fn start(e: &mut Eth<'_>) -> Result<(), Error> {
     e.port.start(e.dev)?;
     apply_rx(e)?;
+    intr::setup_rx(e)?;
     e.set_queue_states(true);
     let up = e.port.link_up(e.dev);
     e.set_link(up);
@@ -149,6 +154,8 @@ fn stop(e: &mut Eth<'_>) {
 }
 
 pub(super) unsafe extern "C" fn dev_close(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: as for every op (see `op!`); the handler must be gone before the device.
+    unsafe { intr::uninstall(dev) };
     // SAFETY: as for every op (see `op!`).
     if let Some(name) = unsafe { eth::close(dev) } {
         pmd_log!(INFO, "{name}: closed");

@@ -269,6 +269,7 @@ pub(super) fn attach_port(
         (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
         (*dev).dev_ops = &*ops::OPS;
         queue::set_bursts(&mut *dev, bursts);
+        super::intr::install(dev, name);
         sys::rte_eth_dev_probing_finish(dev);
         pmd_log!(
             INFO,
