@@ -276,6 +276,24 @@ impl<'a> Eth<'a> {
         }
     }
 
+    /// Marks one queue (`tx`: a TX queue, else RX) started or stopped.
+    pub fn set_queue_state(&mut self, tx: bool, qid: u16, started: bool) {
+        let state = if started {
+            sys::RTE_ETH_QUEUE_STATE_STARTED
+        } else {
+            sys::RTE_ETH_QUEUE_STATE_STOPPED
+        } as u8;
+        // SAFETY: live port; qid is a configured queue, inside ethdev's state arrays.
+        unsafe {
+            let d = &mut *self.data();
+            if tx {
+                d.tx_queue_state[usize::from(qid)] = state;
+            } else {
+                d.rx_queue_state[usize::from(qid)] = state;
+            }
+        }
+    }
+
     fn tx_slots(&self) -> *mut *mut c_void {
         // SAFETY: a plain field read.
         unsafe { (*self.data()).tx_queues }
