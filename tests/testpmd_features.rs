@@ -413,3 +413,127 @@ fn flow_control_is_stored_and_reported_and_fw_version_shown() {
         "{all}"
     );
 }
+
+/// TCP segmentation on the wire: the kernel sends one IPv4 and one IPv6 TCP frame of 3000
+/// payload bytes into port 0 (a TAP interface); testpmd's csum engine forwards them to port 1
+/// with TSO at an MSS of 1000; port 1's wire is a pcap file, which tshark decodes: three
+/// segments each, 1000 payload bytes apiece, consecutive sequence numbers, valid checksums.
+#[test]
+fn tso_cuts_tcp_over_ipv4_and_ipv6_into_mss_segments_on_the_wire() {
+    assert!(
+        std::path::Path::new("/dev/net/tun").exists(),
+        "this test needs /dev/net/tun (and root) for its TAP interface"
+    );
+    let id = std::process::id() % 100_000;
+    let ifname = format!("m4s{id}");
+    let ns = format!("mlx4rs-tso-{id}");
+    let dir = scratch_dir("tso");
+    let pcap = dir.join("wire.pcap");
+    let quiet_del = || {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &ns])
+            .stderr(std::process::Stdio::null())
+            .status();
+    };
+    quiet_del();
+    let tap = format!("net_mlx4rs0,wire=tap:{ifname}");
+    let out_port = format!("net_mlx4rs1,wire=pcap:{}", pcap.display());
+    let setup = format!(
+        "ip netns add {ns} && ip link set {ifname} netns {ns} && \
+         ip netns exec {ns} sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 && \
+         ip -n {ns} link set {ifname} mtu 9000 up"
+    );
+    // IPv4 and IPv6 TCP frames (ACK|PSH, sequence 1000) of 3000 payload bytes; the TCP
+    // checksums are left zero: the csum engine asks the device for them.
+    let send = format!(
+        "ip netns exec {ns} python3 -c \"
+import socket, struct
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(('{ifname}', 0))
+pay = bytes(i % 251 for i in range(3000))
+tcp = struct.pack('!HHIIBBHHH', 1234, 80, 1000, 1, 0x50, 0x18, 65535, 0, 0)
+l2 = bytes.fromhex('020000000001020000000002')
+v4 = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + 20 + len(pay), 7, 0x4000, 64, 6, 0, bytes([10,0,0,1]), bytes([10,0,0,2]))
+v6 = struct.pack('!IHBB16s16s', 0x60000000, 20 + len(pay), 6, 64, bytes(15) + b'\\\\x01', bytes(15) + b'\\\\x02')
+s.send(l2 + b'\\\\x08\\\\x00' + v4 + tcp + pay)
+s.send(l2 + b'\\\\x86\\\\xdd' + v6 + tcp + pay)
+\""
+    );
+    fn six_sent(a: &str) -> bool {
+        xstat(a, "hca_tx_frames").is_some_and(|n| n >= 6)
+    }
+    let out = testpmd(
+        &[&tap, &out_port],
+        &[
+            "--forward-mode=csum",
+            "--total-num-mbufs=8192",
+            "--max-pkt-len=9018",
+            "--enable-scatter",
+        ],
+        &[
+            Shell(&setup),
+            Cmd("port stop 1"),
+            Cmd("csum set ip hw 1"),
+            Cmd("csum set tcp hw 1"),
+            Cmd("tso set 1000 1"),
+            Cmd("port start 1"),
+            Cmd("start"),
+            Shell(&send),
+            Until {
+                cmd: "show port xstats 1",
+                done: six_sent,
+                limit: WAIT,
+            },
+            Cmd("stop"),
+            Cmd("port stop all"),
+            Cmd("show port xstats 1"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    quiet_del();
+    let all = ok(&out);
+    assert_eq!(port_xstat(&all, 1, "hca_tx_frames"), 6, "{all}");
+    assert_eq!(port_xstat(&all, 1, "tx_good_packets"), 2, "{all}");
+    let t = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(&pcap)
+        .args([
+            "-o",
+            "ip.check_checksum:TRUE",
+            "-o",
+            "tcp.check_checksum:TRUE",
+            "-o",
+            "tcp.relative_sequence_numbers:FALSE",
+            "-T",
+            "fields",
+            "-e",
+            "ipv6.version",
+            "-e",
+            "ip.checksum.status",
+            "-e",
+            "tcp.checksum.status",
+            "-e",
+            "tcp.seq",
+            "-e",
+            "tcp.len",
+        ])
+        .output()
+        .expect("tshark not found: run scripts/setup.sh (it installs tshark)");
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    let rows: Vec<String> = String::from_utf8_lossy(&t.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let want: Vec<String> = ["", "6"]
+        .iter()
+        .flat_map(|v6| {
+            let ip = if v6.is_empty() { "1" } else { "" };
+            [1000, 2000, 3000].map(|seq| format!("{v6}\t{ip}\t1\t{seq}\t1000"))
+        })
+        .collect();
+    assert_eq!(
+        rows, want,
+        "segments on the wire (ipv6, ip csum, tcp csum, seq, len)\n{all}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -214,7 +214,8 @@ pub(super) const TX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_TX_OFFLOAD_VLAN_INSER
     | sys::bits::RTE_ETH_TX_OFFLOAD_UDP_CKSUM
     | sys::bits::RTE_ETH_TX_OFFLOAD_TCP_CKSUM
     | sys::bits::RTE_ETH_TX_OFFLOAD_MULTI_SEGS
-    | sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+    | sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE
+    | sys::bits::RTE_ETH_TX_OFFLOAD_TCP_TSO;
 
 /// RX offloads: checksum verdicts, RSS hash, scattered frames, the VLAN filter.
 pub(super) const RX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM
