@@ -144,15 +144,6 @@ fn without_events(text: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod event_tests {
-    #[test]
-    fn event_lines_go_even_across_a_prompt() {
-        let t = "Done\ntes\nPort tpmd> 0: link state change event\nshow\nPort 1: device removal event\n";
-        assert_eq!(super::without_events(t), "Done\ntestpmd> show");
-    }
-}
-
 /// Runs `dpdk-testpmd` with the plugin and `vdevs`, feeding `steps` to its `-i` prompt over a
 /// pipe, and waits for it to exit (at most `limit`).
 pub fn testpmd(vdevs: &[&str], app_args: &[&str], steps: &[Step], limit: Duration) -> Output {
@@ -388,4 +379,13 @@ pub fn inet_csum(data: &[u8]) -> u16 {
         s = (s & 0xffff) + (s >> 16);
     }
     !(s as u16)
+}
+
+#[cfg(test)]
+mod event_tests {
+    #[test]
+    fn event_lines_go_even_across_a_prompt() {
+        let t = "Done\ntes\nPort tpmd> 0: link state change event\nshow\nPort 1: device removal event\n";
+        assert_eq!(super::without_events(t), "Done\ntestpmd> show");
+    }
 }
