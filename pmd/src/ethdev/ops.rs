@@ -260,6 +260,12 @@ fn infos(info: &mut sys::rte_eth_dev_info, caps: &Caps) {
     if caps.keep_crc {
         info.rx_offload_capa |= sys::bits::RTE_ETH_RX_OFFLOAD_KEEP_CRC;
     }
+    if caps.tunnel_offloads {
+        // VXLAN: the outer IP checksum on send (inner ones through IIP/ILP), the outer
+        // verdicts on receive.
+        info.tx_offload_capa |= sys::bits::RTE_ETH_TX_OFFLOAD_OUTER_IPV4_CKSUM;
+        info.rx_offload_capa |= sys::bits::RTE_ETH_RX_OFFLOAD_OUTER_IPV4_CKSUM;
+    }
     info.rx_queue_offload_capa = 0;
 }
 

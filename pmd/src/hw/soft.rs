@@ -90,6 +90,7 @@ impl Soft {
             threaded: true,
             shared_thread: args.device_loop == DeviceLoop::ProcessThread,
             busy_poll: args.busy_poll,
+            pro: args.pro,
             name: name.to_owned(),
             ..HcaConfig::default()
         };
