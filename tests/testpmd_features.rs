@@ -416,12 +416,14 @@ fn flow_control_is_stored_and_reported_and_fw_version_shown() {
 
 /// Runs testpmd's csum engine from port 0, a TAP interface into which the kernel (in a
 /// namespace of its own) sends the frames `frames_py` builds (Python: a list `frames` of
-/// bytes), to port 1, whose wire is a pcap file; `port1_cmds` configure port 1 while it is
+/// bytes), to port 1, whose wire is a pcap file (more testpmd arguments in `app_args`);
+/// `port1_cmds` configure port 1 while it is
 /// stopped. Waits until port 1's device sent `wire_frames`, then returns testpmd's output and
 /// tshark's `fields` of every frame on the wire (checksum validation on, raw sequence numbers).
 fn tap_to_pcap(
     tag: &str,
     devargs: &str,
+    app_args: &[&str],
     frames_py: &str,
     port1_cmds: &[&str],
     wire_frames: u64,
@@ -486,17 +488,14 @@ fn tap_to_pcap(
         Cmd("show port xstats 1"),
         Cmd("quit"),
     ]);
-    let out = testpmd(
-        &[&tap, &out_port],
-        &[
-            "--forward-mode=csum",
-            "--total-num-mbufs=8192",
-            "--max-pkt-len=9018",
-            "--enable-scatter",
-        ],
-        &steps,
-        LIMIT,
-    );
+    let mut args = vec![
+        "--forward-mode=csum",
+        "--total-num-mbufs=8192",
+        "--max-pkt-len=9018",
+        "--enable-scatter",
+    ];
+    args.extend(app_args);
+    let out = testpmd(&[&tap, &out_port], &args, &steps, LIMIT);
     quiet_del();
     let all = ok(&out);
     assert_eq!(
@@ -514,9 +513,14 @@ fn tap_to_pcap(
         "udp.check_checksum:TRUE",
         "-o",
         "tcp.relative_sequence_numbers:FALSE",
+        "-o",
+        "eth.check_fcs:TRUE",
         "-T",
         "fields",
     ]);
+    if fields.iter().any(|f| f.starts_with("eth.fcs")) {
+        cmd.args(["-o", "eth.fcs:Always"]);
+    }
     for f in fields {
         cmd.args(["-e", f]);
     }
@@ -549,6 +553,7 @@ frames = [l2 + b'\\x08\\x00' + v4 + tcp + pay, l2 + b'\\x86\\xdd' + v6 + tcp + p
     let (all, rows) = tap_to_pcap(
         "tso",
         "",
+        &[],
         frames,
         &["csum set ip hw 1", "csum set tcp hw 1", "tso set 1000 1"],
         6,
@@ -592,6 +597,7 @@ frames = [bytes.fromhex('020000000001020000000002') + b'\\x08\\x00' + outer]
     let (all, rows) = tap_to_pcap(
         "vx",
         ",pro=1",
+        &[],
         frames,
         &[
             "csum parse-tunnel on 1",
@@ -610,5 +616,53 @@ frames = [bytes.fromhex('020000000001020000000002') + b'\\x08\\x00' + outer]
     assert!(
         all.contains("TUNNEL_VXLAN") && all.contains("INNER_L4_TCP"),
         "port 0 reported the tunnel and the inner types:\n{all}"
+    );
+}
+
+/// IEEE 802.3 CRC-32 (reflected, polynomial 0xedb88320): the FCS of `data`.
+fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// KEEP_CRC (`--disable-crc-strip`): port 0 hands up each frame with its 4-byte FCS, which the
+/// csum engine forwards as data (after rewriting the MAC addresses, so the FCS no longer
+/// matches the frame it trails): on port 1's wire the frame is 4 bytes longer and ends with
+/// the CRC-32 of the frame the kernel sent.
+#[test]
+fn keep_crc_leaves_the_fcs_after_the_frame() {
+    let sent: Vec<u8> = [
+        &[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x88, 0xb5][..],
+        &(0..86u8).map(|i| i % 251).collect::<Vec<_>>(),
+    ]
+    .concat();
+    let frames = "
+frames = [bytes.fromhex('020000000001020000000002') + b'\\x88\\xb5' + bytes(i % 251 for i in range(86))]
+";
+    let (all, rows) = tap_to_pcap(
+        "crc",
+        "",
+        &["--disable-crc-strip"],
+        frames,
+        &[],
+        1,
+        &["frame.len", "eth.fcs"],
+    );
+    // The FCS goes least significant byte first; tshark shows the four bytes as one
+    // big-endian number.
+    assert_eq!(
+        rows,
+        [format!("104\t{:#010x}", crc32(&sent).swap_bytes())],
+        "100-byte frame + its FCS\n{all}"
     );
 }
