@@ -666,3 +666,55 @@ frames = [bytes.fromhex('020000000001020000000002') + b'\\x88\\xb5' + bytes(i % 
         "100-byte frame + its FCS\n{all}"
     );
 }
+
+/// RSS RETA and key update: every bucket of port 1's redirection table to queue 1, and a key
+/// of its own; then flows spread by port 0 all land in port 1's queue 1, and the key reads back.
+#[test]
+fn rss_reta_and_key_updates_steer_and_read_back() {
+    // testpmd takes at most 128 characters of entries per command.
+    let buckets: Vec<String> = (0..128).map(|h| format!("({h},1)")).collect();
+    let reta: Vec<String> = buckets
+        .chunks(12)
+        .map(|c| format!("port config 1 rss reta {}", c.join(",")))
+        .collect();
+    let key = "11".repeat(40);
+    let set_key = format!("port config 1 rss-hash-key ipv4-udp {key}");
+    fn moved(a: &str) -> bool {
+        xstat(a, "rx_q1_packets").is_some_and(|n| n >= 1000)
+    }
+    let mut steps: Vec<Step> = reta.iter().map(|c| Cmd(c)).collect();
+    steps.extend([
+        Cmd(&set_key),
+        Cmd("show port 1 rss-hash key"),
+        Cmd("show port 1 rss reta 128 (0xffffffffffffffff,0xffffffffffffffff)"),
+        Cmd("start tx_first 2"),
+        Until {
+            cmd: "show port xstats 1",
+            done: moved,
+            limit: WAIT,
+        },
+        Cmd("stop"),
+        Cmd("port stop all"),
+        Cmd("show port xstats 1"),
+        Cmd("quit"),
+    ]);
+    let out = testpmd(
+        &CABLED,
+        &[
+            "--forward-mode=io",
+            "--rxq=2",
+            "--txq=2",
+            "--txonly-multi-flow",
+            "--total-num-mbufs=16384",
+        ],
+        &steps,
+        LIMIT,
+    );
+    let all = ok(&out);
+    assert!(port_xstat(&all, 1, "rx_q1_packets") >= 1000, "{all}");
+    assert_eq!(port_xstat(&all, 1, "rx_q0_packets"), 0, "{all}");
+    assert!(
+        all.contains(&key.to_uppercase()),
+        "the new key read back:\n{all}"
+    );
+}
