@@ -62,6 +62,9 @@ pub struct Soft {
     bar_mem: Option<Arc<DmaBuf>>,
     /// The UAR page CQ arm doorbells go to (its address), allocated at the first arming.
     arm_uar: Mutex<Option<usize>>,
+    /// Completion channels made: an lcore-run device then also runs on its thread, so that
+    /// frames arrive (and wake the lcore) while the lcore sleeps on the channel's fd.
+    channels: std::sync::atomic::AtomicU32,
 }
 
 #[derive(Default)]
@@ -133,6 +136,7 @@ impl Soft {
             mem: Mutex::new(QueueMem::default()),
             bar_mem: None,
             arm_uar: Mutex::new(None),
+            channels: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -160,7 +164,9 @@ impl Soft {
             DeviceLoop::PortThread | DeviceLoop::ProcessThread => {
                 self.hca.start().map_err(hw_err("start the device loop"))
             }
-            DeviceLoop::Lcore if *self.secondaries.lock() > 0 => {
+            DeviceLoop::Lcore
+                if *self.secondaries.lock() > 0 || self.channels.load(Ordering::Acquire) > 0 =>
+            {
                 self.hca.start().map_err(hw_err("start the device loop"))
             }
             DeviceLoop::Lcore => Ok(()),
@@ -540,11 +546,17 @@ impl Device for Soft {
             .hca
             .comp_channel_fd(ch)
             .map_err(hw_err("completion channel"))?;
+        self.channels.fetch_add(1, Ordering::AcqRel);
+        if self.started.load(Ordering::Acquire) {
+            self.run_loop()?;
+        }
         Ok((ch, fd))
     }
 
     fn destroy_comp_channel(&self, channel: u32) {
-        let _ = self.hca.destroy_comp_channel(channel);
+        if self.hca.destroy_comp_channel(channel).is_ok() {
+            self.channels.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     fn arm_cq(&self, cq: &CqDesc, ci: u32, sn: u32, channel: u32) -> Result<(), HwError> {
