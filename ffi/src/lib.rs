@@ -21,6 +21,15 @@ include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 pub mod bits {
     pub const RTE_ETH_LINK_SPEED_40G: u32 = 1 << 11;
     pub const RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS: u32 = 1 << 6;
+    pub const RTE_ETH_DEV_INTR_LSC: u32 = 1 << 1;
+    pub const RTE_ETH_DEV_INTR_RMV: u32 = 1 << 3;
+    pub const RTE_ETH_RX_OFFLOAD_VLAN_FILTER: u64 = 1 << 9;
+    pub const RTE_ETH_TX_OFFLOAD_TCP_TSO: u64 = 1 << 5;
+    pub const RTE_ETH_TX_OFFLOAD_OUTER_IPV4_CKSUM: u64 = 1 << 7;
+    pub const RTE_ETH_RX_OFFLOAD_OUTER_IPV4_CKSUM: u64 = 1 << 6;
+    pub const RTE_MBUF_F_TX_TCP_SEG: u64 = 1 << 50;
+    pub const RTE_MBUF_F_TX_TUNNEL_MASK: u64 = 0xf << 45;
+    pub const RTE_MBUF_F_TX_OUTER_IP_CKSUM: u64 = 1 << 58;
 
     pub const RTE_ETH_TX_OFFLOAD_VLAN_INSERT: u64 = 1 << 0;
     pub const RTE_ETH_TX_OFFLOAD_IPV4_CKSUM: u64 = 1 << 1;
@@ -91,6 +100,15 @@ mod tests {
         let ours = restated!(
             RTE_ETH_LINK_SPEED_40G,
             RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS,
+            RTE_ETH_DEV_INTR_LSC,
+            RTE_ETH_DEV_INTR_RMV,
+            RTE_ETH_RX_OFFLOAD_VLAN_FILTER,
+            RTE_ETH_TX_OFFLOAD_TCP_TSO,
+            RTE_ETH_TX_OFFLOAD_OUTER_IPV4_CKSUM,
+            RTE_ETH_RX_OFFLOAD_OUTER_IPV4_CKSUM,
+            RTE_MBUF_F_TX_TCP_SEG,
+            RTE_MBUF_F_TX_TUNNEL_MASK,
+            RTE_MBUF_F_TX_OUTER_IP_CKSUM,
             RTE_ETH_TX_OFFLOAD_VLAN_INSERT,
             RTE_ETH_TX_OFFLOAD_IPV4_CKSUM,
             RTE_ETH_TX_OFFLOAD_UDP_CKSUM,

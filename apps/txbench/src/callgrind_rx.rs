@@ -138,6 +138,8 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
             sges: 1,
             csum: true,
             rss: false,
+            keep_crc: false,
+            tunnel: false,
             port_id: 0,
             source: MemSource::Heap,
         },

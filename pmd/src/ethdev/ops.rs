@@ -8,7 +8,8 @@ use std::time::Duration;
 use dpdk_sys as sys;
 
 use super::eth::{self, Eth};
-use super::{fmt_mac, invalid, queue, rss, stats, Error};
+use super::{filter, fmt_mac, intr, invalid, qctl, queue, rss, stats, Error};
+use crate::hw::Caps;
 use crate::pmd_log;
 use crate::port::{self, RxState};
 
@@ -20,8 +21,6 @@ pub(super) static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_de
     dev_close: Some(dev_close),
     dev_infos_get: Some(dev_infos_get),
     link_update: Some(link_update),
-    dev_set_link_up: Some(dev_set_link_up),
-    dev_set_link_down: Some(dev_set_link_down),
     stats_get: Some(stats::stats_get),
     stats_reset: Some(stats::stats_reset),
     promiscuous_enable: Some(promiscuous_enable),
@@ -44,6 +43,23 @@ pub(super) static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_de
     xstats_get: Some(stats::xstats_get),
     xstats_get_names: Some(stats::xstats_get_names),
     xstats_reset: Some(stats::xstats_reset),
+    dev_set_link_up: Some(intr::dev_set_link_up),
+    dev_set_link_down: Some(intr::dev_set_link_down),
+    rx_queue_intr_enable: Some(intr::rx_queue_intr_enable),
+    rx_queue_intr_disable: Some(intr::rx_queue_intr_disable),
+    mac_addr_add: Some(filter::mac_addr_add),
+    mac_addr_remove: Some(filter::mac_addr_remove),
+    set_mc_addr_list: Some(filter::set_mc_addr_list),
+    vlan_filter_set: Some(filter::vlan_filter_set),
+    vlan_offload_set: Some(filter::vlan_offload_set),
+    flow_ctrl_get: Some(filter::flow_ctrl_get),
+    flow_ctrl_set: Some(filter::flow_ctrl_set),
+    fw_version_get: Some(filter::fw_version_get),
+    dev_supported_ptypes_get: Some(supported_ptypes),
+    rx_queue_start: Some(qctl::rx_queue_start),
+    rx_queue_stop: Some(qctl::rx_queue_stop),
+    tx_queue_start: Some(qctl::tx_queue_start),
+    tx_queue_stop: Some(qctl::tx_queue_stop),
     ..Default::default()
 });
 
@@ -73,24 +89,6 @@ op!(dev_stop, "stop", |e| {
     stop(e);
     Ok(())
 });
-op!(dev_set_link_up, "link up", |e| set_link(e, true));
-op!(dev_set_link_down, "link down", |e| set_link(e, false));
-
-/// The link as the operator wants it (the queues stay as they are: a NIC keeps them too). A
-/// stopped port's link is down, and comes up with the port.
-fn set_link(e: &mut Eth<'_>, up: bool) -> Result<(), Error> {
-    e.primary_only()?;
-    if !e.port.started {
-        return Err(invalid!(
-            "the port is stopped: its link comes up when it starts"
-        ));
-    }
-    e.dev.set_link(up)?;
-    let now = e.port.link_up(e.dev);
-    e.set_link(now);
-    Ok(())
-}
-
 op!(promiscuous_enable, "promiscuous on", |e| update_rx(
     e,
     |r| { r.promisc = true }
@@ -117,6 +115,7 @@ fn configure(e: &mut Eth<'_>) -> Result<(), Error> {
         ));
     }
     e.port.reset_reta(rx);
+    filter::configure(e);
     if e.mtu() != 0 {
         e.port.rx.mtu = e.mtu();
     }
@@ -126,7 +125,9 @@ fn configure(e: &mut Eth<'_>) -> Result<(), Error> {
 fn start(e: &mut Eth<'_>) -> Result<(), Error> {
     e.port.start(e.dev)?;
     apply_rx(e)?;
+    intr::setup_rx(e)?;
     e.set_queue_states(true);
+    qctl::defer(e)?;
     let up = e.port.link_up(e.dev);
     e.set_link(up);
     Ok(())
@@ -169,6 +170,8 @@ fn stop(e: &mut Eth<'_>) {
 }
 
 pub(super) unsafe extern "C" fn dev_close(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: as for every op (see `op!`); the handler must be gone before the device.
+    unsafe { intr::uninstall(dev) };
     // SAFETY: as for every op (see `op!`).
     if let Some(name) = unsafe { eth::close(dev) } {
         pmd_log!(INFO, "{name}: closed");
@@ -199,8 +202,8 @@ unsafe extern "C" fn dev_infos_get(
     let info = unsafe { &mut *info };
     // SAFETY: as for every op.
     unsafe {
-        eth::run(dev, "device info", |_| {
-            infos(info);
+        eth::run(dev, "device info", |e| {
+            infos(info, &e.port.caps);
             Ok(())
         })
     }
@@ -212,19 +215,21 @@ pub(super) const TX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_TX_OFFLOAD_VLAN_INSER
     | sys::bits::RTE_ETH_TX_OFFLOAD_UDP_CKSUM
     | sys::bits::RTE_ETH_TX_OFFLOAD_TCP_CKSUM
     | sys::bits::RTE_ETH_TX_OFFLOAD_MULTI_SEGS
-    | sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+    | sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE
+    | sys::bits::RTE_ETH_TX_OFFLOAD_TCP_TSO;
 
-/// RX offloads: checksum verdicts, RSS hash, scattered frames.
+/// RX offloads: checksum verdicts, RSS hash, scattered frames, the VLAN filter.
 pub(super) const RX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM
+    | sys::bits::RTE_ETH_RX_OFFLOAD_VLAN_FILTER
     | sys::bits::RTE_ETH_RX_OFFLOAD_UDP_CKSUM
     | sys::bits::RTE_ETH_RX_OFFLOAD_TCP_CKSUM
     | sys::bits::RTE_ETH_RX_OFFLOAD_RSS_HASH
     | sys::bits::RTE_ETH_RX_OFFLOAD_SCATTER;
 
-fn infos(info: &mut sys::rte_eth_dev_info) {
+fn infos(info: &mut sys::rte_eth_dev_info, caps: &Caps) {
     info.max_rx_queues = port::MAX_QUEUES;
     info.max_tx_queues = port::MAX_QUEUES;
-    info.max_mac_addrs = 1;
+    info.max_mac_addrs = caps.max_mac_addrs.clamp(1, port::MAX_MAC_ADDRS as u32);
     info.min_rx_bufsize = 32;
     info.max_rx_pktlen = u32::from(port::MAX_MTU) + 18;
     info.min_mtu = port::MIN_MTU;
@@ -253,7 +258,60 @@ fn infos(info: &mut sys::rte_eth_dev_info) {
     info.hash_key_size = crate::hw::RSS_KEY_LEN as u8;
     info.flow_type_rss_offloads = port::RSS_HF_ALL;
     info.rx_offload_capa = RX_OFFLOAD_CAPA;
+    if caps.keep_crc {
+        info.rx_offload_capa |= sys::bits::RTE_ETH_RX_OFFLOAD_KEEP_CRC;
+    }
+    if caps.tunnel_offloads {
+        // VXLAN: the outer IP checksum on send (inner ones through IIP/ILP), the outer
+        // verdicts on receive.
+        info.tx_offload_capa |= sys::bits::RTE_ETH_TX_OFFLOAD_OUTER_IPV4_CKSUM;
+        info.rx_offload_capa |= sys::bits::RTE_ETH_RX_OFFLOAD_OUTER_IPV4_CKSUM;
+    }
     info.rx_queue_offload_capa = 0;
+}
+
+/// The packet types the RX path sets (`rxq::parse_rx_cqe`, `rxq::with_tunnel`), ending with
+/// RTE_PTYPE_UNKNOWN (0).
+static PTYPES: [u32; 7] = {
+    use crate::rxq::*;
+    [
+        PTYPE_L2_ETHER,
+        PTYPE_L3_IPV4_EXT_UNKNOWN,
+        PTYPE_L3_IPV6_EXT_UNKNOWN,
+        PTYPE_L4_FRAG,
+        PTYPE_L4_TCP,
+        PTYPE_L4_UDP,
+        0,
+    ]
+};
+/// As [`PTYPES`], with the tunnel and inner types of a ConnectX-3 Pro.
+static PTYPES_TUNNEL: [u32; 13] = {
+    use crate::rxq::*;
+    [
+        PTYPE_L2_ETHER,
+        PTYPE_L3_IPV4_EXT_UNKNOWN,
+        PTYPE_L3_IPV6_EXT_UNKNOWN,
+        PTYPE_L4_FRAG,
+        PTYPE_L4_TCP,
+        PTYPE_L4_UDP,
+        PTYPE_TUNNEL_VXLAN,
+        PTYPE_INNER_L2_ETHER,
+        PTYPE_L3_IPV4_EXT_UNKNOWN << 16,
+        PTYPE_L3_IPV6_EXT_UNKNOWN << 16,
+        PTYPE_L4_TCP << 16,
+        PTYPE_L4_UDP << 16,
+        0,
+    ]
+};
+
+unsafe extern "C" fn supported_ptypes(dev: *mut sys::rte_eth_dev) -> *const u32 {
+    // SAFETY: as for every op.
+    let tunnel = unsafe { eth::query(dev, |e| e.port.caps.tunnel_offloads) };
+    match tunnel {
+        Some(true) => PTYPES_TUNNEL.as_ptr(),
+        Some(false) => PTYPES.as_ptr(),
+        None => std::ptr::null(),
+    }
 }
 
 unsafe extern "C" fn link_update(dev: *mut sys::rte_eth_dev, _wait: c_int) -> c_int {

@@ -22,7 +22,8 @@ use mlx4_hca::{
 use parking_lot::Mutex;
 
 use super::{
-    BfDesc, Caps, CqDesc, Device, HwError, QueueState, RqDesc, RssHash, SqDesc, RSS_KEY_LEN,
+    BfDesc, Caps, CqDesc, Device, FlowControl, HwError, PortEvent, QueueState, RqDesc, RssHash,
+    SqDesc, RSS_KEY_LEN,
 };
 use crate::devargs::{Devargs, DeviceLoop, WcMode};
 use crate::mem::{DmaBuf, DmaRange, MemSource, Mr};
@@ -59,6 +60,11 @@ pub struct Soft {
     mem: Mutex<QueueMem>,
     /// The model's device memory, when this backend provided it; dropped after the model.
     bar_mem: Option<Arc<DmaBuf>>,
+    /// The UAR page CQ arm doorbells go to (its address), allocated at the first arming.
+    arm_uar: Mutex<Option<usize>>,
+    /// Completion channels made: an lcore-run device then also runs on its thread, so that
+    /// frames arrive (and wake the lcore) while the lcore sleeps on the channel's fd.
+    channels: std::sync::atomic::AtomicU32,
 }
 
 #[derive(Default)]
@@ -87,6 +93,7 @@ impl Soft {
             threaded: true,
             shared_thread: args.device_loop == DeviceLoop::ProcessThread,
             busy_poll: args.busy_poll,
+            pro: args.pro,
             name: name.to_owned(),
             faults: args.faults,
             ..HcaConfig::default()
@@ -136,6 +143,8 @@ impl Soft {
             wire: None,
             mem: Mutex::new(QueueMem::default()),
             bar_mem: None,
+            arm_uar: Mutex::new(None),
+            channels: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -163,7 +172,9 @@ impl Soft {
             DeviceLoop::PortThread | DeviceLoop::ProcessThread => {
                 self.hca.start().map_err(hw_err("start the device loop"))
             }
-            DeviceLoop::Lcore if *self.secondaries.lock() > 0 => {
+            DeviceLoop::Lcore
+                if *self.secondaries.lock() > 0 || self.channels.load(Ordering::Acquire) > 0 =>
+            {
                 self.hca.start().map_err(hw_err("start the device loop"))
             }
             DeviceLoop::Lcore => Ok(()),
@@ -200,6 +211,14 @@ fn rss_fields(h: RssHash) -> RssFields {
     f
 }
 
+fn queue_state(ready: bool) -> mlx4_hca::QueueState {
+    if ready {
+        mlx4_hca::QueueState::Ready
+    } else {
+        mlx4_hca::QueueState::Reset
+    }
+}
+
 fn state(s: mlx4_hca::QueueState) -> QueueState {
     match s {
         mlx4_hca::QueueState::Reset => QueueState::Reset,
@@ -222,6 +241,10 @@ impl Device for Soft {
             max_rq_sges: c.max_rq_sges,
             max_wqe_size: c.max_wqe_size,
             bf_reg_size: c.bf_reg_size,
+            fw_ver: c.fw_ver,
+            max_mac_addrs: c.max_mac_addrs,
+            keep_crc: c.scatter_fcs,
+            tunnel_offloads: c.tunnel_offloads,
         }
     }
 
@@ -426,12 +449,7 @@ impl Device for Soft {
     }
 
     fn link_up(&self) -> bool {
-        self.hca.port_up()
-    }
-
-    fn set_link(&self, up: bool) -> Result<(), HwError> {
-        self.hca.set_port_up(up);
-        Ok(())
+        self.hca.link_up()
     }
 
     fn counters(&self) -> Vec<(String, u64)> {
@@ -448,6 +466,156 @@ impl Device for Soft {
 
     fn missed(&self) -> u64 {
         self.hca.counters().rx_missed()
+    }
+
+    fn event_fd(&self) -> Result<std::os::fd::RawFd, HwError> {
+        self.hca.event_fd().map_err(hw_err("port event fd"))
+    }
+
+    fn next_event(&self) -> Option<PortEvent> {
+        self.hca.next_event().map(|e| match e {
+            mlx4_hca::PortEvent::LinkUp => PortEvent::LinkUp,
+            mlx4_hca::PortEvent::LinkDown => PortEvent::LinkDown,
+            mlx4_hca::PortEvent::Removed => PortEvent::Removed,
+        })
+    }
+
+    fn set_link(&self, up: bool) -> Result<(), HwError> {
+        if self.hca.removed() {
+            return Err(HwError::Device("the device was removed".into()));
+        }
+        self.hca.set_port_up(up);
+        Ok(())
+    }
+
+    fn set_sq_ready(&self, qpn: u32, ready: bool) -> Result<(), HwError> {
+        self.hca
+            .set_sq_state(qpn, queue_state(ready))
+            .map_err(hw_err("SQ state"))
+    }
+
+    fn set_rq_ready(&self, qpn: u32, ready: bool) -> Result<(), HwError> {
+        self.hca
+            .set_rq_state(qpn, queue_state(ready))
+            .map_err(hw_err("RQ state"))
+    }
+
+    fn set_rq_keep_crc(&self, qpn: u32, on: bool) -> Result<(), HwError> {
+        self.hca
+            .set_rq_scatter_fcs(qpn, on)
+            .map_err(hw_err("RQ scatter FCS"))
+    }
+
+    fn set_mac_table(&self, macs: &[[u8; 6]]) -> Result<(), HwError> {
+        self.hca
+            .set_mac_table(macs)
+            .map_err(hw_err("unicast MAC table"))
+    }
+
+    fn set_mc_list(&self, macs: &[[u8; 6]]) -> Result<(), HwError> {
+        self.hca.set_mc_list(macs).map_err(hw_err("multicast list"))
+    }
+
+    fn set_vlan_filter(&self, on: bool) -> Result<(), HwError> {
+        self.hca.set_vlan_filtering(on);
+        Ok(())
+    }
+
+    fn set_vlan(&self, vid: u16, member: bool) -> Result<(), HwError> {
+        self.hca
+            .set_vlan(vid, member)
+            .map_err(hw_err("VLAN filter table"))
+    }
+
+    fn flow_control(&self) -> Result<FlowControl, HwError> {
+        let f = self.hca.flow_control();
+        Ok(FlowControl {
+            rx_pause: f.rx_pause,
+            tx_pause: f.tx_pause,
+            autoneg: f.autoneg,
+            pause_time: f.pause_time,
+            high_water: f.high_water,
+            low_water: f.low_water,
+            send_xon: f.send_xon,
+            mac_ctrl_frame_fwd: f.mac_ctrl_frame_fwd,
+        })
+    }
+
+    fn set_flow_control(&self, f: &FlowControl) -> Result<(), HwError> {
+        self.hca
+            .set_flow_control(&mlx4_hca::FlowControl {
+                rx_pause: f.rx_pause,
+                tx_pause: f.tx_pause,
+                autoneg: f.autoneg,
+                pause_time: f.pause_time,
+                high_water: f.high_water,
+                low_water: f.low_water,
+                send_xon: f.send_xon,
+                mac_ctrl_frame_fwd: f.mac_ctrl_frame_fwd,
+            })
+            .map_err(hw_err("flow control"))
+    }
+
+    fn create_comp_channel(&self) -> Result<(u32, std::os::fd::RawFd), HwError> {
+        let ch = self
+            .hca
+            .create_comp_channel()
+            .map_err(hw_err("completion channel"))?;
+        let fd = self
+            .hca
+            .comp_channel_fd(ch)
+            .map_err(hw_err("completion channel"))?;
+        self.channels.fetch_add(1, Ordering::AcqRel);
+        if self.started.load(Ordering::Acquire) {
+            self.run_loop()?;
+        }
+        Ok((ch, fd))
+    }
+
+    fn destroy_comp_channel(&self, channel: u32) {
+        if self.hca.destroy_comp_channel(channel).is_ok() {
+            self.channels.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn arm_cq(&self, cq: &CqDesc, ci: u32, sn: u32, channel: u32) -> Result<(), HwError> {
+        self.hca
+            .set_cq_channel(cq.cqn(), Some(channel))
+            .map_err(hw_err("bind a CQ to its channel"))?;
+        let page = {
+            let mut uar = self.arm_uar.lock();
+            match *uar {
+                Some(p) => p,
+                None => {
+                    let u = self.hca.alloc_uar().map_err(hw_err("a UAR page"))?;
+                    *uar.insert(u.page as usize)
+                }
+            }
+        };
+        let ci = ci & 0x00ff_ffff;
+        let cmd = (sn & 3) << 28 | mlx4_prm::CQ_DB_REQ_NOT | cq.cqn();
+        // SAFETY: the CQ's arm record is the word after its consumer-index record, inside
+        // the record space create_cq reserved; the device reads it atomically.
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(cq.set_ci_db().as_ptr().add(1)) }.store(
+            ((sn & 3) << 28 | mlx4_prm::CQ_DB_REQ_NOT | ci).to_be(),
+            Ordering::Release,
+        );
+        // SAFETY: offset 0x20 of a UAR page of this adapter, 8-byte aligned, mapped while the
+        // model lives; the device takes the doorbell as one 64-bit store.
+        unsafe {
+            std::sync::atomic::AtomicU64::from_ptr(
+                (page + mlx4_prm::CQ_DOORBELL_OFFSET) as *mut u64,
+            )
+            .store(
+                ((u64::from(cmd) << 32) | u64::from(ci)).to_be(),
+                Ordering::Release,
+            )
+        };
+        Ok(())
+    }
+
+    fn next_cq_event(&self, channel: u32) -> Option<u32> {
+        self.hca.next_cq_event(channel).ok().flatten()
     }
 
     fn poll(&self) {
