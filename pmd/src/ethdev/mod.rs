@@ -9,6 +9,7 @@
 //! - [`queue`]: queue setup, release and info, and the burst functions;
 //! - [`rss`]: the redirection table and the hash configuration;
 //! - [`stats`]: basic and extended statistics;
+//! - [`flow`]: `rte_flow` over the device's flow steering;
 //! - [`mp`]: secondary processes: attaching to the primary's ports, and what they ask it.
 //!
 //! `unsafe` lives at the edge only: converting the raw pointers DPDK passes in `probe`, `eth`
@@ -20,6 +21,7 @@ use std::fmt;
 use crate::hw::HwError;
 
 mod eth;
+mod flow;
 mod mp;
 mod mr;
 mod ops;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use dpdk_sys as sys;
 
 use super::eth::{self, Eth};
-use super::{fmt_mac, invalid, queue, rss, stats, Error};
+use super::{flow, fmt_mac, invalid, queue, rss, stats, Error};
 use crate::pmd_log;
 use crate::port::{self, RxState};
 
@@ -42,6 +42,7 @@ pub(super) static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_de
     xstats_get: Some(stats::xstats_get),
     xstats_get_names: Some(stats::xstats_get_names),
     xstats_reset: Some(stats::xstats_reset),
+    flow_ops_get: Some(flow::flow_ops_get),
     ..Default::default()
 });
 
@@ -106,6 +107,7 @@ fn configure(e: &mut Eth<'_>) -> Result<(), Error> {
 fn start(e: &mut Eth<'_>) -> Result<(), Error> {
     e.port.start(e.dev)?;
     apply_rx(e)?;
+    flow::port_started(e)?;
     e.set_queue_states(true);
     let up = e.port.link_up(e.dev);
     e.set_link(up);
@@ -126,6 +128,7 @@ fn stop(e: &mut Eth<'_>) {
     // A device that runs in the polling lcore finishes what reached the port, as its thread
     // would have (frames waiting at the port go to the receive queues or are counted).
     dev.poll();
+    flow::port_stopping(e);
     e.port.stop(dev);
     // With the device stopped, every buffer still in flight is reclaimed and each queue
     // starts afresh at the next start.
@@ -234,6 +237,8 @@ fn infos(info: &mut sys::rte_eth_dev_info) {
     info.flow_type_rss_offloads = port::RSS_HF_ALL;
     info.rx_offload_capa = RX_OFFLOAD_CAPA;
     info.rx_queue_offload_capa = 0;
+    // Flow rules are kept across a restart (see `flow`).
+    info.dev_capa |= sys::bits::RTE_ETH_DEV_CAPA_FLOW_RULE_KEEP;
 }
 
 unsafe extern "C" fn link_update(dev: *mut sys::rte_eth_dev, _wait: c_int) -> c_int {
