@@ -4,23 +4,10 @@
 
 mod common;
 
-use common::{testpmd, xstat, Step::*};
+use common::{port_xstat, testpmd, xstat, Step::*};
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(90);
-
-/// xstat `name` of port `port` from `show port xstats all` output.
-fn port_xstat(all: &str, port: u32, name: &str) -> u64 {
-    let marker = format!("NIC extended statistics for port {port}");
-    let start = all
-        .rfind(&marker)
-        .unwrap_or_else(|| panic!("no xstats of port {port}:\n{all}"));
-    let rest = &all[start + marker.len()..];
-    let end = rest
-        .find("NIC extended statistics for port")
-        .unwrap_or(rest.len());
-    xstat(&rest[..end], name).unwrap_or_else(|| panic!("no {name} for port {port}:\n{all}"))
-}
 
 /// Forwarding across the cable for a while, then every port stopped (which drains TX) and
 /// all xstats shown.

@@ -22,6 +22,12 @@ pub mod bits {
     pub const RTE_ETH_LINK_SPEED_40G: u32 = 1 << 11;
     pub const RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS: u32 = 1 << 6;
     pub const RTE_ETH_DEV_CAPA_FLOW_RULE_KEEP: u64 = 1 << 3;
+    pub const RTE_ETH_DEV_INTR_LSC: u32 = 1 << 1;
+    pub const RTE_ETH_DEV_INTR_RMV: u32 = 1 << 3;
+    pub const RTE_ETH_RX_OFFLOAD_VLAN_FILTER: u64 = 1 << 9;
+    pub const RTE_ETH_TX_OFFLOAD_TCP_TSO: u64 = 1 << 5;
+    pub const RTE_ETH_TX_OFFLOAD_OUTER_IPV4_CKSUM: u64 = 1 << 7;
+    pub const RTE_ETH_RX_OFFLOAD_OUTER_IPV4_CKSUM: u64 = 1 << 6;
 
     pub const RTE_ETH_TX_OFFLOAD_VLAN_INSERT: u64 = 1 << 0;
     pub const RTE_ETH_TX_OFFLOAD_IPV4_CKSUM: u64 = 1 << 1;
@@ -92,6 +98,12 @@ mod tests {
         let ours = restated!(
             RTE_ETH_LINK_SPEED_40G,
             RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS,
+            RTE_ETH_DEV_INTR_LSC,
+            RTE_ETH_DEV_INTR_RMV,
+            RTE_ETH_RX_OFFLOAD_VLAN_FILTER,
+            RTE_ETH_TX_OFFLOAD_TCP_TSO,
+            RTE_ETH_TX_OFFLOAD_OUTER_IPV4_CKSUM,
+            RTE_ETH_RX_OFFLOAD_OUTER_IPV4_CKSUM,
             RTE_ETH_TX_OFFLOAD_VLAN_INSERT,
             RTE_ETH_TX_OFFLOAD_IPV4_CKSUM,
             RTE_ETH_TX_OFFLOAD_UDP_CKSUM,

@@ -55,6 +55,83 @@ pub struct Port {
     pub rx: RxState,
     /// Where the software HCA's device loop runs: the burst functions follow it.
     pub device_loop: DeviceLoop,
+    /// Receive interrupts, by RX queue.
+    pub rx_intr: [RxIntr; MAX_QUEUES as usize],
+    /// Unicast, multicast and VLAN filters beyond the main MAC.
+    pub filters: Filters,
+}
+
+/// Unicast addresses a port accepts at most (mlx4's 128).
+pub const MAX_MAC_ADDRS: usize = 128;
+/// Multicast addresses a port accepts at most without all-multicast.
+pub const MAX_MC_ADDRS: usize = 128;
+/// VLAN IDs (12 bits).
+const VLAN_IDS: usize = 4096;
+
+/// The receive filters the application set besides the main MAC, kept so that every apply
+/// (start, promiscuous mode, MTU) gives the device all of them again.
+#[derive(Debug, Clone, Copy)]
+pub struct Filters {
+    /// Unicast addresses by ethdev index; index 0 stands for [`Port::mac`]; all-zero: empty.
+    pub macs: [[u8; 6]; MAX_MAC_ADDRS],
+    pub mc: [[u8; 6]; MAX_MC_ADDRS],
+    pub n_mc: usize,
+    /// Tagged frames of VLANs not in `vlans` are dropped (RX offload VLAN_FILTER).
+    pub vlan_filter: bool,
+    /// One bit per VLAN ID.
+    pub vlans: [u64; VLAN_IDS / 64],
+}
+
+impl Default for Filters {
+    fn default() -> Self {
+        Filters {
+            macs: [[0; 6]; MAX_MAC_ADDRS],
+            mc: [[0; 6]; MAX_MC_ADDRS],
+            n_mc: 0,
+            vlan_filter: false,
+            vlans: [0; VLAN_IDS / 64],
+        }
+    }
+}
+
+impl Filters {
+    /// The unicast table: `main`, then every other address set.
+    pub fn unicast(&self, main: [u8; 6]) -> Vec<[u8; 6]> {
+        std::iter::once(main)
+            .chain(self.macs[1..].iter().copied().filter(|m| *m != [0; 6]))
+            .collect()
+    }
+
+    pub fn set_vlan(&mut self, vid: u16, on: bool) {
+        let (w, b) = (usize::from(vid) / 64, vid % 64);
+        if on {
+            self.vlans[w] |= 1 << b;
+        } else {
+            self.vlans[w] &= !(1 << b);
+        }
+    }
+
+    pub fn vlan_ids(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..VLAN_IDS as u16).filter(|&v| self.vlans[usize::from(v) / 64] & (1 << (v % 64)) != 0)
+    }
+}
+
+/// A filter request the device cannot take is an error only if the application asked for
+/// something: the default (nothing beyond the main MAC) needs no support.
+fn unless_default(r: Result<(), HwError>, default: bool) -> Result<(), HwError> {
+    match r {
+        Err(HwError::Unsupported(_)) if default => Ok(()),
+        r => r,
+    }
+}
+
+/// One RX queue's receive interrupt.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RxIntr {
+    /// Its completion channel and the channel's fd (the primary's; only it takes interrupts).
+    pub channel: Option<(u32, std::os::fd::RawFd)>,
+    /// The CQ arm sequence number (2 bits), moved on per event taken.
+    pub sn: u32,
 }
 
 /// The regions a port registered, inline.
@@ -201,6 +278,8 @@ impl Port {
             mrs,
             rx: RxState::default(),
             device_loop: args.device_loop,
+            rx_intr: [RxIntr::default(); MAX_QUEUES as usize],
+            filters: Filters::default(),
         };
         Ok(port)
     }
@@ -209,6 +288,14 @@ impl Port {
     /// queue index; the redirection table maps hash buckets to them.
     pub fn apply_rx(&self, dev: &dyn Device, rq_qpns: &[u32]) -> Result<(), HwError> {
         dev.set_rx_filter(self.mac, self.rx.promisc, self.rx.allmulti)?;
+        let f = &self.filters;
+        let unicast = f.unicast(self.mac);
+        unless_default(dev.set_mac_table(&unicast), unicast.len() == 1)?;
+        unless_default(dev.set_mc_list(&f.mc[..f.n_mc]), f.n_mc == 0)?;
+        unless_default(dev.set_vlan_filter(f.vlan_filter), !f.vlan_filter)?;
+        for vid in f.vlan_ids() {
+            dev.set_vlan(vid, true)?;
+        }
         dev.set_mtu(self.rx.mtu)?;
         dev.set_rss(&self.rx.rss_key, rss_hash(self.rx.rss_hf))?;
         if !rq_qpns.is_empty() {

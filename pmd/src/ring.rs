@@ -753,6 +753,11 @@ impl CqRing {
         Some(Cqe::new_unchecked(cqe))
     }
 
+    /// The consumer counter (free-running): what a CQ arm doorbell carries.
+    pub fn ci(&self) -> u32 {
+        self.ci
+    }
+
     /// Tells the device how far we consumed, once per batch of CQEs.
     #[inline]
     pub fn update_ci(&self) {

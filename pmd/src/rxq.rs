@@ -113,6 +113,8 @@ pub struct RxConfig {
     pub sges: u32,
     pub csum: bool,
     pub rss: bool,
+    /// The device leaves the 4-byte FCS after each frame (`KEEP_CRC`).
+    pub keep_crc: bool,
     pub port_id: u16,
     pub source: MemSource,
 }
@@ -210,6 +212,11 @@ impl<B: RxBuf> RxQueue<B> {
 
     pub fn qpn(&self) -> u32 {
         self.qpn
+    }
+
+    /// The CQ and its consumer counter: where an arm for the next completion points.
+    pub fn cq_arm_point(&self) -> (&crate::hw::CqDesc, u32) {
+        (self.cq.desc(), self.cq.ci())
     }
 
     pub fn stats(&self) -> RxStats {
@@ -524,7 +531,21 @@ fn release<B: RxBuf>(bufs: &[B]) {
 fn create_hw(dev: &dyn Device, wqe_cnt: u32, cfg: &RxConfig) -> Result<(CqRing, RqRing), HwError> {
     let socket = cfg.source.socket();
     let cq = dev.create_cq(wqe_cnt, socket)?;
-    match dev.create_rq(wqe_cnt, cfg.sges, &cq, socket) {
+    let rq = dev
+        .create_rq(wqe_cnt, cfg.sges, &cq, socket)
+        .and_then(|rq| {
+            if !cfg.keep_crc {
+                return Ok(rq);
+            }
+            match dev.set_rq_keep_crc(rq.qpn(), true) {
+                Ok(()) => Ok(rq),
+                Err(e) => {
+                    let _ = dev.destroy_rq(rq);
+                    Err(e)
+                }
+            }
+        });
+    match rq {
         Ok(rq) => Ok((CqRing::new(cq), RqRing::new(rq))),
         Err(e) => {
             let _ = dev.destroy_cq(cq);

@@ -220,6 +220,7 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
             sges,
             csum: true,
             rss: false,
+            keep_crc: false,
             port_id: 0,
             source: MemSource::Heap,
         },

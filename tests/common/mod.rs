@@ -280,6 +280,19 @@ pub fn xstat(text: &str, name: &str) -> Option<u64> {
     })
 }
 
+/// xstat `name` of port `port` from the last `show port xstats` output for that port.
+pub fn port_xstat(all: &str, port: u32, name: &str) -> u64 {
+    let marker = format!("NIC extended statistics for port {port}");
+    let start = all
+        .rfind(&marker)
+        .unwrap_or_else(|| panic!("no xstats of port {port}:\n{all}"));
+    let rest = &all[start + marker.len()..];
+    let end = rest
+        .find("NIC extended statistics for port")
+        .unwrap_or(rest.len());
+    xstat(&rest[..end], name).unwrap_or_else(|| panic!("no {name} for port {port}:\n{all}"))
+}
+
 /// Frames of a classic pcap file (microsecond, either byte order).
 pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
     let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

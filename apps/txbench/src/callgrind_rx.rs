@@ -138,6 +138,7 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
             sges: 1,
             csum: true,
             rss: false,
+            keep_crc: false,
             port_id: 0,
             source: MemSource::Heap,
         },

@@ -30,6 +30,11 @@ pub const MAX_WQE_DS: u8 = 63;
 pub const SEND_DOORBELL_OFFSET: usize = 0x14;
 /// Offset of the 64-bit CQ arm doorbell register in a UAR page.
 pub const CQ_DOORBELL_OFFSET: usize = 0x20;
+/// CQ doorbell command "request notification": an event for the next completion (bits 27:24
+/// of the doorbell's high word).
+pub const CQ_DB_REQ_NOT: u32 = 2 << 24;
+/// CQ doorbell command "request notification for solicited completions only".
+pub const CQ_DB_REQ_NOT_SOL: u32 = 1 << 24;
 /// Size of a UAR page as the device exposes it (always 4 KiB, whatever the host page size).
 pub const UAR_PAGE_SIZE: usize = 4096;
 /// First dword (host order) of a freed TXBB; bit 31 must then be set to the parity of the pass

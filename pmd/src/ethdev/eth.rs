@@ -57,6 +57,37 @@ pub(super) unsafe fn proc_of<'a>(port_id: u16) -> Option<&'a Proc> {
     }
 }
 
+/// Port `port_id`'s ethdev in this process.
+///
+/// # Safety
+/// `port_id` is below `RTE_MAX_ETHPORTS`.
+pub(super) unsafe fn dev_of(port_id: u16) -> *mut sys::rte_eth_dev {
+    // SAFETY: in bounds of ethdev's per-process array (the caller's promise).
+    unsafe {
+        ptr::addr_of_mut!(sys::rte_eth_devices)
+            .cast::<sys::rte_eth_dev>()
+            .add(usize::from(port_id))
+    }
+}
+
+/// Publishes the link state of `dev` (ethdev stores it atomically, so any thread may).
+///
+/// # Safety
+/// `dev` is a live port of this driver.
+pub(super) unsafe fn publish_link(dev: *mut sys::rte_eth_dev, up: bool) {
+    let mut link = sys::rte_eth_link::default();
+    if up {
+        link.link_speed = crate::port::LINK_SPEED_MBPS;
+        link.set_link_duplex(sys::RTE_ETH_LINK_FULL_DUPLEX as u16);
+        link.set_link_autoneg(sys::RTE_ETH_LINK_AUTONEG as u16);
+        link.set_link_status(sys::RTE_ETH_LINK_UP as u16);
+    } else {
+        link.set_link_status(sys::RTE_ETH_LINK_DOWN as u16);
+    }
+    // SAFETY: live port (the caller's promise); the glue only reads `link`.
+    unsafe { sys::mlx4rs_linkstatus_set(dev, &link) };
+}
+
 /// Held (shared) while the IPC thread answers a secondary about a port, and (exclusive) while
 /// a port closes, so that a port's handles never go away under an answer.
 static CLOSING: RwLock<()> = RwLock::new(());
@@ -209,17 +240,20 @@ impl<'a> Eth<'a> {
 
     /// Publishes the link state (ethdev stores it atomically).
     pub fn set_link(&mut self, up: bool) {
-        let mut link = sys::rte_eth_link::default();
-        if up {
-            link.link_speed = crate::port::LINK_SPEED_MBPS;
-            link.set_link_duplex(sys::RTE_ETH_LINK_FULL_DUPLEX as u16);
-            link.set_link_autoneg(sys::RTE_ETH_LINK_AUTONEG as u16);
-            link.set_link_status(sys::RTE_ETH_LINK_UP as u16);
-        } else {
-            link.set_link_status(sys::RTE_ETH_LINK_DOWN as u16);
-        }
-        // SAFETY: live port; the glue only reads `link`.
-        unsafe { sys::mlx4rs_linkstatus_set(self.raw.as_ptr(), &link) };
+        // SAFETY: live port.
+        unsafe { publish_link(self.raw.as_ptr(), up) };
+    }
+
+    /// Whether the application asked for receive interrupts (`intr_conf.rxq`).
+    pub fn intr_conf_rxq(&self) -> bool {
+        // SAFETY: a plain field read of the live port's data.
+        unsafe { (*self.data()).dev_conf.intr_conf.rxq() != 0 }
+    }
+
+    /// The port's interrupt handle in this process (NULL: the device has no events).
+    pub fn intr_handle(&self) -> *mut sys::rte_intr_handle {
+        // SAFETY: a plain field read.
+        unsafe { (*self.raw.as_ptr()).intr_handle }
     }
 
     /// Marks every configured queue started or stopped.
@@ -239,6 +273,24 @@ impl<'a> Eth<'a> {
             let d = &mut *self.data();
             d.rx_queue_state[..rx].fill(state);
             d.tx_queue_state[..tx].fill(state);
+        }
+    }
+
+    /// Marks one queue (`tx`: a TX queue, else RX) started or stopped.
+    pub fn set_queue_state(&mut self, tx: bool, qid: u16, started: bool) {
+        let state = if started {
+            sys::RTE_ETH_QUEUE_STATE_STARTED
+        } else {
+            sys::RTE_ETH_QUEUE_STATE_STOPPED
+        } as u8;
+        // SAFETY: live port; qid is a configured queue, inside ethdev's state arrays.
+        unsafe {
+            let d = &mut *self.data();
+            if tx {
+                d.tx_queue_state[usize::from(qid)] = state;
+            } else {
+                d.rx_queue_state[usize::from(qid)] = state;
+            }
         }
     }
 

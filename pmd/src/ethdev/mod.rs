@@ -7,9 +7,13 @@
 //!   port's queues, and turns every op's `Result` into the errno DPDK expects ([`errno`]);
 //! - [`ops`]: the device ops (configure, start, stop, close, info, link, filters, MTU);
 //! - [`queue`]: queue setup, release and info, and the burst functions;
+//! - [`qctl`]: starting and stopping single queues, deferred start;
 //! - [`rss`]: the redirection table and the hash configuration;
 //! - [`stats`]: basic and extended statistics;
 //! - [`flow`]: `rte_flow` over the device's flow steering;
+//! - [`filter`]: more unicast addresses, the multicast list, the VLAN filter, flow control,
+//!   the firmware version;
+//! - [`intr`]: link status and removal events, link up/down, receive interrupts;
 //! - [`mp`]: secondary processes: attaching to the primary's ports, and what they ask it.
 //!
 //! `unsafe` lives at the edge only: converting the raw pointers DPDK passes in `probe`, `eth`
@@ -21,13 +25,16 @@ use std::fmt;
 use crate::hw::HwError;
 
 mod eth;
+mod filter;
 mod flow;
+mod intr;
 mod mp;
 mod mr;
 mod ops;
 mod pci;
 mod pmdinfo;
 mod probe;
+mod qctl;
 mod queue;
 mod rss;
 mod stats;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use dpdk_sys as sys;
 
 use super::eth::{self, Eth};
-use super::{flow, fmt_mac, invalid, queue, rss, stats, Error};
+use super::{filter, flow, fmt_mac, intr, invalid, qctl, queue, rss, stats, Error};
+use crate::hw::Caps;
 use crate::pmd_log;
 use crate::port::{self, RxState};
 
@@ -43,6 +44,22 @@ pub(super) static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_de
     xstats_get_names: Some(stats::xstats_get_names),
     xstats_reset: Some(stats::xstats_reset),
     flow_ops_get: Some(flow::flow_ops_get),
+    dev_set_link_up: Some(intr::dev_set_link_up),
+    dev_set_link_down: Some(intr::dev_set_link_down),
+    rx_queue_intr_enable: Some(intr::rx_queue_intr_enable),
+    rx_queue_intr_disable: Some(intr::rx_queue_intr_disable),
+    mac_addr_add: Some(filter::mac_addr_add),
+    mac_addr_remove: Some(filter::mac_addr_remove),
+    set_mc_addr_list: Some(filter::set_mc_addr_list),
+    vlan_filter_set: Some(filter::vlan_filter_set),
+    vlan_offload_set: Some(filter::vlan_offload_set),
+    flow_ctrl_get: Some(filter::flow_ctrl_get),
+    flow_ctrl_set: Some(filter::flow_ctrl_set),
+    fw_version_get: Some(filter::fw_version_get),
+    rx_queue_start: Some(qctl::rx_queue_start),
+    rx_queue_stop: Some(qctl::rx_queue_stop),
+    tx_queue_start: Some(qctl::tx_queue_start),
+    tx_queue_stop: Some(qctl::tx_queue_stop),
     ..Default::default()
 });
 
@@ -98,6 +115,7 @@ fn configure(e: &mut Eth<'_>) -> Result<(), Error> {
         ));
     }
     e.port.reset_reta(rx);
+    filter::configure(e);
     if e.mtu() != 0 {
         e.port.rx.mtu = e.mtu();
     }
@@ -108,7 +126,9 @@ fn start(e: &mut Eth<'_>) -> Result<(), Error> {
     e.port.start(e.dev)?;
     apply_rx(e)?;
     flow::port_started(e)?;
+    intr::setup_rx(e)?;
     e.set_queue_states(true);
+    qctl::defer(e)?;
     let up = e.port.link_up(e.dev);
     e.set_link(up);
     Ok(())
@@ -152,6 +172,8 @@ fn stop(e: &mut Eth<'_>) {
 }
 
 pub(super) unsafe extern "C" fn dev_close(dev: *mut sys::rte_eth_dev) -> c_int {
+    // SAFETY: as for every op (see `op!`); the handler must be gone before the device.
+    unsafe { intr::uninstall(dev) };
     // SAFETY: as for every op (see `op!`).
     if let Some(name) = unsafe { eth::close(dev) } {
         pmd_log!(INFO, "{name}: closed");
@@ -182,8 +204,8 @@ unsafe extern "C" fn dev_infos_get(
     let info = unsafe { &mut *info };
     // SAFETY: as for every op.
     unsafe {
-        eth::run(dev, "device info", |_| {
-            infos(info);
+        eth::run(dev, "device info", |e| {
+            infos(info, &e.port.caps);
             Ok(())
         })
     }
@@ -197,17 +219,18 @@ pub(super) const TX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_TX_OFFLOAD_VLAN_INSER
     | sys::bits::RTE_ETH_TX_OFFLOAD_MULTI_SEGS
     | sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
 
-/// RX offloads: checksum verdicts, RSS hash, scattered frames.
+/// RX offloads: checksum verdicts, RSS hash, scattered frames, the VLAN filter.
 pub(super) const RX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM
+    | sys::bits::RTE_ETH_RX_OFFLOAD_VLAN_FILTER
     | sys::bits::RTE_ETH_RX_OFFLOAD_UDP_CKSUM
     | sys::bits::RTE_ETH_RX_OFFLOAD_TCP_CKSUM
     | sys::bits::RTE_ETH_RX_OFFLOAD_RSS_HASH
     | sys::bits::RTE_ETH_RX_OFFLOAD_SCATTER;
 
-fn infos(info: &mut sys::rte_eth_dev_info) {
+fn infos(info: &mut sys::rte_eth_dev_info, caps: &Caps) {
     info.max_rx_queues = port::MAX_QUEUES;
     info.max_tx_queues = port::MAX_QUEUES;
-    info.max_mac_addrs = 1;
+    info.max_mac_addrs = caps.max_mac_addrs.clamp(1, port::MAX_MAC_ADDRS as u32);
     info.min_rx_bufsize = 32;
     info.max_rx_pktlen = u32::from(port::MAX_MTU) + 18;
     info.min_mtu = port::MIN_MTU;
@@ -236,6 +259,9 @@ fn infos(info: &mut sys::rte_eth_dev_info) {
     info.hash_key_size = crate::hw::RSS_KEY_LEN as u8;
     info.flow_type_rss_offloads = port::RSS_HF_ALL;
     info.rx_offload_capa = RX_OFFLOAD_CAPA;
+    if caps.keep_crc {
+        info.rx_offload_capa |= sys::bits::RTE_ETH_RX_OFFLOAD_KEEP_CRC;
+    }
     info.rx_queue_offload_capa = 0;
     // Flow rules are kept across a restart (see `flow`).
     info.dev_capa |= sys::bits::RTE_ETH_DEV_CAPA_FLOW_RULE_KEEP;

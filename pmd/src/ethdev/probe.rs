@@ -227,6 +227,8 @@ pub(super) fn attach_port(
 ) -> Result<(), Error> {
     let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
     let mac = port.mac;
+    // ethdev keeps the application's addresses here, one slot per address the port takes.
+    let n_macs = (port.caps.max_mac_addrs as usize).clamp(1, crate::port::MAX_MAC_ADDRS);
     // rte_eth_dev_release_port frees `dev_private` and `mac_addrs` with rte_free: both come
     // from rte_zmalloc.
     let private = DmaBox::new(port, MemSource::Dpdk { socket })
@@ -235,7 +237,7 @@ pub(super) fn attach_port(
     let macs = unsafe {
         sys::rte_zmalloc_socket(
             c"mlx4rs_mac".as_ptr(),
-            size_of::<sys::rte_ether_addr>(),
+            n_macs * size_of::<sys::rte_ether_addr>(),
             0,
             socket,
         )
@@ -269,6 +271,7 @@ pub(super) fn attach_port(
         (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
         (*dev).dev_ops = &*ops::OPS;
         queue::set_bursts(&mut *dev, bursts);
+        super::intr::install(dev, name);
         sys::rte_eth_dev_probing_finish(dev);
         pmd_log!(
             INFO,

@@ -21,12 +21,24 @@ pub(super) struct TxSlot {
     /// The queue's doorbell and BlueFlame registers are mapped at the same address in every
     /// process, so a secondary may transmit on it.
     pub registers_shared: bool,
+    /// Left stopped at port start (`tx_deferred_start`).
+    pub deferred: bool,
 }
 
 /// What an `rx_queues` slot points to.
 pub(super) struct RxSlot {
     pub q: RxQ,
     pub port_id: u16,
+    /// Left stopped at port start (`rx_deferred_start`).
+    pub deferred: bool,
+}
+
+/// What a queue's setup conf says that the driver uses.
+#[derive(Clone, Copy)]
+struct QueueConf {
+    offloads: u64,
+    /// Left stopped at port start.
+    deferred: bool,
 }
 
 pub(super) unsafe extern "C" fn tx_queue_setup(
@@ -37,11 +49,16 @@ pub(super) unsafe extern "C" fn tx_queue_setup(
     conf: *const sys::rte_eth_txconf,
 ) -> c_int {
     // SAFETY: ethdev passes a valid conf.
-    let conf_offloads = unsafe { (*conf).offloads };
+    let conf = unsafe {
+        QueueConf {
+            offloads: (*conf).offloads,
+            deferred: (*conf).tx_deferred_start != 0,
+        }
+    };
     // SAFETY: as for every op; ethdev released any previous queue at this index.
     unsafe {
         eth::run(dev, "TX queue setup", |e| {
-            tx_setup(e, qid, nb_desc, socket as i32, conf_offloads)
+            tx_setup(e, qid, nb_desc, socket as i32, conf)
         })
     }
 }
@@ -51,10 +68,10 @@ fn tx_setup(
     qid: u16,
     nb_desc: u16,
     socket: i32,
-    conf_offloads: u64,
+    conf: QueueConf,
 ) -> Result<(), Error> {
     e.primary_only()?;
-    let offloads = conf_offloads | e.tx_offloads();
+    let offloads = conf.offloads | e.tx_offloads();
     let fast_free = offloads & sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0;
     super::mr::register_pools(e, None)?;
     let p = &*e.port;
@@ -77,6 +94,7 @@ fn tx_setup(
             q,
             port_id,
             registers_shared,
+            deferred: conf.deferred,
         },
     )
 }
@@ -106,9 +124,12 @@ pub(super) unsafe extern "C" fn rx_queue_setup(
     mp: *mut sys::rte_mempool,
 ) -> c_int {
     // SAFETY: ethdev passes a valid conf and a valid pktmbuf pool (it checked the pool).
-    let (conf_offloads, room) = unsafe {
+    let (conf, room) = unsafe {
         (
-            (*conf).offloads,
+            QueueConf {
+                offloads: (*conf).offloads,
+                deferred: (*conf).rx_deferred_start != 0,
+            },
             sys::mlx4rs_pktmbuf_data_room_size(mp)
                 .saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16)
                 .max(1),
@@ -117,15 +138,7 @@ pub(super) unsafe extern "C" fn rx_queue_setup(
     // SAFETY: as for every op; ethdev released any previous queue at this index.
     unsafe {
         eth::run(dev, "RX queue setup", |e| {
-            rx_setup(
-                e,
-                qid,
-                nb_desc,
-                socket as i32,
-                conf_offloads,
-                Pool(mp),
-                room,
-            )
+            rx_setup(e, qid, nb_desc, socket as i32, conf, Pool(mp), room)
         })
     }
 }
@@ -135,14 +148,16 @@ fn rx_setup(
     qid: u16,
     nb_desc: u16,
     socket: i32,
-    conf_offloads: u64,
+    conf: QueueConf,
     pool: Pool,
     room: u16,
 ) -> Result<(), Error> {
     e.primary_only()?;
     use sys::bits::*;
-    let offloads = conf_offloads | e.rx_offloads();
-    let max_frame = u32::from(e.mtu()) + 18;
+    let offloads = conf.offloads | e.rx_offloads();
+    let keep_crc = offloads & RTE_ETH_RX_OFFLOAD_KEEP_CRC != 0;
+    // A kept FCS takes buffer room after the frame.
+    let max_frame = u32::from(e.mtu()) + 18 + if keep_crc { 4 } else { 0 };
     let sges = if offloads & RTE_ETH_RX_OFFLOAD_SCATTER != 0 {
         max_frame
             .div_ceil(u32::from(room))
@@ -164,6 +179,7 @@ fn rx_setup(
                 | RTE_ETH_RX_OFFLOAD_TCP_CKSUM)
             != 0,
         rss: offloads & RTE_ETH_RX_OFFLOAD_RSS_HASH != 0,
+        keep_crc,
         port_id: e.port_id(),
         source: MemSource::Dpdk { socket },
     };
@@ -174,7 +190,14 @@ fn rx_setup(
     let q = RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice())
         .map_err(|err| with_queue("RX", qid, err.into()))?;
     let port_id = e.port_id();
-    e.install_rxq(qid, RxSlot { q, port_id })
+    e.install_rxq(
+        qid,
+        RxSlot {
+            q,
+            port_id,
+            deferred: conf.deferred,
+        },
+    )
 }
 
 /// Names the queue in an error, keeping its kind.
@@ -216,6 +239,7 @@ pub(super) unsafe extern "C" fn rxq_info_get(
                 info.nb_desc = s.q.nb_desc() as u16;
                 info.scattered_rx = u8::from(s.q.sges() > 1);
                 info.conf.offloads = offloads;
+                info.conf.rx_deferred_start = u8::from(s.deferred);
             }
         })
     };
@@ -235,6 +259,7 @@ pub(super) unsafe extern "C" fn txq_info_get(
             if let Some(s) = e.txq(qid) {
                 info.nb_desc = s.q.nb_desc() as u16;
                 info.conf.offloads = offloads;
+                info.conf.tx_deferred_start = u8::from(s.deferred);
             }
         })
     };

@@ -13,6 +13,7 @@
 //! operations that need one (create, reset, recover, destroy) take it as a parameter.
 
 use std::fmt;
+use std::os::fd::RawFd;
 use std::ptr::NonNull;
 
 use crate::mem::{DmaRange, Mr};
@@ -73,6 +74,53 @@ pub struct Caps {
     pub max_wqe_size: u32,
     /// BlueFlame register size in bytes (two halves); 0 when BlueFlame is unusable.
     pub bf_reg_size: u32,
+    /// Firmware version, `major << 32 | minor << 16 | subminor` (mlx4's encoding); 0 unknown.
+    pub fw_ver: u64,
+    /// Unicast addresses the port filters on ([`Device::set_mac_table`]).
+    pub max_mac_addrs: u32,
+    /// Receive queues can keep the FCS ([`Device::set_rq_keep_crc`]).
+    pub keep_crc: bool,
+    /// VXLAN inner checksums on send and inner verdicts on receive (a ConnectX-3 Pro).
+    pub tunnel_offloads: bool,
+}
+
+impl Caps {
+    /// The firmware version as `major.minor.subminor`, if the device told it.
+    pub fn fw_version(&self) -> Option<String> {
+        (self.fw_ver != 0).then(|| {
+            format!(
+                "{}.{}.{}",
+                self.fw_ver >> 32,
+                (self.fw_ver >> 16) & 0xffff,
+                self.fw_ver & 0xffff
+            )
+        })
+    }
+}
+
+/// Something the device tells the driver without being polled, behind [`Device::event_fd`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortEvent {
+    LinkUp,
+    LinkDown,
+    /// The device went away: nothing more is sent, received or executed.
+    Removed,
+}
+
+/// IEEE 802.3x flow control (pause frames) as the port is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlowControl {
+    /// Honour pause frames received.
+    pub rx_pause: bool,
+    /// Send pause frames when the receive buffer passes `high_water`.
+    pub tx_pause: bool,
+    pub autoneg: bool,
+    /// In 512-bit-time quanta.
+    pub pause_time: u16,
+    pub high_water: u32,
+    pub low_water: u32,
+    pub send_xon: bool,
+    pub mac_ctrl_frame_fwd: bool,
 }
 
 /// A BlueFlame register: two halves of `half_size` bytes from `reg`, written alternately.
@@ -358,6 +406,74 @@ pub trait Device: Send + Sync {
     /// Frames the port received and lost for want of a posted buffer or of room on the way
     /// (DPDK's `imissed`).
     fn missed(&self) -> u64;
+
+    // Port events, link control, queue states, receive filters and completion events. A
+    // backend without one answers `Unsupported`, which ethdev reports as ENOTSUP.
+
+    /// An fd readable while port events wait in [`Device::next_event`]: what EAL's interrupt
+    /// thread watches. The caller never reads it; taking the events empties it.
+    fn event_fd(&self) -> Result<RawFd, HwError> {
+        Err(HwError::Unsupported("port events"))
+    }
+    /// The oldest port event not yet taken.
+    fn next_event(&self) -> Option<PortEvent> {
+        None
+    }
+    /// Sets the link up or down while the port stays started (`dev_set_link_up/down`).
+    fn set_link(&self, _up: bool) -> Result<(), HwError> {
+        Err(HwError::Unsupported("setting the link up or down"))
+    }
+    /// Moves a send queue to ready (it executes from slot 0 on) or to reset (it executes
+    /// nothing).
+    fn set_sq_ready(&self, _qpn: u32, _ready: bool) -> Result<(), HwError> {
+        Err(HwError::Unsupported("send queue states"))
+    }
+    /// Moves a receive queue to ready (it takes frames) or to reset (its share is dropped).
+    fn set_rq_ready(&self, _qpn: u32, _ready: bool) -> Result<(), HwError> {
+        Err(HwError::Unsupported("receive queue states"))
+    }
+    /// Leaves (`on`) or strips the FCS of frames receive queue `qpn` takes.
+    fn set_rq_keep_crc(&self, _qpn: u32, _on: bool) -> Result<(), HwError> {
+        Err(HwError::Unsupported("keeping the CRC"))
+    }
+    /// The unicast addresses the port accepts besides the main one (up to
+    /// `Caps::max_mac_addrs` in all).
+    fn set_mac_table(&self, _macs: &[[u8; 6]]) -> Result<(), HwError> {
+        Err(HwError::Unsupported("more than one unicast MAC address"))
+    }
+    /// The multicast addresses the port accepts without all-multicast.
+    fn set_mc_list(&self, _macs: &[[u8; 6]]) -> Result<(), HwError> {
+        Err(HwError::Unsupported("a multicast address list"))
+    }
+    /// Turns the VLAN filter on or off: while on, tagged frames of VLANs not in the table
+    /// are dropped (and counted by the device).
+    fn set_vlan_filter(&self, _on: bool) -> Result<(), HwError> {
+        Err(HwError::Unsupported("VLAN filtering"))
+    }
+    fn set_vlan(&self, _vid: u16, _member: bool) -> Result<(), HwError> {
+        Err(HwError::Unsupported("VLAN filtering"))
+    }
+    fn flow_control(&self) -> Result<FlowControl, HwError> {
+        Err(HwError::Unsupported("flow control"))
+    }
+    fn set_flow_control(&self, _fc: &FlowControl) -> Result<(), HwError> {
+        Err(HwError::Unsupported("flow control"))
+    }
+    /// A completion channel: its id and the fd readable while its events wait.
+    fn create_comp_channel(&self) -> Result<(u32, RawFd), HwError> {
+        Err(HwError::Unsupported("completion events"))
+    }
+    fn destroy_comp_channel(&self, _channel: u32) {}
+    /// Binds `cq` to `channel` and arms it: the next completion after consumer index `ci`
+    /// raises one event there. `sn` is the arm sequence number (2 bits), moved on by the
+    /// caller once per event taken.
+    fn arm_cq(&self, _cq: &CqDesc, _ci: u32, _sn: u32, _channel: u32) -> Result<(), HwError> {
+        Err(HwError::Unsupported("completion events"))
+    }
+    /// The CQN of the oldest event on `channel`, if any.
+    fn next_cq_event(&self, _channel: u32) -> Option<u32> {
+        None
+    }
 
     /// For a device that runs in the caller's context (the software HCA stepped by the
     /// polling thread): does its pending work now. The control path calls it while it waits

@@ -23,7 +23,8 @@ use parking_lot::Mutex;
 
 use super::flow::{FlowCounters, FlowFate, FlowPattern, FlowRule, L4Proto, Masked};
 use super::{
-    BfDesc, Caps, CqDesc, Device, HwError, QueueState, RqDesc, RssHash, SqDesc, RSS_KEY_LEN,
+    BfDesc, Caps, CqDesc, Device, FlowControl, HwError, PortEvent, QueueState, RqDesc, RssHash,
+    SqDesc, RSS_KEY_LEN,
 };
 use crate::devargs::{Devargs, DeviceLoop, WcMode};
 use crate::mem::{DmaBuf, DmaRange, MemSource, Mr};
@@ -62,6 +63,8 @@ pub struct Soft {
     bar_mem: Option<Arc<DmaBuf>>,
     /// The RSS context each flow rule with an RSS fate owns, by rule id.
     flow_ctxs: Mutex<HashMap<u32, u32>>,
+    /// The UAR page CQ arm doorbells go to (its address), allocated at the first arming.
+    arm_uar: Mutex<Option<usize>>,
 }
 
 #[derive(Default)]
@@ -132,6 +135,7 @@ impl Soft {
             mem: Mutex::new(QueueMem::default()),
             bar_mem: None,
             flow_ctxs: Mutex::new(HashMap::new()),
+            arm_uar: Mutex::new(None),
         }
     }
 
@@ -229,6 +233,14 @@ fn model_pattern(p: &FlowPattern) -> mlx4_hca::FlowPattern {
     }
 }
 
+fn queue_state(ready: bool) -> mlx4_hca::QueueState {
+    if ready {
+        mlx4_hca::QueueState::Ready
+    } else {
+        mlx4_hca::QueueState::Reset
+    }
+}
+
 fn state(s: mlx4_hca::QueueState) -> QueueState {
     match s {
         mlx4_hca::QueueState::Reset => QueueState::Reset,
@@ -247,6 +259,10 @@ impl Device for Soft {
             max_rq_sges: c.max_rq_sges,
             max_wqe_size: c.max_wqe_size,
             bf_reg_size: c.bf_reg_size,
+            fw_ver: c.fw_ver,
+            max_mac_addrs: c.max_mac_addrs,
+            keep_crc: c.scatter_fcs,
+            tunnel_offloads: c.tunnel_offloads,
         }
     }
 
@@ -444,7 +460,7 @@ impl Device for Soft {
     }
 
     fn link_up(&self) -> bool {
-        self.hca.port_up()
+        self.hca.link_up()
     }
 
     fn counters(&self) -> Vec<(String, u64)> {
@@ -461,6 +477,150 @@ impl Device for Soft {
 
     fn missed(&self) -> u64 {
         self.hca.counters().rx_missed()
+    }
+
+    fn event_fd(&self) -> Result<std::os::fd::RawFd, HwError> {
+        self.hca.event_fd().map_err(hw_err("port event fd"))
+    }
+
+    fn next_event(&self) -> Option<PortEvent> {
+        self.hca.next_event().map(|e| match e {
+            mlx4_hca::PortEvent::LinkUp => PortEvent::LinkUp,
+            mlx4_hca::PortEvent::LinkDown => PortEvent::LinkDown,
+            mlx4_hca::PortEvent::Removed => PortEvent::Removed,
+        })
+    }
+
+    fn set_link(&self, up: bool) -> Result<(), HwError> {
+        if self.hca.removed() {
+            return Err(HwError::Device("the device was removed".into()));
+        }
+        self.hca.set_port_up(up);
+        Ok(())
+    }
+
+    fn set_sq_ready(&self, qpn: u32, ready: bool) -> Result<(), HwError> {
+        self.hca
+            .set_sq_state(qpn, queue_state(ready))
+            .map_err(hw_err("SQ state"))
+    }
+
+    fn set_rq_ready(&self, qpn: u32, ready: bool) -> Result<(), HwError> {
+        self.hca
+            .set_rq_state(qpn, queue_state(ready))
+            .map_err(hw_err("RQ state"))
+    }
+
+    fn set_rq_keep_crc(&self, qpn: u32, on: bool) -> Result<(), HwError> {
+        self.hca
+            .set_rq_scatter_fcs(qpn, on)
+            .map_err(hw_err("RQ scatter FCS"))
+    }
+
+    fn set_mac_table(&self, macs: &[[u8; 6]]) -> Result<(), HwError> {
+        self.hca
+            .set_mac_table(macs)
+            .map_err(hw_err("unicast MAC table"))
+    }
+
+    fn set_mc_list(&self, macs: &[[u8; 6]]) -> Result<(), HwError> {
+        self.hca.set_mc_list(macs).map_err(hw_err("multicast list"))
+    }
+
+    fn set_vlan_filter(&self, on: bool) -> Result<(), HwError> {
+        self.hca.set_vlan_filtering(on);
+        Ok(())
+    }
+
+    fn set_vlan(&self, vid: u16, member: bool) -> Result<(), HwError> {
+        self.hca
+            .set_vlan(vid, member)
+            .map_err(hw_err("VLAN filter table"))
+    }
+
+    fn flow_control(&self) -> Result<FlowControl, HwError> {
+        let f = self.hca.flow_control();
+        Ok(FlowControl {
+            rx_pause: f.rx_pause,
+            tx_pause: f.tx_pause,
+            autoneg: f.autoneg,
+            pause_time: f.pause_time,
+            high_water: f.high_water,
+            low_water: f.low_water,
+            send_xon: f.send_xon,
+            mac_ctrl_frame_fwd: f.mac_ctrl_frame_fwd,
+        })
+    }
+
+    fn set_flow_control(&self, f: &FlowControl) -> Result<(), HwError> {
+        self.hca
+            .set_flow_control(&mlx4_hca::FlowControl {
+                rx_pause: f.rx_pause,
+                tx_pause: f.tx_pause,
+                autoneg: f.autoneg,
+                pause_time: f.pause_time,
+                high_water: f.high_water,
+                low_water: f.low_water,
+                send_xon: f.send_xon,
+                mac_ctrl_frame_fwd: f.mac_ctrl_frame_fwd,
+            })
+            .map_err(hw_err("flow control"))
+    }
+
+    fn create_comp_channel(&self) -> Result<(u32, std::os::fd::RawFd), HwError> {
+        let ch = self
+            .hca
+            .create_comp_channel()
+            .map_err(hw_err("completion channel"))?;
+        let fd = self
+            .hca
+            .comp_channel_fd(ch)
+            .map_err(hw_err("completion channel"))?;
+        Ok((ch, fd))
+    }
+
+    fn destroy_comp_channel(&self, channel: u32) {
+        let _ = self.hca.destroy_comp_channel(channel);
+    }
+
+    fn arm_cq(&self, cq: &CqDesc, ci: u32, sn: u32, channel: u32) -> Result<(), HwError> {
+        self.hca
+            .set_cq_channel(cq.cqn(), Some(channel))
+            .map_err(hw_err("bind a CQ to its channel"))?;
+        let page = {
+            let mut uar = self.arm_uar.lock();
+            match *uar {
+                Some(p) => p,
+                None => {
+                    let u = self.hca.alloc_uar().map_err(hw_err("a UAR page"))?;
+                    *uar.insert(u.page as usize)
+                }
+            }
+        };
+        let ci = ci & 0x00ff_ffff;
+        let cmd = (sn & 3) << 28 | mlx4_prm::CQ_DB_REQ_NOT | cq.cqn();
+        // SAFETY: the CQ's arm record is the word after its consumer-index record, inside
+        // the record space create_cq reserved; the device reads it atomically.
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(cq.set_ci_db().as_ptr().add(1)) }.store(
+            ((sn & 3) << 28 | mlx4_prm::CQ_DB_REQ_NOT | ci).to_be(),
+            Ordering::Release,
+        );
+        // SAFETY: offset 0x20 of a UAR page of this adapter, 8-byte aligned, mapped while the
+        // model lives; the device takes the doorbell as one 64-bit store.
+        unsafe {
+            std::sync::atomic::AtomicU64::from_ptr(
+                (page + mlx4_prm::CQ_DOORBELL_OFFSET) as *mut u64,
+            )
+            .store(
+                ((u64::from(cmd) << 32) | u64::from(ci)).to_be(),
+                Ordering::Release,
+            )
+        };
+        Ok(())
+    }
+
+    fn next_cq_event(&self, channel: u32) -> Option<u32> {
+        self.hca.next_cq_event(channel).ok().flatten()
     }
 
     fn poll(&self) {

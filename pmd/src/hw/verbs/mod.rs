@@ -232,6 +232,25 @@ fn open_ctx(rdma: &Rdma, c: &Candidate) -> Result<*mut sys::ibv_context, HwError
     }))
 }
 
+/// `ibv_device_attr::fw_ver` ("2.42.5000") in mlx4's encoding; 0 if it is not three numbers.
+fn parse_fw_ver(raw: &[std::ffi::c_char]) -> u64 {
+    let bytes: Vec<u8> = raw
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    let text = String::from_utf8_lossy(&bytes);
+    let parts: Vec<u64> = text
+        .trim()
+        .split('.')
+        .map_while(|p| p.parse().ok())
+        .collect();
+    match parts[..] {
+        [a, b, c] if b <= 0xffff && c <= 0xffff => a << 32 | b << 16 | c,
+        _ => 0,
+    }
+}
+
 fn open_ports(rdma: &'static Rdma, c: &Candidate) -> Result<Vec<(String, Verbs)>, HwError> {
     let ctx = open_ctx(rdma, c)?;
     let mut attr = sys::ibv_device_attr::default();
@@ -249,6 +268,10 @@ fn open_ports(rdma: &'static Rdma, c: &Candidate) -> Result<Vec<(String, Verbs)>
         max_rq_sges: pow2_floor(attr.max_sge.max(0) as u32),
         max_wqe_size: MAX_WQE_SIZE,
         bf_reg_size: 0,
+        fw_ver: parse_fw_ver(&attr.fw_ver),
+        max_mac_addrs: 1,
+        keep_crc: false,
+        tunnel_offloads: false,
     };
     let mut ports = Vec::new();
     for port in 1..=attr.phys_port_cnt {
