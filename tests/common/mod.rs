@@ -5,6 +5,8 @@
 //! from a working directory that does not hold it.
 #![allow(dead_code)]
 
+pub mod examples;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
