@@ -16,6 +16,8 @@
 //! | `set_rss`, `set_rx_steering`, `set_rx_filter` | while started: indirection table, Toeplitz hash QP (INIT -> RTR), flow rules on it (`steer`) |
 //! | `set_mtu`, `start`, `link_up` | the port's netdev (`SIOCSIFMTU`, `IFF_UP`), `ibv_query_port` |
 //! | `stop` | flows, hash QP and table destroyed: nothing more is received |
+//! | `create_flow`, `destroy_flow` | an rte_flow rule: a hash QP of its own over its queue (or a power-of-two run of consecutive ones, for RSS) and one `ibv_create_flow` with Ethernet, IPv4 and TCP/UDP specs; drop rules and counters are not offered |
+//! | `set_flow_isolate` | the port's own flows (MAC, broadcast, modes) left out |
 //! | `counters`, `missed` | none: mlx4 reports no per-port counters through verbs |
 //!
 //! Teardown runs in dependency order (flows, hash QP, indirection table, WQs, QPs, CQs, MRs,
@@ -36,7 +38,11 @@ use dpdk_sys as dpdk;
 use parking_lot::Mutex;
 use rdma_sys as sys;
 
-use super::{Caps, CqDesc, Device, HwError, QueueState, RqDesc, RssHash, SqDesc, RSS_KEY_LEN};
+use super::flow::{FlowFate, FlowRule};
+use super::{
+    Caps, CqDesc, Device, HwError, QueueState, RqDesc, RssHash, SqDesc, DEFAULT_RSS_KEY,
+    RSS_KEY_LEN,
+};
 use crate::mem::{DmaRange, Mr};
 use crate::pmd_log;
 use rdma::{errno, strerror, Rdma};
@@ -83,6 +89,9 @@ struct State {
     /// The WQN range to reserve with the next WQ (`rq_batch`).
     wq_range: Option<u32>,
     steer: Steer,
+    /// rte_flow rules, by id: each a flow on a hash QP of its own over its queues.
+    user: HashMap<u32, HashSteer>,
+    last_user: u32,
 }
 
 struct Steer {
@@ -93,6 +102,8 @@ struct Steer {
     hash: RssHash,
     reta: Vec<u32>,
     started: bool,
+    /// Isolated (rte_flow): the port's own rules (MAC, broadcast, modes) are left out.
+    isolated: bool,
     built: Option<Built>,
 }
 
@@ -106,6 +117,7 @@ impl Default for Steer {
             hash: RssHash::NONE,
             reta: Vec::new(),
             started: false,
+            isolated: false,
             built: None,
         }
     }
@@ -113,10 +125,15 @@ impl Default for Steer {
 
 /// Steering objects in place while the port is started.
 struct Built {
+    hash: HashSteer,
+    wqns: Vec<u32>,
+}
+
+/// Flows on a Toeplitz hash QP over an indirection table of WQs.
+struct HashSteer {
     table: *mut sys::ibv_rwq_ind_table,
     qp: *mut sys::ibv_qp,
     flows: Vec<*mut sys::ibv_flow>,
-    wqns: Vec<u32>,
 }
 
 unsafe extern "C" fn alloc_buf(size: usize, data: *mut c_void) -> *mut c_void {
@@ -429,16 +446,22 @@ impl Verbs {
 
     /// Takes steering down: flows, hash QP, indirection table, in that order.
     fn teardown(&self, s: &mut Steer) {
-        let Some(b) = s.built.take() else { return };
-        for f in b.flows {
+        if let Some(b) = s.built.take() {
+            self.destroy_hash(b.hash);
+        }
+    }
+
+    /// Destroys a hash QP's flows, the QP and its table.
+    fn destroy_hash(&self, h: HashSteer) {
+        for f in h.flows {
             // SAFETY: a flow of ours, destroyed once.
             if let Err(e) = unsafe { rdma::destroy_flow(f) } {
                 pmd_log!(ERR, "{}: destroying a flow: {}", self.name, strerror(e));
             }
         }
-        self.destroy_qp(b.qp);
+        self.destroy_qp(h.qp);
         // SAFETY: our table, with its only QP gone.
-        if let Err(e) = unsafe { rdma::destroy_rwq_ind_table(b.table) } {
+        if let Err(e) = unsafe { rdma::destroy_rwq_ind_table(h.table) } {
             pmd_log!(
                 ERR,
                 "{}: destroying the indirection table: {}",
@@ -456,8 +479,41 @@ impl Verbs {
             return Ok(());
         }
         let wqns = steer::ind_table(&s.reta).map_err(HwError::Invalid)?;
+        let mut hash = self.hash_qp(st, &wqns, s.key, s.hash)?;
+        let rules = if s.isolated {
+            Vec::new()
+        } else {
+            steer::flow_rules(self.port, s.mac, s.promisc, s.allmulti)
+        };
+        let mut result = Ok(());
+        for mut rule in rules {
+            // SAFETY: a live QP; the rule's header is followed by its spec.
+            match unsafe { rdma::create_flow(hash.qp, &mut rule.attr) } {
+                Ok(f) => hash.flows.push(f),
+                Err(e) => {
+                    result = Err(dev_err(format!("{}: flow rule", self.name), e));
+                    break;
+                }
+            }
+        }
+        st.steer.built = Some(Built { hash, wqns });
+        if result.is_err() {
+            self.teardown(&mut st.steer);
+        }
+        result
+    }
+
+    /// A Toeplitz hash QP (`key`, `hash`'s fields) over the WQs `wqns` (a power-of-two run
+    /// of consecutive WQNs), ready to receive (RTR), with no flow yet.
+    fn hash_qp(
+        &self,
+        st: &State,
+        wqns: &[u32],
+        key: [u8; RSS_KEY_LEN],
+        hash: RssHash,
+    ) -> Result<HashSteer, HwError> {
         let mut wqs = Vec::with_capacity(wqns.len());
-        for q in &wqns {
+        for q in wqns {
             let wq = st.wqs.get(q).copied().ok_or_else(|| {
                 HwError::Invalid(format!(
                     "RSS names WQ {q:#x}, which is not one of this port's"
@@ -477,7 +533,7 @@ impl Verbs {
                 e,
             )
         })?;
-        let mut key = s.key;
+        let mut key = key;
         let mut qa = sys::ibv_qp_init_attr_ex {
             qp_type: sys::IBV_QPT_RAW_PACKET,
             comp_mask: sys::IBV_QP_INIT_ATTR_PD
@@ -489,7 +545,7 @@ impl Verbs {
                 rx_hash_function: sys::IBV_RX_HASH_FUNC_TOEPLITZ as u8,
                 rx_hash_key_len: RSS_KEY_LEN as u8,
                 rx_hash_key: key.as_mut_ptr(),
-                rx_hash_fields_mask: steer::hash_fields(s.hash),
+                rx_hash_fields_mask: steer::hash_fields(hash),
             },
             ..Default::default()
         };
@@ -501,34 +557,21 @@ impl Verbs {
         // SAFETY: a live context; the key outlives the call.
         let qp = unsafe { rdma::create_qp_ex(self.ctx, &mut qa) }
             .map_err(|e| drop_table(dev_err(format!("{}: RSS hash QP", self.name), e)))?;
-        let mut built = Built {
+        let h = HashSteer {
             table,
             qp,
             flows: Vec::new(),
-            wqns,
         };
         let moved = self
             .modify_qp(qp, sys::IBV_QPS_INIT)
             .and_then(|()| self.modify_qp(qp, sys::IBV_QPS_RTR));
-        let mut result =
-            moved.map_err(|e| dev_err(format!("{}: RSS hash QP to RTR", self.name), e));
-        if result.is_ok() {
-            for mut rule in steer::flow_rules(self.port, s.mac, s.promisc, s.allmulti) {
-                // SAFETY: a live QP; the rule's header is followed by its spec.
-                match unsafe { rdma::create_flow(qp, &mut rule.attr) } {
-                    Ok(f) => built.flows.push(f),
-                    Err(e) => {
-                        result = Err(dev_err(format!("{}: flow rule", self.name), e));
-                        break;
-                    }
-                }
+        match moved {
+            Ok(()) => Ok(h),
+            Err(e) => {
+                self.destroy_hash(h);
+                Err(dev_err(format!("{}: RSS hash QP to RTR", self.name), e))
             }
         }
-        st.steer.built = Some(built);
-        if result.is_err() {
-            self.teardown(&mut st.steer);
-        }
-        result
     }
 
     /// The WQN range size libmlx4 passes with the next WQ (a power of two).
@@ -1007,12 +1050,64 @@ impl Device for Verbs {
     fn missed(&self) -> u64 {
         0
     }
+
+    fn create_flow(&self, rule: &FlowRule) -> Result<u32, HwError> {
+        let (wqns, key, hash) = match &rule.fate {
+            FlowFate::Queue(q) => (vec![*q], DEFAULT_RSS_KEY, RssHash::NONE),
+            FlowFate::Rss { key, hash, queues } => {
+                let wqns = steer::ind_table(queues).map_err(HwError::Invalid)?;
+                (wqns, *key, *hash)
+            }
+            // A QP without receive queue would drop; not done yet.
+            FlowFate::Drop => return Err(HwError::Unsupported("drop rules through verbs")),
+        };
+        let mut words = steer::user_rule(self.port, rule.priority, &rule.pattern)
+            .map_err(HwError::Unsupported)?;
+        let mut st = self.st.lock();
+        let mut h = self.hash_qp(&st, &wqns, key, hash)?;
+        // SAFETY: a live QP; the words hold the attribute followed by its specs.
+        match unsafe { rdma::create_flow(h.qp, words.as_mut_ptr().cast()) } {
+            Ok(f) => h.flows.push(f),
+            Err(e) => {
+                self.destroy_hash(h);
+                return Err(dev_err(format!("{}: flow rule", self.name), e));
+            }
+        }
+        st.last_user = st.last_user.wrapping_add(1).max(1);
+        let id = st.last_user;
+        st.user.insert(id, h);
+        Ok(id)
+    }
+
+    fn destroy_flow(&self, id: u32) -> Result<(), HwError> {
+        let h = self
+            .st
+            .lock()
+            .user
+            .remove(&id)
+            .ok_or_else(|| HwError::Invalid(format!("no flow rule {id}")))?;
+        self.destroy_hash(h);
+        Ok(())
+    }
+
+    fn set_flow_isolate(&self, on: bool) -> Result<(), HwError> {
+        let mut st = self.st.lock();
+        if st.steer.isolated == on {
+            return Ok(());
+        }
+        st.steer.isolated = on;
+        self.rebuild(&mut st)
+    }
 }
 
 impl Drop for Verbs {
     fn drop(&mut self) {
         let st = self.st.get_mut();
+        let user: Vec<HashSteer> = st.user.drain().map(|(_, h)| h).collect();
         let mut steer = std::mem::take(&mut st.steer);
+        for h in user {
+            self.destroy_hash(h);
+        }
         self.teardown(&mut steer);
         let st = self.st.get_mut();
         let leaked = st.wqs.len() + st.qps.len() + st.cqs.len();
