@@ -16,7 +16,7 @@
 //! | `set_rss`, `set_rx_steering`, `set_rx_filter` | while started: indirection table, Toeplitz hash QP (INIT -> RTR), flow rules on it (`steer`) |
 //! | `set_mtu`, `start`, `link_up` | the port's netdev (`SIOCSIFMTU`, `IFF_UP`), `ibv_query_port` |
 //! | `stop` | flows, hash QP and table destroyed: nothing more is received |
-//! | `create_flow`, `destroy_flow` | an rte_flow rule: a hash QP of its own over its queue (or a power-of-two run of consecutive ones, for RSS) and one `ibv_create_flow` with Ethernet, IPv4 and TCP/UDP specs; drop rules and counters are not offered |
+//! | `create_flow`, `destroy_flow` | an rte_flow rule: a hash QP of its own over its queue (or a power-of-two run of consecutive ones, for RSS), or for drop a QP without receive queue, and one `ibv_create_flow` with Ethernet, IPv4 and TCP/UDP specs; no counters |
 //! | `set_flow_isolate` | the port's own flows (MAC, broadcast, modes) left out |
 //! | `counters`, `missed` | none: mlx4 reports no per-port counters through verbs |
 //!
@@ -90,7 +90,7 @@ struct State {
     wq_range: Option<u32>,
     steer: Steer,
     /// rte_flow rules, by id: each a flow on a hash QP of its own over its queues.
-    user: HashMap<u32, HashSteer>,
+    user: HashMap<u32, QpFlows>,
     last_user: u32,
 }
 
@@ -125,14 +125,18 @@ impl Default for Steer {
 
 /// Steering objects in place while the port is started.
 struct Built {
-    hash: HashSteer,
+    hash: QpFlows,
     wqns: Vec<u32>,
 }
 
-/// Flows on a Toeplitz hash QP over an indirection table of WQs.
-struct HashSteer {
+/// Flows on one QP: a Toeplitz hash QP over an indirection table of WQs, or (drop) a QP
+/// without receive queue and its CQ.
+struct QpFlows {
+    /// NULL for a drop QP.
     table: *mut sys::ibv_rwq_ind_table,
     qp: *mut sys::ibv_qp,
+    /// A drop QP's own CQ; NULL for a hash QP.
+    cq: *mut sys::ibv_cq,
     flows: Vec<*mut sys::ibv_flow>,
 }
 
@@ -452,7 +456,7 @@ impl Verbs {
     }
 
     /// Destroys a hash QP's flows, the QP and its table.
-    fn destroy_hash(&self, h: HashSteer) {
+    fn destroy_hash(&self, h: QpFlows) {
         for f in h.flows {
             // SAFETY: a flow of ours, destroyed once.
             if let Err(e) = unsafe { rdma::destroy_flow(f) } {
@@ -460,14 +464,69 @@ impl Verbs {
             }
         }
         self.destroy_qp(h.qp);
-        // SAFETY: our table, with its only QP gone.
-        if let Err(e) = unsafe { rdma::destroy_rwq_ind_table(h.table) } {
-            pmd_log!(
-                ERR,
-                "{}: destroying the indirection table: {}",
-                self.name,
-                strerror(e)
-            );
+        if !h.table.is_null() {
+            // SAFETY: our table, with its only QP gone.
+            if let Err(e) = unsafe { rdma::destroy_rwq_ind_table(h.table) } {
+                pmd_log!(
+                    ERR,
+                    "{}: destroying the indirection table: {}",
+                    self.name,
+                    strerror(e)
+                );
+            }
+        }
+        if !h.cq.is_null() {
+            // SAFETY: the drop QP's own CQ, its QP gone, destroyed once.
+            unsafe { self.rdma.ibv.ibv_destroy_cq(h.cq) };
+        }
+    }
+
+    /// A QP without receive queue (what flows on it match is dropped, as DPDK's C mlx4
+    /// drops), with a CQ of its own, ready (RTR).
+    fn drop_qp(&self) -> Result<QpFlows, HwError> {
+        // SAFETY: a live context; no channel, no completion vector.
+        let cq = unsafe {
+            self.rdma
+                .ibv
+                .ibv_create_cq(self.ctx, 1, ptr::null_mut(), ptr::null_mut(), 0)
+        };
+        if cq.is_null() {
+            return Err(dev_err(format!("{}: the drop QP's CQ", self.name), errno()));
+        }
+        let mut a = sys::ibv_qp_init_attr {
+            send_cq: cq,
+            recv_cq: cq,
+            cap: sys::ibv_qp_cap {
+                max_send_wr: 1,
+                max_send_sge: 1,
+                ..Default::default()
+            },
+            qp_type: sys::IBV_QPT_RAW_PACKET,
+            ..Default::default()
+        };
+        // SAFETY: a live PD and a filled attribute.
+        let qp = unsafe { self.rdma.ibv.ibv_create_qp(self.pd, &mut a) };
+        let h = QpFlows {
+            table: ptr::null_mut(),
+            qp,
+            cq,
+            flows: Vec::new(),
+        };
+        if qp.is_null() {
+            let e = errno();
+            // SAFETY: the CQ just created, with no QP, destroyed once.
+            unsafe { self.rdma.ibv.ibv_destroy_cq(cq) };
+            return Err(dev_err(format!("{}: the drop QP", self.name), e));
+        }
+        let moved = self
+            .modify_qp(qp, sys::IBV_QPS_INIT)
+            .and_then(|()| self.modify_qp(qp, sys::IBV_QPS_RTR));
+        match moved {
+            Ok(()) => Ok(h),
+            Err(e) => {
+                self.destroy_hash(h);
+                Err(dev_err(format!("{}: the drop QP to RTR", self.name), e))
+            }
         }
     }
 
@@ -511,7 +570,7 @@ impl Verbs {
         wqns: &[u32],
         key: [u8; RSS_KEY_LEN],
         hash: RssHash,
-    ) -> Result<HashSteer, HwError> {
+    ) -> Result<QpFlows, HwError> {
         let mut wqs = Vec::with_capacity(wqns.len());
         for q in wqns {
             let wq = st.wqs.get(q).copied().ok_or_else(|| {
@@ -557,9 +616,10 @@ impl Verbs {
         // SAFETY: a live context; the key outlives the call.
         let qp = unsafe { rdma::create_qp_ex(self.ctx, &mut qa) }
             .map_err(|e| drop_table(dev_err(format!("{}: RSS hash QP", self.name), e)))?;
-        let h = HashSteer {
+        let h = QpFlows {
             table,
             qp,
+            cq: ptr::null_mut(),
             flows: Vec::new(),
         };
         let moved = self
@@ -1052,19 +1112,17 @@ impl Device for Verbs {
     }
 
     fn create_flow(&self, rule: &FlowRule) -> Result<u32, HwError> {
-        let (wqns, key, hash) = match &rule.fate {
-            FlowFate::Queue(q) => (vec![*q], DEFAULT_RSS_KEY, RssHash::NONE),
-            FlowFate::Rss { key, hash, queues } => {
-                let wqns = steer::ind_table(queues).map_err(HwError::Invalid)?;
-                (wqns, *key, *hash)
-            }
-            // A QP without receive queue would drop; not done yet.
-            FlowFate::Drop => return Err(HwError::Unsupported("drop rules through verbs")),
-        };
         let mut words = steer::user_rule(self.port, rule.priority, &rule.pattern)
             .map_err(HwError::Unsupported)?;
         let mut st = self.st.lock();
-        let mut h = self.hash_qp(&st, &wqns, key, hash)?;
+        let mut h = match &rule.fate {
+            FlowFate::Queue(q) => self.hash_qp(&st, &[*q], DEFAULT_RSS_KEY, RssHash::NONE)?,
+            FlowFate::Rss { key, hash, queues } => {
+                let wqns = steer::ind_table(queues).map_err(HwError::Invalid)?;
+                self.hash_qp(&st, &wqns, *key, *hash)?
+            }
+            FlowFate::Drop => self.drop_qp()?,
+        };
         // SAFETY: a live QP; the words hold the attribute followed by its specs.
         match unsafe { rdma::create_flow(h.qp, words.as_mut_ptr().cast()) } {
             Ok(f) => h.flows.push(f),
@@ -1103,7 +1161,7 @@ impl Device for Verbs {
 impl Drop for Verbs {
     fn drop(&mut self) {
         let st = self.st.get_mut();
-        let user: Vec<HashSteer> = st.user.drain().map(|(_, h)| h).collect();
+        let user: Vec<QpFlows> = st.user.drain().map(|(_, h)| h).collect();
         let mut steer = std::mem::take(&mut st.steer);
         for h in user {
             self.destroy_hash(h);
