@@ -222,17 +222,7 @@ impl App {
     /// Waits for it to exit by itself (killed after `limit`).
     pub fn finish(mut self, limit: Duration) -> Output {
         drop(self.stdin.take());
-        let start = Instant::now();
-        let status = loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                break st;
-            }
-            if start.elapsed() > limit {
-                let _ = self.child.kill();
-                break self.child.wait().unwrap();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = super::wait_or_kill(&mut self.child, limit);
         for r in self.readers.drain(..) {
             let _ = r.join();
         }

@@ -518,14 +518,19 @@ impl Verbs {
             unsafe { self.rdma.ibv.ibv_destroy_cq(cq) };
             return Err(dev_err(format!("{}: the drop QP", self.name), e));
         }
+        self.to_rtr(h, "the drop QP")
+    }
+
+    /// Moves `h`'s QP to RTR (it receives), or destroys it all.
+    fn to_rtr(&self, h: QpFlows, what: &str) -> Result<QpFlows, HwError> {
         let moved = self
-            .modify_qp(qp, sys::IBV_QPS_INIT)
-            .and_then(|()| self.modify_qp(qp, sys::IBV_QPS_RTR));
+            .modify_qp(h.qp, sys::IBV_QPS_INIT)
+            .and_then(|()| self.modify_qp(h.qp, sys::IBV_QPS_RTR));
         match moved {
             Ok(()) => Ok(h),
             Err(e) => {
                 self.destroy_hash(h);
-                Err(dev_err(format!("{}: the drop QP to RTR", self.name), e))
+                Err(dev_err(format!("{}: {what} to RTR", self.name), e))
             }
         }
     }
@@ -622,16 +627,7 @@ impl Verbs {
             cq: ptr::null_mut(),
             flows: Vec::new(),
         };
-        let moved = self
-            .modify_qp(qp, sys::IBV_QPS_INIT)
-            .and_then(|()| self.modify_qp(qp, sys::IBV_QPS_RTR));
-        match moved {
-            Ok(()) => Ok(h),
-            Err(e) => {
-                self.destroy_hash(h);
-                Err(dev_err(format!("{}: RSS hash QP to RTR", self.name), e))
-            }
-        }
+        self.to_rtr(h, "RSS hash QP")
     }
 
     /// The WQN range size libmlx4 passes with the next WQ (a power of two).
