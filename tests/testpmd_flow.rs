@@ -198,6 +198,7 @@ fn what_the_device_cannot_match_is_refused_with_a_reason() {
         Cmd("flow validate 0 ingress pattern eth / end actions queue index 0 / drop / end"),
         Cmd("flow create 0 ingress pattern eth / end actions count / end"),
         Cmd("flow list 0"),
+        Cmd("show port info 0"),
         Cmd("quit"),
     ]);
     let all = out.all();
@@ -233,4 +234,6 @@ fn what_the_device_cannot_match_is_refused_with_a_reason() {
     }
     assert!(!all.contains("Flow rule validated"), "{all}");
     assert!(!all.contains("Flow rule #0 created"), "{all}");
+    // Rules outlive a restart (testpmd flushes them anyway when it stops a port).
+    assert!(all.contains("FLOW_RULE_KEEP"), "{all}");
 }
