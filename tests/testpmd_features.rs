@@ -413,3 +413,308 @@ fn flow_control_is_stored_and_reported_and_fw_version_shown() {
         "{all}"
     );
 }
+
+/// Runs testpmd's csum engine from port 0, a TAP interface into which the kernel (in a
+/// namespace of its own) sends the frames `frames_py` builds (Python: a list `frames` of
+/// bytes), to port 1, whose wire is a pcap file (more testpmd arguments in `app_args`);
+/// `port1_cmds` configure port 1 while it is
+/// stopped. Waits until port 1's device sent `wire_frames`, then returns testpmd's output and
+/// tshark's `fields` of every frame on the wire (checksum validation on, raw sequence numbers).
+fn tap_to_pcap(
+    tag: &str,
+    devargs: &str,
+    app_args: &[&str],
+    frames_py: &str,
+    port1_cmds: &[&str],
+    wire_frames: u64,
+    fields: &[&str],
+) -> (String, Vec<String>) {
+    assert!(
+        std::path::Path::new("/dev/net/tun").exists(),
+        "this test needs /dev/net/tun (and root) for its TAP interface"
+    );
+    let id = std::process::id() % 100_000;
+    let ifname = format!("m4{tag}{id}");
+    let ns = format!("mlx4rs-{tag}-{id}");
+    let dir = scratch_dir(tag);
+    let pcap = dir.join("wire.pcap");
+    let quiet_del = || {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &ns])
+            .stderr(std::process::Stdio::null())
+            .status();
+    };
+    quiet_del();
+    let tap = format!("net_mlx4rs0,wire=tap:{ifname}{devargs}");
+    let out_port = format!("net_mlx4rs1,wire=pcap:{}{devargs}", pcap.display());
+    let setup = format!(
+        "ip netns add {ns} && ip link set {ifname} netns {ns} && \
+         ip netns exec {ns} sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 && \
+         ip -n {ns} link set {ifname} mtu 9000 up"
+    );
+    let script = dir.join("send.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import socket, struct\n{frames_py}\n\
+             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n\
+             s.bind(('{ifname}', 0))\n\
+             for f in frames: s.send(f)\n"
+        ),
+    )
+    .unwrap();
+    let send = format!("ip netns exec {ns} python3 {}", script.display());
+    let mut steps = vec![Shell(&setup), Cmd("port stop 1")];
+    steps.extend(port1_cmds.iter().map(|c| Cmd(c)));
+    steps.extend([
+        Cmd("port start 1"),
+        Cmd("set verbose 1"),
+        Cmd("start"),
+        Shell(&send),
+    ]);
+    // Until takes a plain fn: poll with a deadline, then check the count below.
+    fn sent_some(a: &str) -> bool {
+        xstat(a, "hca_tx_frames").is_some_and(|n| n > 0)
+    }
+    steps.push(Until {
+        cmd: "show port xstats 1",
+        done: sent_some,
+        limit: WAIT,
+    });
+    steps.extend([
+        Cmd("stop"),
+        Cmd("set verbose 0"),
+        Cmd("port stop all"),
+        Cmd("show port xstats 1"),
+        Cmd("quit"),
+    ]);
+    let mut args = vec![
+        "--forward-mode=csum",
+        "--total-num-mbufs=8192",
+        "--max-pkt-len=9018",
+        "--enable-scatter",
+    ];
+    args.extend(app_args);
+    let out = testpmd(&[&tap, &out_port], &args, &steps, LIMIT);
+    quiet_del();
+    let all = ok(&out);
+    assert_eq!(
+        port_xstat(&all, 1, "hca_tx_frames"),
+        wire_frames,
+        "frames on port 1's wire:\n{all}"
+    );
+    let mut cmd = std::process::Command::new("tshark");
+    cmd.arg("-r").arg(&pcap).args([
+        "-o",
+        "ip.check_checksum:TRUE",
+        "-o",
+        "tcp.check_checksum:TRUE",
+        "-o",
+        "udp.check_checksum:TRUE",
+        "-o",
+        "tcp.relative_sequence_numbers:FALSE",
+        "-o",
+        "eth.check_fcs:TRUE",
+        "-T",
+        "fields",
+    ]);
+    if fields.iter().any(|f| f.starts_with("eth.fcs")) {
+        cmd.args(["-o", "eth.fcs:Always"]);
+    }
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let t = cmd
+        .output()
+        .expect("tshark not found: run scripts/setup.sh (it installs tshark)");
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    let rows = String::from_utf8_lossy(&t.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    std::fs::remove_dir_all(&dir).ok();
+    (all, rows)
+}
+
+/// TCP segmentation on the wire: the kernel sends one IPv4 and one IPv6 TCP frame of 3000
+/// payload bytes (TCP checksums left zero); the csum engine forwards them with TSO at an MSS
+/// of 1000: three segments each on the wire, 1000 payload bytes apiece, consecutive sequence
+/// numbers, valid checksums.
+#[test]
+fn tso_cuts_tcp_over_ipv4_and_ipv6_into_mss_segments_on_the_wire() {
+    let frames = "
+pay = bytes(i % 251 for i in range(3000))
+tcp = struct.pack('!HHIIBBHHH', 1234, 80, 1000, 1, 0x50, 0x18, 65535, 0, 0)
+l2 = bytes.fromhex('020000000001020000000002')
+v4 = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 40 + len(pay), 7, 0x4000, 64, 6, 0, bytes([10,0,0,1]), bytes([10,0,0,2]))
+v6 = struct.pack('!IHBB16s16s', 0x60000000, 20 + len(pay), 6, 64, bytes(15) + b'\\x01', bytes(15) + b'\\x02')
+frames = [l2 + b'\\x08\\x00' + v4 + tcp + pay, l2 + b'\\x86\\xdd' + v6 + tcp + pay]
+";
+    let (all, rows) = tap_to_pcap(
+        "tso",
+        "",
+        &[],
+        frames,
+        &["csum set ip hw 1", "csum set tcp hw 1", "tso set 1000 1"],
+        6,
+        &[
+            "ipv6.version",
+            "ip.checksum.status",
+            "tcp.checksum.status",
+            "tcp.seq",
+            "tcp.len",
+        ],
+    );
+    assert_eq!(port_xstat(&all, 1, "tx_good_packets"), 2, "{all}");
+    let want: Vec<String> = ["", "6"]
+        .iter()
+        .flat_map(|v6| {
+            let ip = if v6.is_empty() { "1" } else { "" };
+            [1000, 2000, 3000].map(|seq| format!("{v6}\t{ip}\t1\t{seq}\t1000"))
+        })
+        .collect();
+    assert_eq!(
+        rows, want,
+        "segments on the wire (ipv6, ip csum, tcp csum, seq, len)\n{all}"
+    );
+}
+
+/// VXLAN on a ConnectX-3 Pro (`pro=1`): the kernel sends a VXLAN frame whose outer IP and
+/// inner IP and TCP checksums are zero; port 0 reports it as a tunnel with inner types, and
+/// the csum engine (parse-tunnel, inner IP/TCP and outer IP in hardware) forwards it: on the
+/// wire, all three checksums are valid.
+#[test]
+fn vxlan_inner_and_outer_checksums_on_the_wire_and_inner_types_on_receive() {
+    let frames = "
+pay = bytes(i % 251 for i in range(200))
+tcp = struct.pack('!HHIIBBHHH', 1234, 80, 1000, 1, 0x50, 0x18, 65535, 0, 0)
+inner = bytes.fromhex('0200000000aa0200000000bb0800') + struct.pack('!BBHHHBBH4s4s', 0x45, 0, 40 + len(pay), 9, 0, 64, 6, 0, bytes([192,168,0,1]), bytes([192,168,0,2])) + tcp + pay
+vx = struct.pack('!II', 0x08000000, 42 << 8) + inner
+udp = struct.pack('!HHHH', 40000, 4789, 8 + len(vx), 0) + vx
+outer = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 3, 0, 64, 17, 0, bytes([10,0,0,1]), bytes([10,0,0,2])) + udp
+frames = [bytes.fromhex('020000000001020000000002') + b'\\x08\\x00' + outer]
+";
+    let (all, rows) = tap_to_pcap(
+        "vx",
+        ",pro=1",
+        &[],
+        frames,
+        &[
+            "csum parse-tunnel on 1",
+            "csum set ip hw 1",
+            "csum set tcp hw 1",
+            "csum set outer-ip hw 1",
+        ],
+        1,
+        &["ip.checksum.status", "tcp.checksum.status", "vxlan.vni"],
+    );
+    assert_eq!(
+        rows,
+        ["1,1\t1\t42"],
+        "outer and inner IP, inner TCP, VNI\n{all}"
+    );
+    assert!(
+        all.contains("TUNNEL_VXLAN") && all.contains("INNER_L4_TCP"),
+        "port 0 reported the tunnel and the inner types:\n{all}"
+    );
+}
+
+/// IEEE 802.3 CRC-32 (reflected, polynomial 0xedb88320): the FCS of `data`.
+fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// KEEP_CRC (`--disable-crc-strip`): port 0 hands up each frame with its 4-byte FCS, which the
+/// csum engine forwards as data (after rewriting the MAC addresses, so the FCS no longer
+/// matches the frame it trails): on port 1's wire the frame is 4 bytes longer and ends with
+/// the CRC-32 of the frame the kernel sent.
+#[test]
+fn keep_crc_leaves_the_fcs_after_the_frame() {
+    let sent: Vec<u8> = [
+        &[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x88, 0xb5][..],
+        &(0..86u8).map(|i| i % 251).collect::<Vec<_>>(),
+    ]
+    .concat();
+    let frames = "
+frames = [bytes.fromhex('020000000001020000000002') + b'\\x88\\xb5' + bytes(i % 251 for i in range(86))]
+";
+    let (all, rows) = tap_to_pcap(
+        "crc",
+        "",
+        &["--disable-crc-strip"],
+        frames,
+        &[],
+        1,
+        &["frame.len", "eth.fcs"],
+    );
+    // The FCS goes least significant byte first; tshark shows the four bytes as one
+    // big-endian number.
+    assert_eq!(
+        rows,
+        [format!("104\t{:#010x}", crc32(&sent).swap_bytes())],
+        "100-byte frame + its FCS\n{all}"
+    );
+}
+
+/// RSS RETA and key update: every bucket of port 1's redirection table to queue 1, and a key
+/// of its own; then flows spread by port 0 all land in port 1's queue 1, and the key reads back.
+#[test]
+fn rss_reta_and_key_updates_steer_and_read_back() {
+    // testpmd takes at most 128 characters of entries per command.
+    let buckets: Vec<String> = (0..128).map(|h| format!("({h},1)")).collect();
+    let reta: Vec<String> = buckets
+        .chunks(12)
+        .map(|c| format!("port config 1 rss reta {}", c.join(",")))
+        .collect();
+    let key = "11".repeat(40);
+    let set_key = format!("port config 1 rss-hash-key ipv4-udp {key}");
+    fn moved(a: &str) -> bool {
+        xstat(a, "rx_q1_packets").is_some_and(|n| n >= 1000)
+    }
+    let mut steps: Vec<Step> = reta.iter().map(|c| Cmd(c)).collect();
+    steps.extend([
+        Cmd(&set_key),
+        Cmd("show port 1 rss-hash key"),
+        Cmd("show port 1 rss reta 128 (0xffffffffffffffff,0xffffffffffffffff)"),
+        Cmd("start tx_first 2"),
+        Until {
+            cmd: "show port xstats 1",
+            done: moved,
+            limit: WAIT,
+        },
+        Cmd("stop"),
+        Cmd("port stop all"),
+        Cmd("show port xstats 1"),
+        Cmd("quit"),
+    ]);
+    let out = testpmd(
+        &CABLED,
+        &[
+            "--forward-mode=io",
+            "--rxq=2",
+            "--txq=2",
+            "--txonly-multi-flow",
+            "--total-num-mbufs=16384",
+        ],
+        &steps,
+        LIMIT,
+    );
+    let all = ok(&out);
+    assert!(port_xstat(&all, 1, "rx_q1_packets") >= 1000, "{all}");
+    assert_eq!(port_xstat(&all, 1, "rx_q0_packets"), 0, "{all}");
+    assert!(
+        all.contains(&key.to_uppercase()),
+        "the new key read back:\n{all}"
+    );
+}

@@ -28,6 +28,9 @@ pub mod bits {
     pub const RTE_ETH_TX_OFFLOAD_TCP_TSO: u64 = 1 << 5;
     pub const RTE_ETH_TX_OFFLOAD_OUTER_IPV4_CKSUM: u64 = 1 << 7;
     pub const RTE_ETH_RX_OFFLOAD_OUTER_IPV4_CKSUM: u64 = 1 << 6;
+    pub const RTE_MBUF_F_TX_TCP_SEG: u64 = 1 << 50;
+    pub const RTE_MBUF_F_TX_TUNNEL_MASK: u64 = 0xf << 45;
+    pub const RTE_MBUF_F_TX_OUTER_IP_CKSUM: u64 = 1 << 58;
 
     pub const RTE_ETH_TX_OFFLOAD_VLAN_INSERT: u64 = 1 << 0;
     pub const RTE_ETH_TX_OFFLOAD_IPV4_CKSUM: u64 = 1 << 1;
@@ -104,6 +107,9 @@ mod tests {
             RTE_ETH_TX_OFFLOAD_TCP_TSO,
             RTE_ETH_TX_OFFLOAD_OUTER_IPV4_CKSUM,
             RTE_ETH_RX_OFFLOAD_OUTER_IPV4_CKSUM,
+            RTE_MBUF_F_TX_TCP_SEG,
+            RTE_MBUF_F_TX_TUNNEL_MASK,
+            RTE_MBUF_F_TX_OUTER_IP_CKSUM,
             RTE_ETH_TX_OFFLOAD_VLAN_INSERT,
             RTE_ETH_TX_OFFLOAD_IPV4_CKSUM,
             RTE_ETH_TX_OFFLOAD_UDP_CKSUM,

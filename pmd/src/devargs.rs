@@ -83,6 +83,9 @@ pub struct Devargs {
     /// Device loop spins without backing off (latency runs).
     pub busy_poll: bool,
     pub device_loop: DeviceLoop,
+    /// The software HCA is a ConnectX-3 Pro: VXLAN inner checksums on send, inner verdicts on
+    /// receive.
+    pub pro: bool,
 }
 
 impl Default for Devargs {
@@ -95,6 +98,7 @@ impl Default for Devargs {
             mac: None,
             busy_poll: false,
             device_loop: DeviceLoop::Lcore,
+            pro: false,
         }
     }
 }
@@ -135,6 +139,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("txq_inline", "0 (no inlining) or 17..=928 bytes"),
     ("mac", "a unicast MAC address like 02:00:00:00:00:01"),
     ("busy_poll", "0 or 1"),
+    ("pro", "0 (ConnectX-3) or 1 (ConnectX-3 Pro)"),
     (
         "device_loop",
         "lcore (the polling lcore runs the device), port (a thread per port) or process (one thread for the process's ports)",
@@ -221,6 +226,13 @@ impl FromStr for Devargs {
                 "mac" => d.mac = Some(parse_mac(value).ok_or_else(bad)?),
                 "busy_poll" => {
                     d.busy_poll = match value {
+                        "0" => false,
+                        "1" => true,
+                        _ => return Err(bad()),
+                    }
+                }
+                "pro" => {
+                    d.pro = match value {
                         "0" => false,
                         "1" => true,
                         _ => return Err(bad()),

@@ -27,8 +27,12 @@ unsafe impl Send for Mbuf {}
 
 /// The offload flags the TX path acts on; a packet with none of them (and one segment) is
 /// plain and takes the straight-line path.
-const TX_FLAGS: u64 =
-    bits::RTE_MBUF_F_TX_IP_CKSUM | bits::RTE_MBUF_F_TX_L4_MASK | bits::RTE_MBUF_F_TX_VLAN;
+const TX_FLAGS: u64 = bits::RTE_MBUF_F_TX_IP_CKSUM
+    | bits::RTE_MBUF_F_TX_L4_MASK
+    | bits::RTE_MBUF_F_TX_VLAN
+    | bits::RTE_MBUF_F_TX_TCP_SEG
+    | bits::RTE_MBUF_F_TX_TUNNEL_MASK
+    | bits::RTE_MBUF_F_TX_OUTER_IP_CKSUM;
 
 impl Mbuf {
     /// # Safety
@@ -95,10 +99,36 @@ impl TxBuf for Mbuf {
     fn offloads(&self) -> TxOffloads {
         let m = self.get();
         let fl = m.ol_flags;
+        let ip = fl & bits::RTE_MBUF_F_TX_IP_CKSUM != 0;
+        let l4 = fl & bits::RTE_MBUF_F_TX_L4_MASK != 0;
+        let tunnel = fl & bits::RTE_MBUF_F_TX_TUNNEL_MASK != 0;
+        // SAFETY: tx_offload is a plain u64 view of the l2/l3/l4/tso_segsz bit fields.
+        let lens = unsafe { m.__bindgen_anon_3.tx_offload };
+        // l2_len:7 l3_len:9 l4_len:8 tso_segsz:16 outer_l3_len:9 outer_l2_len:7.
+        let field = |shift: u32, bits: u32| ((lens >> shift) & ((1 << bits) - 1)) as u16;
+        let tso = (fl & bits::RTE_MBUF_F_TX_TCP_SEG != 0).then(|| {
+            let mut hdr = field(0, 7) + field(7, 9) + field(16, 8);
+            if tunnel {
+                hdr += field(49, 7) + field(40, 9);
+            }
+            crate::wqe::Tso {
+                mss: field(24, 16),
+                hdr_len: hdr,
+            }
+        });
         TxOffloads {
-            ip_csum: fl & bits::RTE_MBUF_F_TX_IP_CKSUM != 0,
-            l4_csum: fl & bits::RTE_MBUF_F_TX_L4_MASK != 0,
+            // In a tunnel, the offload flags name the inner headers; the outer IP checksum
+            // has a flag of its own.
+            ip_csum: if tunnel {
+                fl & bits::RTE_MBUF_F_TX_OUTER_IP_CKSUM != 0
+            } else {
+                ip
+            },
+            l4_csum: l4 && !tunnel,
             vlan: (fl & bits::RTE_MBUF_F_TX_VLAN != 0).then_some(m.vlan_tci),
+            tso,
+            inner_ip_csum: ip && tunnel,
+            inner_l4_csum: l4 && tunnel,
         }
     }
 

@@ -187,6 +187,7 @@ impl SqRing {
             limit: pos.wrapping_add(room),
             mask: cnt - 1,
             sink: sink.as_ptr(),
+            last_be: None,
             _ring: PhantomData,
         }
     }
@@ -258,6 +259,8 @@ pub struct Poster<'a> {
     limit: u32,
     mask: u32,
     sink: *mut u32,
+    /// The owner word of a last WQE that is not a plain SEND ([`Poster::take_last`]).
+    last_be: Option<u32>,
     _ring: PhantomData<&'a mut SqRing>,
 }
 
@@ -325,6 +328,18 @@ impl<'a> Poster<'a> {
         Some(WqeMut::new(self.advance(len), len))
     }
 
+    /// As [`Poster::take_dyn`], for a WQE whose owner word carries `bits` (the opcode and
+    /// flags such as IIP/ILP) instead of SEND: it must be the burst's last, as the queue
+    /// publishes the last WQE with the word [`Poster::finish`] hands back, while every other
+    /// is published with the run's SEND word.
+    pub fn take_last(&mut self, txbbs: u32, bits: u32) -> Option<WqeMut<'a>> {
+        debug_assert!(self.last_be.is_none(), "nothing is taken after a last WQE");
+        let w = self.take_dyn(txbbs)?;
+        let owner = u32::from_be(self.send_be) & owner_opcode::OWNER;
+        self.last_be = Some((owner | bits).to_be());
+        Some(w)
+    }
+
     /// The current run ends before a WQE of `txbbs`: if that is the ring's end and the
     /// burst's room continues after it for at least that WQE, pads up to the end with one NOP
     /// and starts the next pass's run at the ring's start (true); else the burst is full.
@@ -379,7 +394,7 @@ impl<'a> Poster<'a> {
             last: Some(LastWqe {
                 start: end.wrapping_sub(txbbs),
                 txbbs,
-                send_be: self.send_be,
+                send_be: self.last_be.unwrap_or(self.send_be),
             }),
         }
     }

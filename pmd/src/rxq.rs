@@ -38,6 +38,47 @@ pub const PTYPE_L3_IPV6_EXT_UNKNOWN: u32 = 0xe0;
 pub const PTYPE_L4_TCP: u32 = 0x100;
 pub const PTYPE_L4_UDP: u32 = 0x200;
 pub const PTYPE_L4_FRAG: u32 = 0x300;
+pub const PTYPE_L3_MASK: u32 = 0xf0;
+pub const PTYPE_L4_MASK: u32 = 0xf00;
+pub const PTYPE_TUNNEL_VXLAN: u32 = 0x3000;
+pub const PTYPE_INNER_L2_ETHER: u32 = 0x1_0000;
+pub const RX_OUTER_IP_CKSUM_BAD: u64 = 1 << 5;
+pub const RX_OUTER_L4_CKSUM_BAD: u64 = 1 << 21;
+pub const RX_OUTER_L4_CKSUM_GOOD: u64 = 1 << 22;
+
+/// A ConnectX-3 Pro's VXLAN frame (`vlan_my_qpn` tunnel bits): the status word described the
+/// inner packet, so its types move to the inner fields (inner L3 and L4 sit 16 bits above the
+/// outer ones in DPDK's packet type) and the checksum verdicts stay the inner ones; the outer
+/// headers come from the tunnel bits.
+pub fn with_tunnel(mut m: RxMeta, vlan_my_qpn: u32, csum: bool) -> RxMeta {
+    use mlx4_prm::cqe_vlan::{L2_TUNNEL, L2_TUNNEL_IPOK, L2_TUNNEL_IPV4, L2_TUNNEL_L4_CSUM};
+    if vlan_my_qpn & L2_TUNNEL == 0 {
+        return m;
+    }
+    let v4 = vlan_my_qpn & L2_TUNNEL_IPV4 != 0;
+    let inner = (m.packet_type & (PTYPE_L3_MASK | PTYPE_L4_MASK)) << 16;
+    m.packet_type = PTYPE_L2_ETHER
+        | if v4 {
+            PTYPE_L3_IPV4_EXT_UNKNOWN
+        } else {
+            PTYPE_L3_IPV6_EXT_UNKNOWN
+        }
+        | PTYPE_L4_UDP
+        | PTYPE_TUNNEL_VXLAN
+        | PTYPE_INNER_L2_ETHER
+        | inner;
+    if csum {
+        if v4 && vlan_my_qpn & L2_TUNNEL_IPOK == 0 {
+            m.ol_flags |= RX_OUTER_IP_CKSUM_BAD;
+        }
+        m.ol_flags |= if vlan_my_qpn & L2_TUNNEL_L4_CSUM != 0 {
+            RX_OUTER_L4_CKSUM_GOOD
+        } else {
+            RX_OUTER_L4_CKSUM_BAD
+        };
+    }
+    m
+}
 
 /// Reads an RX CQE's status word and hash into mbuf metadata. Checksum flags only when the
 /// application enabled RX checksum offload; the hash only with RSS.
@@ -115,6 +156,8 @@ pub struct RxConfig {
     pub rss: bool,
     /// The device leaves the 4-byte FCS after each frame (`KEEP_CRC`).
     pub keep_crc: bool,
+    /// The device reports VXLAN frames (a ConnectX-3 Pro): inner packet types and verdicts.
+    pub tunnel: bool,
     pub port_id: u16,
     pub source: MemSource,
 }
@@ -341,6 +384,7 @@ impl<B: RxBuf> RxQueue<B> {
     fn burst_single(&mut self, out: &mut [B]) -> usize {
         let mask = self.wqe_cnt - 1;
         let (csum, rss, port) = (self.cfg.csum, self.cfg.rss, self.cfg.port_id);
+        let tunnel = self.cfg.tunnel;
         let region = self.lkeys.cached();
         let (mut got, mut bytes, mut errors, mut nombuf) = (0usize, 0u64, 0u64, 0u64);
         loop {
@@ -370,6 +414,7 @@ impl<B: RxBuf> RxQueue<B> {
                         let c = self.cq.next_view().expect("counted as ready");
                         let (err, len) = (c.opcode() == cqe_opcode::ERROR, c.byte_cnt());
                         let (status, hash) = (c.status(), c.immed_rss_invalid());
+                        let vlan = c.vlan_my_qpn();
                         let slot = (self.rq_ci & mask) as usize;
                         self.rq_ci = self.rq_ci.wrapping_add(1);
                         if err {
@@ -379,7 +424,13 @@ impl<B: RxBuf> RxQueue<B> {
                         }
                         let mut head = self.elts[slot];
                         head.set_segment(len, None);
-                        head.set_packet(len, 1, port, &parse_rx_cqe(status, hash, csum, rss));
+                        let meta = parse_rx_cqe(status, hash, csum, rss);
+                        let meta = if tunnel {
+                            with_tunnel(meta, vlan, csum)
+                        } else {
+                            meta
+                        };
+                        head.set_packet(len, 1, port, &meta);
                         out[got] = head;
                         got += 1;
                         bytes += u64::from(len);
@@ -435,7 +486,7 @@ impl<B: RxBuf> RxQueue<B> {
                 .max(1);
             // Take the chunk's CQEs first so one bulk allocation covers all its frames; an
             // error CQE (frame too long for the posted buffers) takes no buffer.
-            let mut cqes = [(0u32, 0u32, 0u32, 0usize); CHUNK];
+            let mut cqes = [(0u32, 0u32, 0u32, 0usize, 0u32); CHUNK];
             let mut n = 0;
             let mut need = 0usize;
             while n < want {
@@ -447,7 +498,7 @@ impl<B: RxBuf> RxQueue<B> {
                     self.segments_for(len)
                 };
                 need += k;
-                cqes[n] = (len, c.status(), c.immed_rss_invalid(), k);
+                cqes[n] = (len, c.status(), c.immed_rss_invalid(), k, c.vlan_my_qpn());
                 n += 1;
             }
             if n == 0 {
@@ -458,7 +509,7 @@ impl<B: RxBuf> RxQueue<B> {
             let alloc_ok = fresh.is_some();
             let fresh = fresh.unwrap_or_default();
             let mut f = 0;
-            for &(len, status, hash, k) in &cqes[..n] {
+            for &(len, status, hash, k, vlan) in &cqes[..n] {
                 let slot = (self.rq_ci & (self.wqe_cnt - 1)) as usize;
                 self.rq_ci = self.rq_ci.wrapping_add(1);
                 if k == 0 {
@@ -480,7 +531,10 @@ impl<B: RxBuf> RxQueue<B> {
                     next = Some(b);
                 }
                 let mut head = next.expect("k >= 1");
-                let meta = parse_rx_cqe(status, hash, self.cfg.csum, self.cfg.rss);
+                let mut meta = parse_rx_cqe(status, hash, self.cfg.csum, self.cfg.rss);
+                if self.cfg.tunnel {
+                    meta = with_tunnel(meta, vlan, self.cfg.csum);
+                }
                 head.set_packet(len, k as u16, self.cfg.port_id, &meta);
                 out[got] = head;
                 got += 1;

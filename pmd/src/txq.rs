@@ -411,7 +411,13 @@ impl<B: TxBuf> TxQueue<B> {
         // straight-line path.
         let (poster, t) = post_rest(poster, pkts, stop, Tally::straight(n, bytes), rest);
         let posted = poster.finish();
-        self.end_burst(posted, start, pkts, t)
+        let n = self.end_burst(posted, start, pkts, t);
+        if t.last && n < pkts.len() {
+            // A WQE that had to be the last went out with its doorbell: the rest continue
+            // as a burst of their own.
+            return n + self.burst(&pkts[n..]);
+        }
+        n
     }
 
     /// Once per burst: the completion request, the BlueFlame copy or the doorbell, the
@@ -686,6 +692,9 @@ enum Step {
     Inline(u32),
     /// A gather WQE; the packet is held until its completion.
     Gather(u32),
+    /// A gather WQE whose owner word is not a SEND's (LSO, inner checksums): held as
+    /// `Gather`, and the burst ends with it ([`Poster::take_last`]).
+    GatherLast(u32),
     /// It can never be sent (empty, too many segments, memory the device cannot reach): taken,
     /// released and counted, rather than retried forever.
     Dropped,
@@ -821,6 +830,8 @@ struct Tally {
     single_seg: bool,
     /// The burst stopped for want of room.
     full: bool,
+    /// The burst ended with a WQE that must be its last ([`Step::GatherLast`]).
+    last: bool,
 }
 
 impl Tally {
@@ -835,6 +846,7 @@ impl Tally {
             kept: 0,
             single_seg: true,
             full: false,
+            last: false,
         }
     }
 }
@@ -912,7 +924,8 @@ fn rest_loop<B: TxBuf>(
             Stop::Other if t.n == n0 => {
                 let pkt = pkts[t.n];
                 let room = q.elts_room - t.gathers;
-                match post_general(poster, pkt, q.inline_max, &mut q.prod.lkeys, q.segs, room) {
+                let step = post_general(poster, pkt, q.inline_max, &mut q.prod.lkeys, q.segs, room);
+                match step {
                     // It may have several segments: no fast free for what is released with it.
                     Step::Inline(len) => {
                         t.single_seg = false;
@@ -923,7 +936,7 @@ fn rest_loop<B: TxBuf>(
                         t.single_seg = false;
                         t.errors += 1;
                     }
-                    Step::Gather(len) => {
+                    Step::Gather(len) | Step::GatherLast(len) => {
                         stash(q.done, &pkts[t.kept..t.n], q.fast_free && t.single_seg);
                         q.elts.push(pkt);
                         q.prod.chained_until = q.elts.head();
@@ -931,6 +944,11 @@ fn rest_loop<B: TxBuf>(
                         t.gathers += 1;
                         t.bytes += u64::from(len);
                         t.kept = t.n + 1;
+                        if matches!(step, Step::GatherLast(_)) {
+                            t.n += 1;
+                            t.last = true;
+                            return;
+                        }
                     }
                     Step::Full => {
                         t.full = true;
@@ -961,6 +979,9 @@ fn post_general<B: TxBuf>(
 ) -> Step {
     let len = pkt.pkt_len() as usize;
     let off = pkt.offloads();
+    if let Some(bits) = off.owner_bits() {
+        return post_last(poster, pkt, off, bits, lkeys, segs, gathers_left);
+    }
     if len > 0 && len <= inline_max {
         let bytes = wqe::inline_wqe_bytes(len);
         let Some(mut w) = poster.take_dyn(txbbs_for(bytes)) else {
@@ -994,6 +1015,64 @@ fn post_general<B: TxBuf>(
     wqe::write_ctrl(&mut w, wqe::ds_of(bytes), off, false);
     wqe::write_gather(&mut w, &segs[..nsegs]);
     Step::Gather(len as u32)
+}
+
+/// A packet whose WQE is not a plain SEND: an LSO WQE (the header copied into it, the rest
+/// gathered) or a gather WQE with inner checksums. Its owner word differs from the run's, so
+/// it ends the burst.
+#[cold]
+#[inline(never)]
+fn post_last<B: TxBuf>(
+    poster: &mut Poster<'_>,
+    pkt: B,
+    off: TxOffloads,
+    bits: u32,
+    lkeys: &mut Lkeys,
+    segs: &mut [(u64, u32, u32); MAX_GATHER_SEGS],
+    gathers_left: u32,
+) -> Step {
+    let len = pkt.pkt_len();
+    let hdr_len = off.tso.map_or(0, |t| usize::from(t.hdr_len));
+    let mut all = pkt.segs();
+    let first = all.next().unwrap_or(&[]);
+    if off.tso.is_some_and(|t| t.mss == 0)
+        || hdr_len > mlx4_prm::LSO_MAX_HEADER
+        || hdr_len > first.len()
+        || hdr_len == len as usize
+    {
+        return Step::Dropped;
+    }
+    let (hdr, rest) = first.split_at(hdr_len);
+    let mut nsegs = 0;
+    for s in std::iter::once(rest).chain(all).filter(|s| !s.is_empty()) {
+        if nsegs == MAX_GATHER_SEGS - mlx4_prm::lso_seg_len(hdr_len) / mlx4_prm::DS_SIZE {
+            return Step::Dropped;
+        }
+        let Some(lkey) = lkeys.lookup(s.as_ptr() as usize, s.len()) else {
+            return Step::Dropped;
+        };
+        segs[nsegs] = (s.as_ptr() as u64, s.len() as u32, lkey);
+        nsegs += 1;
+    }
+    if nsegs == 0 {
+        return Step::Dropped;
+    }
+    if gathers_left == 0 {
+        return Step::Full;
+    }
+    let bytes = match off.tso {
+        Some(_) => wqe::lso_wqe_bytes(hdr_len, nsegs),
+        None => wqe::gather_wqe_bytes(nsegs),
+    };
+    let Some(mut w) = poster.take_last(txbbs_for(bytes), bits) else {
+        return Step::Full;
+    };
+    wqe::write_ctrl(&mut w, wqe::ds_of(bytes), off, false);
+    match off.tso {
+        Some(t) => wqe::write_lso(&mut w, t, hdr, &segs[..nsegs]),
+        None => wqe::write_gather(&mut w, &segs[..nsegs]),
+    }
+    Step::GatherLast(len)
 }
 
 /// Keeps packets for the release at the end of the burst, releasing a full batch on the way.

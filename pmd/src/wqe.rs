@@ -39,9 +39,85 @@ pub const MAX_GATHER_SEGS: usize = mlx4_prm::MAX_WQE_DS as usize - 1;
 /// Offloads requested for one packet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TxOffloads {
+    /// The IP header checksum (the outer one of a tunnelled packet).
     pub ip_csum: bool,
     pub l4_csum: bool,
     pub vlan: Option<u16>,
+    /// TCP segmentation: an LSO WQE.
+    pub tso: Option<Tso>,
+    /// A tunnelled (VXLAN) packet's inner IP and L4 checksums: owner_opcode IIP and ILP.
+    pub inner_ip_csum: bool,
+    pub inner_l4_csum: bool,
+}
+
+impl TxOffloads {
+    /// Bits the owner word carries besides OWNER, when they are not a plain SEND's.
+    pub fn owner_bits(&self) -> Option<u32> {
+        let mut bits = if self.tso.is_some() {
+            u32::from(mlx4_prm::opcode::LSO) | mlx4_prm::owner_opcode::RR
+        } else {
+            u32::from(mlx4_prm::opcode::SEND)
+        };
+        if self.inner_ip_csum {
+            bits |= mlx4_prm::owner_opcode::IIP;
+        }
+        if self.inner_l4_csum {
+            bits |= mlx4_prm::owner_opcode::ILP;
+        }
+        (bits != u32::from(mlx4_prm::opcode::SEND)).then_some(bits)
+    }
+}
+
+/// A large send: segments of `mss` payload bytes, each behind a copy of the first `hdr_len`
+/// bytes (L2 to L4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tso {
+    pub mss: u16,
+    pub hdr_len: u16,
+}
+
+/// Bytes of an LSO WQE with a header of `hdr_len` and `segs` data segments.
+pub const fn lso_wqe_bytes(hdr_len: usize, segs: usize) -> usize {
+    CTRL_LEN + mlx4_prm::lso_seg_len(hdr_len) + segs * DS_SIZE
+}
+
+/// Writes the LSO segment (after the control segment) and the data segments after it. The
+/// header's dwords that start a TXBB are written last, behind a barrier, as are byte counts:
+/// a prefetching device never sees a TXBB's first dword valid before the rest of it.
+pub fn write_lso(w: &mut WqeMut<'_>, tso: Tso, hdr: &[u8], segs: &[(u64, u32, u32)]) {
+    let at = CTRL_LEN + 4;
+    let starts_txbb = |pos: usize| pos.is_multiple_of(TXBB_SIZE);
+    let mut deferred = [(0usize, [0u8; 4]); mlx4_prm::LSO_MAX_HEADER / TXBB_SIZE + 1];
+    let mut n_def = 0;
+    let mut i = 0;
+    while i < hdr.len() {
+        let pos = at + i;
+        if starts_txbb(pos) {
+            let mut d = [0u8; 4];
+            let k = (hdr.len() - i).min(4);
+            d[..k].copy_from_slice(&hdr[i..i + k]);
+            deferred[n_def] = (pos, d);
+            n_def += 1;
+            i += 4;
+            continue;
+        }
+        // Up to the next TXBB start.
+        let next = (pos / TXBB_SIZE + 1) * TXBB_SIZE;
+        let k = (next - pos).min(hdr.len() - i);
+        w.put_bytes(pos, &hdr[i..i + k]);
+        i += k;
+    }
+    write_gather_at(w, CTRL_LEN + mlx4_prm::lso_seg_len(hdr.len()), segs);
+    w.put_be32(
+        CTRL_LEN,
+        mlx4_prm::lso_mss_hdr_size(tso.mss, hdr.len() as u16),
+    );
+    if n_def > 0 {
+        io_wmb();
+        for &(pos, d) in &deferred[..n_def] {
+            w.put_bytes(pos, &d);
+        }
+    }
 }
 
 /// Bytes of an inline WQE carrying `len` bytes of packet.
@@ -273,17 +349,22 @@ fn write_inline_headers(w: &mut WqeMut<'_>, len: usize) {
 /// byte count behind a barrier, so a prefetching device never pairs a valid count with a stale
 /// address.
 pub fn write_gather(w: &mut WqeMut<'_>, segs: &[(u64, u32, u32)]) {
+    write_gather_at(w, CTRL_LEN, segs);
+}
+
+/// As [`write_gather`], the first data segment at byte `at` of the WQE.
+fn write_gather_at(w: &mut WqeMut<'_>, at: usize, segs: &[(u64, u32, u32)]) {
     let mut seg = [0u8; DataSeg::<&[u8]>::LEN];
     for (i, &(addr, len, lkey)) in segs.iter().enumerate() {
         let mut d = DataSeg::new_unchecked(&mut seg[..]);
         d.set_lkey(lkey);
         d.set_addr(addr);
         d.set_byte_count(len);
-        w.put_bytes(CTRL_LEN + i * DS_SIZE + 4, &seg[4..]);
+        w.put_bytes(at + i * DS_SIZE + 4, &seg[4..]);
     }
     io_wmb();
     for (i, &(_, len, _)) in segs.iter().enumerate() {
-        w.put_be32(CTRL_LEN + i * DS_SIZE, len);
+        w.put_be32(at + i * DS_SIZE, len);
     }
 }
 
@@ -427,6 +508,7 @@ mod tests {
             ip_csum: true,
             l4_csum: true,
             vlan: Some(0x0123),
+            ..TxOffloads::default()
         };
         let wqe = built(1, |mut w| {
             write_ctrl(&mut w, 3, off, true);

@@ -221,6 +221,7 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
             csum: true,
             rss: false,
             keep_crc: false,
+            tunnel: false,
             port_id: 0,
             source: MemSource::Heap,
         },

@@ -694,6 +694,7 @@ fn every_length_class_boundary_on_every_path() {
                             ip_csum: true,
                             l4_csum: true,
                             vlan: None,
+                            ..TxOffloads::default()
                         },
                     });
                 }

@@ -139,6 +139,7 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
             csum: true,
             rss: false,
             keep_crc: false,
+            tunnel: false,
             port_id: 0,
             source: MemSource::Heap,
         },

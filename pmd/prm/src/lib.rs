@@ -49,6 +49,20 @@ pub const INVALID_LKEY: u32 = 0x100;
 /// Bytes the device may prefetch beyond the last posted WQE; the driver keeps this plus one WQE
 /// free in the SQ.
 pub const SQ_HEADROOM_BYTES: usize = 2048;
+/// Longest L2-L4 header an LSO segment carries (DPDK mlx4's `MLX4_MAX_TSO_HEADER`).
+pub const LSO_MAX_HEADER: usize = 192;
+
+/// The LSO segment after the control segment (spec 1.5): `mss_hdr_size` (BE32, `mss << 16 |
+/// header length`), then the header bytes, padded to 16 bytes. Its length in the WQE.
+pub const fn lso_seg_len(hdr_len: usize) -> usize {
+    (4 + hdr_len).div_ceil(DS_SIZE) * DS_SIZE
+}
+
+/// The LSO segment's first dword (host order).
+pub const fn lso_mss_hdr_size(mss: u16, hdr_len: u16) -> u32 {
+    (mss as u32) << 16 | hdr_len as u32
+}
+
 /// Size of a CQE (64-byte CQEs are not used).
 pub const CQE_SIZE: usize = 32;
 

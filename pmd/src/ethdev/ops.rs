@@ -56,6 +56,7 @@ pub(super) static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_de
     flow_ctrl_get: Some(filter::flow_ctrl_get),
     flow_ctrl_set: Some(filter::flow_ctrl_set),
     fw_version_get: Some(filter::fw_version_get),
+    dev_supported_ptypes_get: Some(supported_ptypes),
     rx_queue_start: Some(qctl::rx_queue_start),
     rx_queue_stop: Some(qctl::rx_queue_stop),
     tx_queue_start: Some(qctl::tx_queue_start),
@@ -217,7 +218,8 @@ pub(super) const TX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_TX_OFFLOAD_VLAN_INSER
     | sys::bits::RTE_ETH_TX_OFFLOAD_UDP_CKSUM
     | sys::bits::RTE_ETH_TX_OFFLOAD_TCP_CKSUM
     | sys::bits::RTE_ETH_TX_OFFLOAD_MULTI_SEGS
-    | sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+    | sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE
+    | sys::bits::RTE_ETH_TX_OFFLOAD_TCP_TSO;
 
 /// RX offloads: checksum verdicts, RSS hash, scattered frames, the VLAN filter.
 pub(super) const RX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM
@@ -262,9 +264,59 @@ fn infos(info: &mut sys::rte_eth_dev_info, caps: &Caps) {
     if caps.keep_crc {
         info.rx_offload_capa |= sys::bits::RTE_ETH_RX_OFFLOAD_KEEP_CRC;
     }
+    if caps.tunnel_offloads {
+        // VXLAN: the outer IP checksum on send (inner ones through IIP/ILP), the outer
+        // verdicts on receive.
+        info.tx_offload_capa |= sys::bits::RTE_ETH_TX_OFFLOAD_OUTER_IPV4_CKSUM;
+        info.rx_offload_capa |= sys::bits::RTE_ETH_RX_OFFLOAD_OUTER_IPV4_CKSUM;
+    }
     info.rx_queue_offload_capa = 0;
     // Flow rules are kept across a restart (see `flow`).
     info.dev_capa |= sys::bits::RTE_ETH_DEV_CAPA_FLOW_RULE_KEEP;
+}
+
+/// The packet types the RX path sets (`rxq::parse_rx_cqe`, `rxq::with_tunnel`), ending with
+/// RTE_PTYPE_UNKNOWN (0).
+static PTYPES: [u32; 7] = {
+    use crate::rxq::*;
+    [
+        PTYPE_L2_ETHER,
+        PTYPE_L3_IPV4_EXT_UNKNOWN,
+        PTYPE_L3_IPV6_EXT_UNKNOWN,
+        PTYPE_L4_FRAG,
+        PTYPE_L4_TCP,
+        PTYPE_L4_UDP,
+        0,
+    ]
+};
+/// As [`PTYPES`], with the tunnel and inner types of a ConnectX-3 Pro.
+static PTYPES_TUNNEL: [u32; 13] = {
+    use crate::rxq::*;
+    [
+        PTYPE_L2_ETHER,
+        PTYPE_L3_IPV4_EXT_UNKNOWN,
+        PTYPE_L3_IPV6_EXT_UNKNOWN,
+        PTYPE_L4_FRAG,
+        PTYPE_L4_TCP,
+        PTYPE_L4_UDP,
+        PTYPE_TUNNEL_VXLAN,
+        PTYPE_INNER_L2_ETHER,
+        PTYPE_L3_IPV4_EXT_UNKNOWN << 16,
+        PTYPE_L3_IPV6_EXT_UNKNOWN << 16,
+        PTYPE_L4_TCP << 16,
+        PTYPE_L4_UDP << 16,
+        0,
+    ]
+};
+
+unsafe extern "C" fn supported_ptypes(dev: *mut sys::rte_eth_dev) -> *const u32 {
+    // SAFETY: as for every op.
+    let tunnel = unsafe { eth::query(dev, |e| e.port.caps.tunnel_offloads) };
+    match tunnel {
+        Some(true) => PTYPES_TUNNEL.as_ptr(),
+        Some(false) => PTYPES.as_ptr(),
+        None => std::ptr::null(),
+    }
 }
 
 unsafe extern "C" fn link_update(dev: *mut sys::rte_eth_dev, _wait: c_int) -> c_int {

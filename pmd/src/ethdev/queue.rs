@@ -180,6 +180,7 @@ fn rx_setup(
             != 0,
         rss: offloads & RTE_ETH_RX_OFFLOAD_RSS_HASH != 0,
         keep_crc,
+        tunnel: e.port.caps.tunnel_offloads,
         port_id: e.port_id(),
         source: MemSource::Dpdk { socket },
     };

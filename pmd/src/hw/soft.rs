@@ -65,6 +65,9 @@ pub struct Soft {
     flow_ctxs: Mutex<HashMap<u32, u32>>,
     /// The UAR page CQ arm doorbells go to (its address), allocated at the first arming.
     arm_uar: Mutex<Option<usize>>,
+    /// Completion channels made: an lcore-run device then also runs on its thread, so that
+    /// frames arrive (and wake the lcore) while the lcore sleeps on the channel's fd.
+    channels: std::sync::atomic::AtomicU32,
 }
 
 #[derive(Default)]
@@ -93,6 +96,7 @@ impl Soft {
             threaded: true,
             shared_thread: args.device_loop == DeviceLoop::ProcessThread,
             busy_poll: args.busy_poll,
+            pro: args.pro,
             name: name.to_owned(),
             ..HcaConfig::default()
         };
@@ -136,6 +140,7 @@ impl Soft {
             bar_mem: None,
             flow_ctxs: Mutex::new(HashMap::new()),
             arm_uar: Mutex::new(None),
+            channels: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -163,7 +168,9 @@ impl Soft {
             DeviceLoop::PortThread | DeviceLoop::ProcessThread => {
                 self.hca.start().map_err(hw_err("start the device loop"))
             }
-            DeviceLoop::Lcore if *self.secondaries.lock() > 0 => {
+            DeviceLoop::Lcore
+                if *self.secondaries.lock() > 0 || self.channels.load(Ordering::Acquire) > 0 =>
+            {
                 self.hca.start().map_err(hw_err("start the device loop"))
             }
             DeviceLoop::Lcore => Ok(()),
@@ -576,11 +583,17 @@ impl Device for Soft {
             .hca
             .comp_channel_fd(ch)
             .map_err(hw_err("completion channel"))?;
+        self.channels.fetch_add(1, Ordering::AcqRel);
+        if self.started.load(Ordering::Acquire) {
+            self.run_loop()?;
+        }
         Ok((ch, fd))
     }
 
     fn destroy_comp_channel(&self, channel: u32) {
-        let _ = self.hca.destroy_comp_channel(channel);
+        if self.hca.destroy_comp_channel(channel).is_ok() {
+            self.channels.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     fn arm_cq(&self, cq: &CqDesc, ci: u32, sn: u32, channel: u32) -> Result<(), HwError> {
