@@ -5,6 +5,8 @@
 //! from a working directory that does not hold it.
 #![allow(dead_code)]
 
+pub mod examples;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -247,21 +249,26 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
         }
     }
     drop(stdin);
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_or_kill(&mut child, limit);
     Output {
         stdout: out_t.join().unwrap(),
         stderr: err_t.join().unwrap(),
         status,
+    }
+}
+
+/// Waits for `child` to exit, killing it once `limit` has passed.
+pub fn wait_or_kill(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            return child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

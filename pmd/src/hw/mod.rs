@@ -18,6 +18,7 @@ use std::ptr::NonNull;
 
 use crate::mem::{DmaRange, Mr};
 
+pub mod flow;
 pub mod soft;
 pub mod verbs;
 
@@ -494,6 +495,25 @@ pub trait Device: Send + Sync {
     /// the primary's polling lcore must then run by itself, since a secondary's bursts cannot
     /// run a device that lives in the primary; a card needs nothing.
     fn secondary_attached(&self, _attached: bool) {}
+
+    // Flow steering (rte_flow). Rules are the primary process's control state; a rule's id
+    // is this backend's, valid until destroyed or the device closes.
+
+    /// Adds a steering rule, checked before the port's default path; its id.
+    fn create_flow(&self, _rule: &flow::FlowRule) -> Result<u32, HwError> {
+        Err(HwError::Unsupported("flow steering"))
+    }
+    fn destroy_flow(&self, _id: u32) -> Result<(), HwError> {
+        Err(HwError::Unsupported("flow steering"))
+    }
+    /// What rule `id` matched since it was created.
+    fn flow_counters(&self, _id: u32) -> Result<flow::FlowCounters, HwError> {
+        Err(HwError::Unsupported("flow counters"))
+    }
+    /// Isolated mode (`on`): only frames a rule takes are delivered, the rest dropped.
+    fn set_flow_isolate(&self, _on: bool) -> Result<(), HwError> {
+        Err(HwError::Unsupported("flow isolation"))
+    }
 }
 
 /// This process's handles to a port's device.
