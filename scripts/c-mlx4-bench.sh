@@ -280,12 +280,16 @@ if "pktgen" in parts:
         recs.append((w[0], dict(x.split("=", 1) for x in w[1:] if "=" in x)))
     labels = {0: C, 1: "net_mlx4rs (bf=auto)", 2: "net_mlx4rs (bf=off)"}
     print("### Pktgen-DPDK\n")
-    print("| port | Mpps (median) | rounds | lcore 1's share of each window | doorbells/pkt | BF writes/pkt | WQEs fetched/pkt |")
-    print("|---|---|---|---|---|---|---|")
+    print("| port | Mpps (median) | rounds | lcore 1's share of each window | Mpps per second of lcore 1 (median) | doorbells/pkt | BF writes/pkt | WQEs fetched/pkt |")
+    print("|---|---|---|---|---|---|---|---|")
     for p in (0, 1, 2):
         tx = [f for k, f in recs if k == "tx" and int(f["port"]) == p]
         mpps = [float(f["tx_pps"]) / 1e6 for f in tx]
         share = " / ".join(f"{float(f['lcore_share']):.2f}" for f in tx)
+        # What the lcore would send with a core of its own (the neighbours take the rest).
+        per_cpu = [float(f["tx_pps"]) / 1e6 / float(f["lcore_share"]) for f in tx
+                   if float(f["lcore_share"]) > 0]
+        per_cpu = f"{statistics.median(per_cpu):.2f}" if per_cpu else "?"
         x = next((f for k, f in recs if k == "xstats" and int(f["port"]) == p), {})
         if "hca_tx_frames" in x:
             n = max(int(x["hca_tx_frames"]), 1)
@@ -294,7 +298,7 @@ if "pktgen" in parts:
             # The stand-in writes the model's counters when the C driver closes its context;
             # Pktgen exits without closing its ports.
             model = "n/a | n/a | n/a"
-        print(f"| {labels[p]} | {statistics.median(mpps):.2f} | {runs_s(mpps)} | {share} | {model} |")
+        print(f"| {labels[p]} | {statistics.median(mpps):.2f} | {runs_s(mpps)} | {share} | {per_cpu} | {model} |")
     print()
     cmd = read(f"{work}/pg.cmd").strip()
     print(f"One Pktgen process, 64 B frames, unpaced (`tx_cycles 1`), the ports sending in turns "
