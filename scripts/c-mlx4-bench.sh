@@ -78,9 +78,12 @@ eal() {
     c) echo "-a $MLX4RS_PCI" ;;
     rs) echo "--no-pci -d librte_net_mlx4rs.so --vdev net_mlx4rs0,wire=null,$ours" ;;
     rs-db) echo "--no-pci -d librte_net_mlx4rs.so --vdev net_mlx4rs0,wire=null,$ours,bf=off" ;;
+    rs-gather) echo "--no-pci -d librte_net_mlx4rs.so --vdev net_mlx4rs0,wire=null,$ours,bf=off,txq_inline=0" ;;
   esac
 }
 drivers=(c rs rs-db)
+# Instructions also with inlining off: a pointer per packet, as the C driver writes.
+cg_drivers=(c rs rs-db rs-gather)
 
 # testpmd with EAL arguments $2 and application arguments $3, fed the commands on stdin, output
 # to $1.log.
@@ -103,7 +106,7 @@ if has_part tx; then
   done
 
   gcc -O2 -g -o tx_burst_cost "$top/scripts/tx_burst_cost.c" $(pkg-config --cflags --libs libdpdk)
-  for d in "${drivers[@]}"; do
+  for d in "${cg_drivers[@]}"; do
     verbs null "$work/$d.cg.model"
     valgrind --tool=callgrind --fair-sched=yes --toggle-collect=measured_tx \
       --callgrind-out-file="$work/$d.cg" ./tx_burst_cost -l 0-1 --no-huge -m 512 \
@@ -163,7 +166,8 @@ work, runs, secs, bursts, load0, load1, parts = sys.argv[1:]
 runs = int(runs)
 parts = parts.split()
 C = "net_mlx4 (DPDK's C driver)"
-names = {"c": C, "rs": "net_mlx4rs (bf=auto)", "rs-db": "net_mlx4rs (bf=off)"}
+names = {"c": C, "rs": "net_mlx4rs (bf=auto)", "rs-db": "net_mlx4rs (bf=off)",
+         "rs-gather": "net_mlx4rs (bf=off, txq_inline=0)"}
 
 
 def read(path):
@@ -194,6 +198,14 @@ def pps_by_port(log, key):
     return got
 
 
+def instructions(d):
+    """tx_burst instructions per packet under callgrind, and the calls that sent less."""
+    cg = read(f"{work}/{d}.cg.log")
+    ir = int(re.search(r"Collected : (\d+)", cg).group(1))
+    m = re.search(r"packets (\d+) short (\d+)", cg)
+    return ir / int(m.group(1)), int(m.group(2))
+
+
 def per_pkt(tot, key):
     return tot.get(key, 0) / max(tot.get("tx_frames", 0), 1)
 
@@ -215,12 +227,9 @@ if "tx" in parts:
             m = model_file(f"{work}/{d}.{run}.model") if d == "c" else xstats_by_port(log)[0]
             for k, v in m.items():
                 tot[k] = tot.get(k, 0) + v
-        cg = read(f"{work}/{d}.cg.log")
-        ir = int(re.search(r"Collected : (\d+)", cg).group(1))
-        m = re.search(r"packets (\d+) short (\d+)", cg)
-        pkts, short = int(m.group(1)), int(m.group(2))
+        ipp, short = instructions(d)
         path = re.search(r"TX path (\w+)", read(f"{work}/{d}.1.log"))
-        rows.append((names[d], statistics.median(mpps), mpps, ir / pkts, short,
+        rows.append((names[d], statistics.median(mpps), mpps, ipp, short,
                      per_pkt(tot, "doorbells"), per_pkt(tot, "bf_bursts"),
                      per_pkt(tot, "wqe_fetched"), per_pkt(tot, "wqe_from_bf"),
                      path.group(1) if path else "doorbell"))
@@ -231,6 +240,7 @@ if "tx" in parts:
     for name, med, all_, ipp, short, db, bf, fetch, frombf, path in rows:
         note = f" ({short} short calls)" if short else ""
         print(f"| {name} | {path} | {med:.2f} | {runs_s(all_)} | {ipp:.1f}{note} | {db:.4f} | {bf:.4f} | {fetch:.4f} | {frombf:.4f} |")
+    print(f"| {names['rs-gather']} | doorbell, gather | | | {instructions('rs-gather')[0]:.1f} | | | | |")
     print()
     print(f"testpmd txonly, 64 B, burst 32, {secs} s per run, drivers alternating, median of {runs}. "
           f"Instructions: callgrind over {bursts} full bursts of 32 (scripts/tx_burst_cost.c), "
