@@ -400,6 +400,19 @@ def inclusive(name):
     return got
 
 
+def inlined(name, fn):
+    """Instructions of code from other source files inlined into `fn` (callgrind_annotate's
+    file:function lines without an object), by file."""
+    path = os.path.join(out, name + ".annotate")
+    got = {}
+    for line in open(path, errors="replace"):
+        m = re.match(r"^\s*([\d,]+) \([^)]*\)\s+(\S+?):(\S+)$", line)
+        if m and m.group(3) == fn:
+            f = re.sub(r"^.*/library/", "", re.sub(r"^.*/pmd/", "", m.group(2)))
+            got[f] = got.get(f, 0) + int(m.group(1).replace(",", ""))
+    return got
+
+
 profiles = [("BlueFlame", "prof-bf", 0), ("doorbell", "prof-doorbell", 0), ("net_null", "prof-null", 1)]
 if any(inclusive(name) for _, name, _ in profiles):
     print("## Where the time goes: instructions per packet (callgrind, 64 B, one port sending)\n")
@@ -433,6 +446,29 @@ if any(inclusive(name) for _, name, _ in profiles):
                 print(f"- {label}: net_null's {per_packet['net_null']:.1f} instructions per packet against "
                       f"{per_packet[label]:.1f}: instruction ratio {per_packet['net_null'] / per_packet[label]:.3f}")
     print()
+    # Inside the device's walk and the driver's post: the code inlined into each, by source file.
+    inner = [("device", "mlx4_hca::sq::Sq::walk"), ("driver", "mlx4rs::txq::TxQueue<B>::post"),
+             ("mbuf frees", "rte_pktmbuf_free_bulk")]
+    lines = []
+    for label, name, port in profiles[:2]:
+        rec = next((f for k, f in records(name) if k == "tx" and f["port"] == port), None)
+        if not rec or not rec["opackets"]:
+            continue
+        n = rec["opackets"]
+        fns = inclusive(name)
+        for part, fn in inner:
+            if fn not in fns:
+                continue
+            by_file = inlined(name, fn)
+            top = sorted(by_file.items(), key=lambda kv: -kv[1])[:6]
+            detail = ", ".join(f"{f} {c / n:.1f}" for f, c in top)
+            lines.append(f"| {label} | {part}: `{fn}` | {fns[fn] / n:.1f} | {detail} |")
+    if lines:
+        print("Inside them (instructions per packet; the code inlined into the function by its source file, with what that code calls):\n")
+        print("| port | function | instructions/packet | of which inlined from |")
+        print("|---|---|---|---|")
+        print("\n".join(lines))
+        print()
 
 print("## Targets\n")
 for v in verdicts:
