@@ -252,9 +252,9 @@ if "cable" in parts:
              "rx_drops_error", "rx_drops_not_ready", "rx_drops_filter", "rx_drops_mtu",
              "rx_drops_vlan", "rx_drops_flow")
     print("### testpmd io forwarding across a cable\n")
-    print("| ports | direction (sender) | Mpps (median) | runs | sent | received | dropped, counted at the receiver | lost uncounted | doorbells/pkt | BF writes/pkt | WQEs fetched/pkt |")
+    print("| ports | direction (sender) | Mpps (median) | runs | sent | received | dropped and counted | lost uncounted | doorbells/pkt | BF writes/pkt | WQEs fetched/pkt |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for d, label, senders in (("cab-c", "C port 0 - net_mlx4rs port 1", (C, "net_mlx4rs")),
+    for d, label, senders in (("cab-c", "C port 0 - net_mlx4rs port 1", ("net_mlx4, C", "net_mlx4rs")),
                               ("cab-rs", "net_mlx4rs port 0 - net_mlx4rs port 1", ("net_mlx4rs", "net_mlx4rs"))):
         mpps = {0: [], 1: []}
         tot = {0: {}, 1: {}}
@@ -274,8 +274,8 @@ if "cable" in parts:
             sent, got = tot[a].get("tx_frames", 0), tot[b].get("rx_frames", 0)
             dropped = sum(tot[b].get(k, 0) for k in DROPS) + tot[a].get("tx_drops_wire", 0)
             print(f"| {label} | {a} -> {b} ({senders[a]}) | {statistics.median(mpps[a]):.3f} | "
-                  f"{' / '.join(f'{x:.3f}' for x in mpps[a])} | {sent} | {got} | {dropped} | "
-                  f"{sent - got - dropped} | {per_pkt(tot[a], 'doorbells'):.4f} | "
+                  f"{' / '.join(f'{x:.3f}' for x in mpps[a])} | {sent:,} | {got:,} | {dropped:,} | "
+                  f"{sent - got - dropped:,} | {per_pkt(tot[a], 'doorbells'):.4f} | "
                   f"{per_pkt(tot[a], 'bf_bursts'):.4f} | {per_pkt(tot[a], 'wqe_fetched'):.4f} |")
     print()
     print(f"testpmd io forwarding, burst 32, `start tx_first 8` (256 frames each way in flight), "
