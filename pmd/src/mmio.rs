@@ -90,6 +90,14 @@ impl Copy64 {
         }
     }
 
+    /// The routine [`Copy64::prefer`] chose, if one was.
+    pub fn preferred() -> Option<Copy64> {
+        match PREFERRED.load(Ordering::Relaxed) {
+            0 => None,
+            _ => Some(Copy64::best()),
+        }
+    }
+
     /// Whether this CPU has the instructions the routine needs.
     pub fn available(self) -> bool {
         match self {

@@ -309,6 +309,13 @@ impl std::ops::BitOrAssign for RssHash {
 pub trait Device: Send + Sync {
     fn caps(&self) -> Caps;
 
+    /// Whether the device reads its BlueFlame page back from the CPU's caches (the software
+    /// HCA, whose BF page is ordinary write-back memory) rather than receiving the stores as
+    /// bus writes.
+    fn bf_page_cached(&self) -> bool {
+        false
+    }
+
     /// Registers memory the device may read packets from and write packets to.
     fn reg_mr(&self, range: DmaRange) -> Result<Mr, HwError>;
     fn dereg_mr(&self, mr: &Mr) -> Result<(), HwError>;

@@ -201,6 +201,10 @@ fn state(s: mlx4_hca::QueueState) -> QueueState {
 }
 
 impl Device for Soft {
+    fn bf_page_cached(&self) -> bool {
+        true
+    }
+
     fn caps(&self) -> Caps {
         let c = self.hca.caps();
         Caps {
