@@ -491,11 +491,13 @@ impl Sq {
             if fast && !inject {
                 let mut ctrl = [0u8; DS_SIZE];
                 self.ring.read_array(off, &mut ctrl);
-                let (bf_half, bf_posted) = if bf_live {
-                    let slot = (self.ci & slot_mask) as usize;
-                    (self.pending_copy(counter), self.bf_marks[slot])
+                // A latched copy is always of a WQE whose slot is marked: the rest of a BF
+                // burst costs one load of its mark.
+                let bf_posted = bf_live && self.bf_marks[(self.ci & slot_mask) as usize];
+                let bf_half = if bf_posted {
+                    self.pending_copy(counter)
                 } else {
-                    (None, false)
+                    None
                 };
                 if let Some(h) = bf_half {
                     // The copy's `srcrb_flags` rule, as on the full path (`use_bf_copy`).
