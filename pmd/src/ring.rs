@@ -733,21 +733,29 @@ impl CqRing {
     /// sizes its buffer allocation with it before taking them.
     #[inline]
     pub fn ready(&self, max: usize) -> usize {
-        let end = self.span();
+        let stride = self.stride();
         let (mut at, mut sw) = (self.next_owner, self.sw_owner);
+        let cnt = self.cqe_cnt;
+        let mut to_end = (cnt - (self.ci & (cnt - 1))) as usize;
         let mut n = 0;
-        while n < max {
-            if self.owner_at(at) & mlx4_prm::cqe_owner::OWNER != sw {
-                break;
+        loop {
+            // The entries up to the ring's end, counted without a wrap test each; then, if
+            // more may be ready, the next pass's from the ring's start.
+            let stop = max.min(n + to_end);
+            while n < stop {
+                if self.owner_at(at) & mlx4_prm::cqe_owner::OWNER != sw {
+                    return n;
+                }
+                n += 1;
+                at += stride;
             }
-            n += 1;
-            at += self.stride();
-            if at >= end {
-                at = Cqe::<&[u8]>::OWNER_OFFSET;
-                sw ^= mlx4_prm::cqe_owner::OWNER;
+            if n == max {
+                return n;
             }
+            at = Cqe::<&[u8]>::OWNER_OFFSET;
+            sw ^= mlx4_prm::cqe_owner::OWNER;
+            to_end = cnt as usize;
         }
-        n
     }
 
     /// The next CQE, read in place, if software owns it; advances the consumer counter. The

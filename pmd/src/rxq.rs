@@ -454,9 +454,20 @@ impl<B: RxBuf> RxQueue<B> {
         let tunnel = self.cfg.tunnel;
         let region = self.lkeys.cached();
         let (mut got, mut bytes, mut errors, mut nombuf) = (0usize, 0u64, 0u64, 0u64);
+        let mut first = true;
         loop {
             let want = (out.len() - got).min(FRESH);
-            let n = self.cq.ready(want);
+            // A full `out` (every burst of one does) asks the CQ nothing more.
+            if want == 0 {
+                break;
+            }
+            // `burst` saw the first CQE ready: a burst of one need not count it again.
+            let n = if want == 1 && first {
+                1
+            } else {
+                self.cq.ready(want)
+            };
+            first = false;
             if n == 0 {
                 break;
             }

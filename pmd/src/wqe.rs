@@ -16,7 +16,9 @@
 //!   inline WQEs beyond two TXBBs): [`write_ctrl`], [`write_inline`] and [`write_gather`],
 //!   which walk the segments and split them at every 64-byte boundary.
 //!
-//! Both produce the same bytes for a plain packet (tested below and in `tx_step`).
+//! Both produce the same bytes for a plain packet (tested below and in `tx_step`). The
+//! straight-line writers serve a burst of one too (`TxQueue::post_one`), through a writer of
+//! the same constant size made in place ([`crate::ring::SqRing::wqe_fixed`]).
 
 use mlx4_prm::{
     fence_size, inline_header, ins_vlan, srcrb, CtrlSeg, DataSeg, DS_SIZE, INLINE_ALIGN,
