@@ -19,5 +19,5 @@ start=$(date +%s)
 echo "soak: $packets packets per run, faults $faults, $(date -u '+%Y-%m-%d %H:%M UTC')"
 SOAK_PACKETS=$packets SOAK_FAULTS=$faults \
   cargo test --release -q -p mlx4rs --test soak -- --nocapture --test-threads=1 2>&1 \
-  | grep -E '^soak:|test result|panicked|assert' | sed 's/^test [a-z_]* \.\.\. //'
+  | grep --line-buffered -E '^\.*soak: (packets|\.\.\.)|test result|panicked|assert' | sed -u 's/^\.*//'
 echo "soak: both runs passed in $(($(date +%s) - start)) s"

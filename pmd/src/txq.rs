@@ -180,12 +180,17 @@ struct HwQueue {
 struct Recovery {
     /// WQE index (TXBB counter, low 16 bits) of the error completion that stopped the queue.
     error_wqe: u16,
-    /// `comp.cons` when [`TxQueue::kick`] last looked.
+    /// `comp.cons` when the last look for a lost doorbell was taken, and how many looks in a
+    /// row have seen it unchanged with WQEs outstanding.
     kick_cons: u32,
+    stalled_looks: u32,
     flushed: u64,
     queue_resets: u64,
     doorbell_rerings: u64,
 }
+
+/// Calls finding a full ring without progress before it rings again for a lost doorbell.
+const FULL_PATIENCE: u32 = 64;
 
 /// Packets gathered for one release when gather packets come between inline ones.
 const FREE_BATCH: usize = 64;
@@ -505,7 +510,7 @@ impl<B: TxBuf> TxQueue<B> {
         }
         if taken == 0 {
             // Too little room for the first packet: as for a full ring (see `full`).
-            self.kick();
+            self.look_for_lost_doorbell(FULL_PATIENCE);
         }
         taken
     }
@@ -722,37 +727,53 @@ impl<B: TxBuf> TxQueue<B> {
         n
     }
 
-    /// No room: counted, and a look for a lost doorbell ([`TxQueue::kick`]): a full ring
-    /// whose last doorbell was lost would otherwise take nothing from every later burst, and
-    /// so never ring again.
+    /// No room: counted, and a look for a lost doorbell: a full ring whose last doorbell was
+    /// lost would otherwise take nothing from every later burst, and so never ring again. An
+    /// application spinning on a full ring calls often while the device is merely behind, so
+    /// this rings only after [`FULL_PATIENCE`] calls without progress.
     #[cold]
     #[inline(never)]
     fn full(&mut self) -> usize {
         self.prod.ring_full += 1;
-        self.kick();
+        self.look_for_lost_doorbell(FULL_PATIENCE);
         0
     }
 
-    /// For a queue nobody posts on (or whose ring is full). A doorbell can be lost (the device takes only WQEs a
-    /// doorbell covered), leaving posted WQEs waiting with nothing after them to ring again; a
-    /// burst with packets needs none of this, as its doorbell covers everything posted before.
-    /// So: if WQEs are outstanding and no completion progressed since the last look, ring
-    /// again, first asking for a completion if the last WQEs did not, so that the next look
-    /// can see progress. Counted in `doorbell_rerings`. Called by `tx_burst` with no packets or a full ring,
-    /// `tx_done_cleanup` and [`TxQueue::drain`]; returns whether it rang.
+    /// For a queue nobody posts on. A doorbell can be lost (the device takes only WQEs a
+    /// doorbell covered), leaving posted WQEs waiting with nothing after them to ring again;
+    /// a burst with packets needs none of this, as its doorbell covers everything posted
+    /// before. So: if WQEs are outstanding and no completion progressed since the last look,
+    /// ring again, first asking for a completion if the last WQEs did not, so that the next
+    /// look can see progress. Counted in `doorbell_rerings`. Called by `tx_burst` with no
+    /// packets, `tx_done_cleanup` and [`TxQueue::drain`] (a burst that finds no room has its
+    /// own, more patient look); returns whether it rang.
+    pub fn kick(&mut self) -> bool {
+        self.look_for_lost_doorbell(1)
+    }
+
+    /// Rings again once `patience` looks in a row saw WQEs outstanding and no progress.
     #[cold]
     #[inline(never)]
-    pub fn kick(&mut self) -> bool {
+    fn look_for_lost_doorbell(&mut self, patience: u32) -> bool {
         self.complete();
         let cons = self.comp.cons;
-        let progressed = std::mem::replace(&mut self.recovery.kick_cons, cons) != cons;
-        if self.comp.failed || cons == self.prod.prod || progressed {
+        let r = &mut self.recovery;
+        if std::mem::replace(&mut r.kick_cons, cons) != cons
+            || self.comp.failed
+            || cons == self.prod.prod
+        {
+            r.stalled_looks = 0;
             return false;
         }
+        r.stalled_looks += 1;
+        if r.stalled_looks < patience {
+            return false;
+        }
+        r.stalled_looks = 0;
+        r.doorbell_rerings += 1;
         self.ask_completion();
         self.hw.doorbell.ring();
         self.prod.doorbells += 1;
-        self.recovery.doorbell_rerings += 1;
         true
     }
 
