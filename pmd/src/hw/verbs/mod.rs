@@ -87,6 +87,9 @@ struct State {
 
 struct Steer {
     mac: [u8; 6],
+    /// Unicast addresses besides `mac`, and the multicast list: a flow rule each.
+    unicast: Vec<[u8; 6]>,
+    multicast: Vec<[u8; 6]>,
     promisc: bool,
     allmulti: bool,
     key: [u8; RSS_KEY_LEN],
@@ -100,6 +103,8 @@ impl Default for Steer {
     fn default() -> Steer {
         Steer {
             mac: [0; 6],
+            unicast: Vec::new(),
+            multicast: Vec::new(),
             promisc: true,
             allmulti: true,
             key: super::DEFAULT_RSS_KEY,
@@ -269,7 +274,8 @@ fn open_ports(rdma: &'static Rdma, c: &Candidate) -> Result<Vec<(String, Verbs)>
         max_wqe_size: MAX_WQE_SIZE,
         bf_reg_size: 0,
         fw_ver: parse_fw_ver(&attr.fw_ver),
-        max_mac_addrs: 1,
+        // A flow rule per address on the RSS QP (mlx4's MAC table holds 128).
+        max_mac_addrs: 128,
         keep_crc: false,
         tunnel_offloads: false,
     };
@@ -513,7 +519,8 @@ impl Verbs {
         let mut result =
             moved.map_err(|e| dev_err(format!("{}: RSS hash QP to RTR", self.name), e));
         if result.is_ok() {
-            for mut rule in steer::flow_rules(self.port, s.mac, s.promisc, s.allmulti) {
+            let more: Vec<[u8; 6]> = s.unicast.iter().chain(&s.multicast).copied().collect();
+            for mut rule in steer::flow_rules(self.port, s.mac, &more, s.promisc, s.allmulti) {
                 // SAFETY: a live QP; the rule's header is followed by its spec.
                 match unsafe { rdma::create_flow(qp, &mut rule.attr) } {
                     Ok(f) => built.flows.push(f),
@@ -935,6 +942,24 @@ impl Device for Verbs {
             return Ok(());
         }
         (s.mac, s.promisc, s.allmulti) = (mac, promisc, allmulti);
+        self.rebuild(&mut st)
+    }
+
+    fn set_mac_table(&self, macs: &[[u8; 6]]) -> Result<(), HwError> {
+        let mut st = self.st.lock();
+        if st.steer.unicast == macs && st.steer.built.is_some() {
+            return Ok(());
+        }
+        st.steer.unicast = macs.to_vec();
+        self.rebuild(&mut st)
+    }
+
+    fn set_mc_list(&self, macs: &[[u8; 6]]) -> Result<(), HwError> {
+        let mut st = self.st.lock();
+        if st.steer.multicast == macs && st.steer.built.is_some() {
+            return Ok(());
+        }
+        st.steer.multicast = macs.to_vec();
         self.rebuild(&mut st)
     }
 
