@@ -277,6 +277,7 @@ fn open_ports(rdma: &'static Rdma, c: &Candidate) -> Result<Vec<(String, Verbs)>
         // A flow rule per address on the RSS QP (mlx4's MAC table holds 128).
         max_mac_addrs: 128,
         keep_crc: false,
+        vlan_filter: false,
         tunnel_offloads: false,
     };
     let mut ports = Vec::new();
