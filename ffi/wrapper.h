@@ -18,7 +18,9 @@
 #include <rte_kvargs.h>
 #include <rte_ethdev.h>
 #include <rte_bus_vdev.h>
+#include <rte_flow.h>
 #include <ethdev_driver.h>
+#include <rte_flow_driver.h>
 #include <ethdev_vdev.h>
 #include <bus_vdev_driver.h>
 #include <bus_pci_driver.h>

@@ -169,7 +169,7 @@ local function main()
     sizes[#sizes + 1] = tonumber(s)
   end
   if mode == "tx" then
-    -- Port 0 is ours, port 1 net_null; they take turns, ours first.
+    -- The ports of PG_PORTS take turns, in that order (pktgen.sh: port 0 ours, port 1 net_null).
     local ports = {}
     for p in (os.getenv("PG_PORTS") or "0 1"):gmatch("%d+") do
       ports[#ports + 1] = tonumber(p)
@@ -182,7 +182,10 @@ local function main()
         end
       end
     end
-    xstats(0, "end")
+    -- Every port's counters at the end (pktgen.sh reads port 0's, c-mlx4-bench.sh all).
+    for _, p in ipairs(ports) do
+      xstats(p, "end")
+    end
   elseif mode == "cable" then
     local size = sizes[1]
     pktgen.set("all", "size", size)

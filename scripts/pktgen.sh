@@ -130,47 +130,6 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 
-# The ports' counters through DPDK telemetry, read when asked (Pktgen's Lua has no xstats call,
-# and its port counters are copies taken once a second):
-#   telemetry.py PREFIX stats P...   `time <monotonic s>`, then `port P opackets=N ...` lines
-#   telemetry.py PREFIX xstats P     `name value` lines
-cat >"$work/telemetry.py" <<'PY'
-import json, os, socket, sys, time
-prefix, what, ports = sys.argv[1], sys.argv[2], sys.argv[3:]
-s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-# EAL's runtime directory: /var/run/dpdk for root, else under XDG_RUNTIME_DIR (or /tmp).
-run = "/var/run" if os.getuid() == 0 else os.environ.get("XDG_RUNTIME_DIR", "/tmp")
-s.connect(f"{run}/dpdk/{prefix}/dpdk_telemetry.v2")
-limit = json.loads(s.recv(1024))["max_output_len"]
-
-def ask(cmd):
-    s.send(cmd.encode())
-    return json.loads(s.recv(limit))[cmd.split(",")[0]]
-
-def lcore_cpu():
-    """Seconds on a CPU of Pktgen's polling lcore (thread rte-worker-1), or -1 if not found:
-    Popen runs us from a shell whose parent is Pktgen."""
-    try:
-        shell = os.getppid()
-        pid = open(f"/proc/{shell}/stat").read().rsplit(")", 1)[1].split()[1]
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            if open(f"/proc/{pid}/task/{tid}/comm").read().strip() == "rte-worker-1":
-                return int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0]) / 1e9
-    except (OSError, IndexError, ValueError):
-        pass
-    return -1
-
-if what == "stats":
-    got = {p: ask(f"/ethdev/stats,{p}") for p in ports}
-    print("time", time.monotonic())
-    print("cpu", lcore_cpu())
-    keys = ("opackets", "ipackets", "imissed", "ierrors", "oerrors", "rx_nombuf")
-    for p in ports:
-        print("port", p, " ".join(f"{k}={got[p][k]}" for k in keys))
-else:
-    for name, value in ask(f"/ethdev/xstats,{ports[0]}").items():
-        print(name, value)
-PY
 
 runs=$out/runs.txt
 : >"$runs"
@@ -199,7 +158,7 @@ run_pktgen() {
   } >>"$runs"
   # Pktgen wants a terminal on stdin; `script` gives it one.
   if ! PG_OUT="$out/$name.res" PG_MODE=$mode PG_SECS=$run_secs PG_ROUNDS=$run_rounds \
-    PG_SIZES="$run_sizes" PG_PORTS="$run_ports" PG_TELEMETRY="python3 $work/telemetry.py $prefix" \
+    PG_SIZES="$run_sizes" PG_PORTS="$run_ports" PG_TELEMETRY="python3 $top/scripts/pktgen_telemetry.py $prefix" \
     LD_LIBRARY_PATH="$plugin_dir" timeout "$limit" script -qfec "$(printf '%q ' "${cmd[@]}")" \
     /dev/null </dev/null >"$out/$name.log" 2>&1; then
     tail -c 2000 "$out/$name.log" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g' >&2
@@ -441,6 +400,19 @@ def inclusive(name):
     return got
 
 
+def inlined(name, fn):
+    """Instructions of code from other source files inlined into `fn` (callgrind_annotate's
+    file:function lines without an object), by file."""
+    path = os.path.join(out, name + ".annotate")
+    got = {}
+    for line in open(path, errors="replace"):
+        m = re.match(r"^\s*([\d,]+) \([^)]*\)\s+(\S+?):(\S+)$", line)
+        if m and m.group(3) == fn:
+            f = re.sub(r"^.*/library/", "", re.sub(r"^.*/pmd/", "", m.group(2)))
+            got[f] = got.get(f, 0) + int(m.group(1).replace(",", ""))
+    return got
+
+
 profiles = [("BlueFlame", "prof-bf", 0), ("doorbell", "prof-doorbell", 0), ("net_null", "prof-null", 1)]
 if any(inclusive(name) for _, name, _ in profiles):
     print("## Where the time goes: instructions per packet (callgrind, 64 B, one port sending)\n")
@@ -474,6 +446,29 @@ if any(inclusive(name) for _, name, _ in profiles):
                 print(f"- {label}: net_null's {per_packet['net_null']:.1f} instructions per packet against "
                       f"{per_packet[label]:.1f}: instruction ratio {per_packet['net_null'] / per_packet[label]:.3f}")
     print()
+    # Inside the device's walk and the driver's post: the code inlined into each, by source file.
+    inner = [("device", "mlx4_hca::sq::Sq::walk"), ("driver", "mlx4rs::txq::TxQueue<B>::post"),
+             ("mbuf frees", "rte_pktmbuf_free_bulk")]
+    lines = []
+    for label, name, port in profiles[:2]:
+        rec = next((f for k, f in records(name) if k == "tx" and f["port"] == port), None)
+        if not rec or not rec["opackets"]:
+            continue
+        n = rec["opackets"]
+        fns = inclusive(name)
+        for part, fn in inner:
+            if fn not in fns:
+                continue
+            by_file = inlined(name, fn)
+            top = sorted(by_file.items(), key=lambda kv: -kv[1])[:6]
+            detail = ", ".join(f"{f} {c / n:.1f}" for f, c in top)
+            lines.append(f"| {label} | {part}: `{fn}` | {fns[fn] / n:.1f} | {detail} |")
+    if lines:
+        print("Inside them (instructions per packet; the code inlined into the function by its source file, with what that code calls):\n")
+        print("| port | function | instructions/packet | of which inlined from |")
+        print("|---|---|---|---|")
+        print("\n".join(lines))
+        print()
 
 print("## Targets\n")
 for v in verdicts:

@@ -3,7 +3,9 @@
 # HCA on the null wire, with the default settings, against two net_null ports in the same
 # job: the two alternate, three rounds each, and the median ratio of their rates is the figure
 # (absolute Mpps on a shared 2-core machine measure the machine). Prints each port's rate, its
-# live TX path and where the software HCA's device loop ran.
+# live TX path and where the software HCA's device loop ran, the load average, and the same
+# ratio per second of CPU time the forwarding lcore got (where other jobs keep the load above
+# the 2 cores, the scheduler gives it a share that differs from run to run).
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$top/scripts/as-root.sh"
@@ -21,13 +23,32 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 
-# One txonly run: $1 = log file, the rest = --vdev arguments.
+# Nanoseconds the forwarding lcore (testpmd's only worker thread, rte-worker-1) has run so far:
+# on a shared machine the scheduler decides how much of the interval it ran, so rates are also
+# given per second of its CPU time.
+fwd_cpu_ns() {
+  local pid t
+  for pid in $(pgrep -f -- "--file-prefix=mlx4rs-run-$$ "); do
+    for t in /proc/"$pid"/task/*; do
+      if [ "$(cat "$t/comm" 2>/dev/null)" = rte-worker-1 ]; then
+        cut -d' ' -f1 "$t/schedstat"
+        return
+      fi
+    done
+  done
+  echo 0
+}
+
+# One txonly run: $1 = log file, the rest = --vdev arguments. The forwarding lcore's CPU time
+# at the two `show port stats all` goes to $1.cpu.
 txonly() {
   local log=$1
   shift
   {
-    sleep 2; echo start; sleep 1; echo "show port stats all"; sleep "$secs"
-    echo "show port stats all"; echo stop; echo "show port xstats all"; echo quit
+    sleep 2; echo start; sleep 1; fwd_cpu_ns > "$log.cpu"; echo "show port stats all"
+    sleep "$secs"
+    fwd_cpu_ns >> "$log.cpu"; echo "show port stats all"; echo stop
+    echo "show port xstats all"; echo quit
   } | LD_LIBRARY_PATH="$top/target/release" timeout $((secs + 60)) stdbuf -oL dpdk-testpmd \
       -l 0-1 --no-huge -m 512 --no-pci --file-prefix="mlx4rs-run-$$" \
       -d librte_net_mlx4rs.so "$@" \
@@ -35,15 +56,18 @@ txonly() {
       > "$log" 2>&1 || { cat "$log"; exit 1; }
 }
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq 1 "$rounds"); do
   txonly "mlx4rs.$r.log" --vdev "net_mlx4rs0$extra" --vdev "net_mlx4rs1$extra"
   txonly "null.$r.log" --vdev net_null0 --vdev net_null1
 done
 
 grep -hE "TX path|device loop" mlx4rs.1.log | sed 's/^/  /'
-python3 - "$rounds" "$secs" "${DEVARGS:-}" <<'PY'
+python3 - "$rounds" "$secs" "${DEVARGS:-}" "$load_before" <<'PY'
 import re, statistics, sys
 rounds, secs = int(sys.argv[1]), sys.argv[2]
+load_before = sys.argv[4]
+load_after = " ".join(open("/proc/loadavg").read().split()[:3])
 
 def parse(path):
     text = open(path).read()
@@ -53,18 +77,27 @@ def parse(path):
     # The second `show port stats all` holds the rate over the measured interval.
     for port, pps in re.findall(r"NIC statistics for port (\d+).*?Tx-pps:\s+(\d+)", text, re.S):
         rates[port] = int(pps)
+    # Packets sent over the measured interval (between the two `show port stats all`), per
+    # second of the forwarding lcore's CPU time.
+    sent = [sum(int(n) for n in re.findall(r"TX-packets:\s+(\d+)", block))
+            for block in re.split(r"(?=######################## NIC statistics for port 0)",
+                                  text)[1:3]]
+    cpu = [int(x) for x in open(path + ".cpu").read().split()]
+    per_cpu = ((sent[1] - sent[0]) / ((cpu[1] - cpu[0]) / 1e9)
+               if len(sent) == 2 and len(cpu) == 2 and cpu[1] > cpu[0] else 0.0)
     xs = {}
     for port, body in re.findall(
             r"NIC extended statistics for port (\d+)(.*?)(?=NIC extended statistics|\Z)", text, re.S):
         xs[port] = dict((k, int(v)) for k, v in re.findall(r"^(\w+): (\d+)$", body, re.M))
-    return rates, xs
+    return rates, xs, per_cpu
 
-ratios = []
+ratios, cpu_ratios = [], []
 for r in range(1, rounds + 1):
-    ours, xs = parse(f"mlx4rs.{r}.log")
-    null, _ = parse(f"null.{r}.log")
+    ours, xs, ours_cpu = parse(f"mlx4rs.{r}.log")
+    null, _, null_cpu = parse(f"null.{r}.log")
     a, b = sum(ours.values()), sum(null.values())
     ratios.append(a / b if b else 0.0)
+    cpu_ratios.append(ours_cpu / null_cpu if null_cpu else 0.0)
     parts = []
     for port in sorted(ours):
         x = xs.get(port, {})
@@ -74,10 +107,18 @@ for r in range(1, rounds + 1):
                      f"{x.get('tx_doorbells', 0)/pkts:.3f} doorbells "
                      f"{x.get('tx_bf_writes', 0)/pkts:.3f} BF writes per packet)")
     print(f"round {r}: mlx4rs {a/1e6:.2f} Mpps [{'; '.join(parts)}], "
-          f"net_null {b/1e6:.2f} Mpps, ratio {ratios[-1]:.2f}")
-med = statistics.median(ratios)
-spread = max(abs(x - med) / med for x in ratios) * 100 if med else 0.0
+          f"net_null {b/1e6:.2f} Mpps, ratio {ratios[-1]:.2f}; per CPU second of the "
+          f"forwarding lcore: mlx4rs {ours_cpu/1e6:.2f} Mpps, net_null {null_cpu/1e6:.2f} Mpps, "
+          f"ratio {cpu_ratios[-1]:.2f}")
+
+def summary(v):
+    med = statistics.median(v)
+    spread = max(abs(x - med) / med for x in v) * 100 if med else 0.0
+    return f"{med:.2f} over {rounds} rounds (spread +-{spread:.0f}%)"
+
 devargs = sys.argv[3] or "default devargs"
+print(f"load average before {load_before}, after {load_after} (2 cores)")
 print(f"txonly 64 B burst 32, two ports, null wire, {devargs}, {secs} s per run: "
-      f"median ratio mlx4rs/net_null {med:.2f} over {rounds} rounds (spread +-{spread:.0f}%)")
+      f"median ratio mlx4rs/net_null {summary(ratios)}")
+print(f"  per CPU second of the forwarding lcore: median ratio {summary(cpu_ratios)}")
 PY

@@ -20,8 +20,9 @@ need_root() {
 
 # tshark decodes pcap wires with checksum validation; python3-pyelftools lets dpdk-pmdinfo.py
 # read the driver's PMD info; libibverbs-dev (rdma-core's verbs and mlx4dv headers) is what the
-# rdma-core backend's bindings are generated from, and ibverbs-providers holds libmlx4.
-pkgs=(dpdk dpdk-dev libdpdk-dev clang libclang-dev pkg-config dpkg-dev
+# rdma-core backend's bindings are generated from, and ibverbs-providers holds libmlx4; make
+# builds DPDK's example applications from the source package (tests/dpdk_examples.rs).
+pkgs=(dpdk dpdk-dev libdpdk-dev clang libclang-dev pkg-config dpkg-dev make
       iproute2 meson ninja-build gcc libc6-dev valgrind python3 fonts-dejavu-core
       tshark python3-pyelftools libibverbs-dev ibverbs-providers)
 missing=()

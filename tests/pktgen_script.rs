@@ -1,5 +1,6 @@
 //! `scripts/pktgen.sh`: which programs it accepts as `PKTGEN`, and (with a real Pktgen-DPDK in
-//! `PKTGEN`) a short measurement whose counts must add up.
+//! `PKTGEN`) a short measurement whose counts must add up; the Pktgen row of
+//! `scripts/c-mlx4-bench.sh` likewise.
 //!
 //! The project holds no Pktgen, so the checks run against small programs built here that look
 //! like one in exactly one way less each: a shell script, a program built against another
@@ -13,14 +14,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pktgen.sh")
+/// Runs `scripts/pktgen.sh` with `PKTGEN` set to `pktgen` (or removed) and the given arguments.
+fn run(pktgen: Option<&Path>, args: &[&str]) -> Output {
+    run_script("pktgen.sh", pktgen, args)
 }
 
-/// Runs the script with `PKTGEN` set to `pktgen` (or removed) and the given arguments.
-fn run(pktgen: Option<&Path>, args: &[&str]) -> Output {
+fn run_script(name: &str, pktgen: Option<&Path>, args: &[&str]) -> Output {
     let mut cmd = Command::new("bash");
-    cmd.arg(script()).args(args).env_remove("PKTGEN");
+    cmd.arg(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("scripts")
+            .join(name),
+    )
+    .args(args)
+    .env_remove("PKTGEN");
     if let Some(p) = pktgen {
         cmd.env("PKTGEN", p);
     }
@@ -225,6 +232,22 @@ fn bad_arguments_are_refused() {
     assert_refused(&run(Some(p), &["--frobnicate"]), "unknown argument");
 }
 
+/// c-mlx4-bench.sh's Pktgen row refuses what pktgen.sh refuses, before it builds or runs
+/// anything.
+#[test]
+fn c_mlx4_bench_refuses_a_missing_pktgen() {
+    let out = run_script("c-mlx4-bench.sh", None, &["--parts", "pktgen"]);
+    assert_refused(&out, "PKTGEN is not set");
+    let err = stderr(&out);
+    assert!(!err.contains("c-mlx4-bench: pktgen done"), "ran:\n{err}");
+    let out = run_script(
+        "c-mlx4-bench.sh",
+        Some(&fakes().no_lua),
+        &["--parts", "pktgen"],
+    );
+    assert_refused(&out, "built without Lua support");
+}
+
 /// One line a run's Lua script wrote: its kind and `key=value` words (bare words as `tag`).
 fn records(path: &Path) -> Vec<(String, HashMap<String, String>)> {
     let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -351,4 +374,51 @@ fn short_measurement_adds_up() {
         report.contains("100% delivered"),
         "no paced rate delivered everything\n{report}"
     );
+}
+
+/// The Pktgen row of `scripts/c-mlx4-bench.sh` with the real Pktgen in `PKTGEN`:
+/// `PKTGEN=/path/to/pktgen cargo test --test pktgen_script -- --ignored`. DPDK's C mlx4 and our
+/// two ports, in one Pktgen process on the same software HCA, each sent; ours through the model
+/// (bf=off: every WQE fetched from the ring).
+#[test]
+#[ignore = "needs a Pktgen-DPDK binary in PKTGEN"]
+fn c_mlx4_bench_pktgen_row_measures_every_port() {
+    let pktgen = std::env::var_os("PKTGEN")
+        .map(PathBuf::from)
+        .expect("set PKTGEN to a Pktgen-DPDK built with Lua against the installed DPDK");
+    let dir = common::scratch_dir("c-mlx4-bench-pktgen");
+    let report = dir.join("bench.md");
+    let args = [
+        "--parts",
+        "pktgen",
+        "--runs",
+        "1",
+        "--secs",
+        "1",
+        "--out",
+        report.to_str().unwrap(),
+    ];
+    let out = run_script("c-mlx4-bench.sh", Some(&pktgen), &args);
+    let text = fs::read_to_string(&report).unwrap_or_default();
+    let _ = fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{}\n{text}", stderr(&out));
+    for (port, fetched) in [
+        ("net_mlx4 (DPDK's C driver)", None),
+        ("net_mlx4rs (bf=auto)", Some(0.0..=1.0)),
+        ("net_mlx4rs (bf=off)", Some(1.0..=1.0)),
+    ] {
+        let cells: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with(&format!("| {port} |")))
+            .unwrap_or_else(|| panic!("no row for {port}:\n{text}"))
+            .split('|')
+            .map(str::trim)
+            .collect();
+        let mpps: f64 = cells[2].parse().expect("Mpps");
+        assert!(mpps > 0.0, "{port} sent nothing:\n{text}");
+        if let Some(range) = fetched {
+            let f: f64 = cells[8].parse().expect("WQEs fetched per packet");
+            assert!(range.contains(&f), "{port}: {f} WQEs fetched/pkt:\n{text}");
+        }
+    }
 }

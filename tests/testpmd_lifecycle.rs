@@ -11,7 +11,7 @@ mod common;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use common::{file_prefix, testpmd_in, Step};
+use common::{file_prefix, in_use, testpmd_in, Step};
 
 const MBUFS: u64 = 65536;
 
@@ -43,20 +43,6 @@ fn forward_stats(text: &str) -> Vec<(u16, u64, u64)> {
         v.push((port, rx, tx));
     }
     v
-}
-
-/// mbufs in use in each `dump_mempool` of the session (populated less the cached and the free).
-fn in_use(text: &str) -> Vec<u64> {
-    let pop = common::numbers_after(text, "populated_size=");
-    let cached = common::numbers_after(text, "total_cache_count=");
-    let free = common::numbers_after(text, "common_pool_count=");
-    assert_eq!(pop.len(), cached.len());
-    assert_eq!(pop.len(), free.len());
-    pop.iter()
-        .zip(&cached)
-        .zip(&free)
-        .map(|((p, c), f)| p - c - f)
-        .collect()
 }
 
 /// Resident set size of the testpmd running with `prefix`, in KiB, appended to `log`.

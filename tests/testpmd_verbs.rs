@@ -356,6 +356,62 @@ fn rss_over_three_queues_is_refused_and_nothing_leaks() {
     assert_eq!((m["tx_frames"], m["error_cqes"]), (0, 0), "{m:?}");
 }
 
+fn flowgen_went_round(answer: &str) -> bool {
+    number_after(answer, "RX-packets:").is_some_and(|n| n >= 4096)
+}
+
+/// rte_flow on the rdma-core backend: a rule is a hash QP over its queue (or a QP without
+/// receive queue, to drop) and an `ibv_create_flow` of Ethernet, IPv4 and UDP specs; the
+/// stand-in makes it a model rule. testpmd's flowgen on a looped card sends UDP to port 1001,
+/// to 10.253.0.0..10.253.3.255: half of it is dropped, the rest lands on queue 2.
+#[test]
+fn rte_flow_rules_steer_on_a_verbs_port() {
+    let c = cards("verbs-flow", &["loop".to_owned()]);
+    let out = c.testpmd(
+        &ours(),
+        &[],
+        &[],
+        &[
+            "--rxq=4",
+            "--txq=4",
+            "--total-num-mbufs=8192",
+            "--forward-mode=flowgen",
+        ],
+        &[
+            Cmd("flow create 0 priority 1 ingress pattern eth / ipv4 / udp dst is 1001 / end actions queue index 2 / end"),
+            Cmd("flow create 0 priority 0 ingress pattern eth / ipv4 dst spec 10.253.0.0 dst mask 255.255.254.0 / end actions drop / end"),
+            Cmd("flow create 0 ingress pattern eth / vlan / end actions drop / end"),
+            Cmd("start"),
+            Until {
+                cmd: "show port stats 0",
+                done: flowgen_went_round,
+                limit: Duration::from_secs(30),
+            },
+            Cmd("stop"),
+            Cmd("show port xstats 0"),
+            Cmd("flow flush 0"),
+            Cmd("quit"),
+        ],
+    );
+    assert!(out.status.success(), "{}", c_mlx4::diagnose(&out));
+    let all = out.all();
+    assert!(all.contains("Flow rule #1 created"), "{all}");
+    assert!(
+        all.contains("matching any VLAN tag (verbs matches a VLAN ID) is not supported here"),
+        "a rule verbs cannot express is refused, saying why:\n{all}"
+    );
+    let q = [0, 1, 2, 3].map(|i| common::xstat(&all, &format!("rx_q{i}_packets")).unwrap());
+    assert!(q[2] >= 4096 && q[0] + q[1] + q[3] == 0, "{q:?}\n{all}");
+    let m = c.model(0, &out);
+    // Of the frames that met the rules (the looped wire drops what the port cannot take in
+    // time, rx_drops_wire, before that).
+    let (dropped, total) = (m["rx_drops_flow"], m["rx_drops_flow"] + m["rx_frames"]);
+    assert!(
+        dropped * 100 >= total * 45 && dropped * 100 <= total * 55,
+        "the drop rule took {dropped} of {total}: {m:?}"
+    );
+}
+
 #[test]
 fn the_driver_loaded_first_gets_the_card() {
     let c_mlx4 = c_mlx4::pmd_dir().join("librte_net_mlx4.so");

@@ -21,6 +21,7 @@ include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 pub mod bits {
     pub const RTE_ETH_LINK_SPEED_40G: u32 = 1 << 11;
     pub const RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS: u32 = 1 << 6;
+    pub const RTE_ETH_DEV_CAPA_FLOW_RULE_KEEP: u64 = 1 << 3;
     pub const RTE_ETH_DEV_INTR_LSC: u32 = 1 << 1;
     pub const RTE_ETH_DEV_INTR_RMV: u32 = 1 << 3;
     pub const RTE_ETH_RX_OFFLOAD_VLAN_FILTER: u64 = 1 << 9;

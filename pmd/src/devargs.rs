@@ -83,6 +83,8 @@ pub struct Devargs {
     /// Device loop spins without backing off (latency runs).
     pub busy_poll: bool,
     pub device_loop: DeviceLoop,
+    /// Faults the software HCA injects from the port's probe on (none by default).
+    pub faults: mlx4_hca::Faults,
     /// The software HCA is a ConnectX-3 Pro: VXLAN inner checksums on send, inner verdicts on
     /// receive.
     pub pro: bool,
@@ -98,6 +100,7 @@ impl Default for Devargs {
             mac: None,
             busy_poll: false,
             device_loop: DeviceLoop::Lcore,
+            faults: mlx4_hca::Faults::default(),
             pro: false,
         }
     }
@@ -143,6 +146,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "device_loop",
         "lcore (the polling lcore runs the device), port (a thread per port) or process (one thread for the process's ports)",
+    ),
+    (
+        "faults",
+        "faults for the software HCA to inject, items separated by '/': tx_error:N (every Nth send WQE completes in error), rx_error:N (every Nth received frame gets a buffer error), db_drop:N (every Nth send doorbell is lost), flap:N+M (the link goes down after N frames sent, up after M more); N and M decimal",
     ),
 ];
 
@@ -245,6 +252,14 @@ impl FromStr for Devargs {
                         "process" => DeviceLoop::ProcessThread,
                         _ => return Err(bad()),
                     }
+                }
+                "faults" => {
+                    // The empty list would be a silent no-op: say so instead.
+                    if value.is_empty() {
+                        return Err(bad());
+                    }
+                    d.faults = mlx4_hca::Faults::parse(value)
+                        .map_err(|why| err(key, value, format!("{why}; {}", allowed(key))))?;
                 }
                 _ => unreachable!("key checked against KEYS"),
             }
@@ -407,6 +422,34 @@ mod tests {
         assert_eq!(d.txq_inline, 0);
         assert_eq!(d.mac, Some([2, 0, 0, 0xaa, 0xbb, 0x0c]));
         assert!(d.busy_poll);
+    }
+
+    #[test]
+    fn faults() {
+        let d = parse("faults=tx_error:100/rx_error:7/db_drop:64/flap:5000+100").unwrap();
+        assert_eq!(d.faults.tx_error_every, 100);
+        assert_eq!(d.faults.rx_error_every, 7);
+        assert_eq!(d.faults.doorbell_drop_every, 64);
+        assert_eq!(
+            (d.faults.link_flap_every, d.faults.link_flap_frames),
+            (5000, 100)
+        );
+        assert!(parse("").unwrap().faults.none());
+        for v in [
+            "",
+            "tx_error",
+            "tx_error:+1",
+            "tx_error:1/tx_error:2",
+            "flap:5",
+            "rx_error:1/",
+            "smoke:1",
+        ] {
+            let e = parse(&format!("faults={v}")).unwrap_err();
+            assert_eq!((e.key.as_str(), e.value.as_str()), ("faults", v));
+            assert!(e.allowed.contains("tx_error:N"), "{e}");
+        }
+        let e = parse("faults=tx_error:x").unwrap_err().to_string();
+        assert!(e.contains("\"x\" is not a count"), "{e}");
     }
 
     #[test]
@@ -622,6 +665,7 @@ mod tests {
             "txq_inline",
             "mac",
             "busy_poll",
+            "faults",
             "colour",
             "",
             "bf ",
@@ -657,6 +701,11 @@ mod tests {
             "=",
             "a=b",
             "\u{1F600}",
+            "tx_error:5",
+            "rx_error:3/db_drop:2",
+            "flap:10+2",
+            "flap:10",
+            "tx_error:-5",
         ];
         let mut rng = Rng(0x6d6c_7834_7273);
         let (mut ok, mut rejected) = (0, 0);

@@ -90,6 +90,14 @@ impl Copy64 {
         }
     }
 
+    /// The routine [`Copy64::prefer`] chose, if one was.
+    pub fn preferred() -> Option<Copy64> {
+        match PREFERRED.load(Ordering::Relaxed) {
+            0 => None,
+            _ => Some(Copy64::best()),
+        }
+    }
+
     /// Whether this CPU has the instructions the routine needs.
     pub fn available(self) -> bool {
         match self {
@@ -210,50 +218,15 @@ impl BfReg {
         self.write_blocks(first, rest);
     }
 
-    /// Copies a published WQE (`wqe`, whole TXBBs straight from the ring) with its first 8
-    /// bytes replaced by `head` (the BF counter and QPN), as [`BfReg::write`]. With 64-bit
-    /// stores the head goes straight from the register; the 64-byte forms copy the first
-    /// block through an aligned staging block, out of line so that the caller's frame need
-    /// not be 64-byte aligned.
+    /// The current half, for a WQE of `txbbs` TXBBs, if one BF write can carry it. Asked
+    /// before the WQE is published, so that the copy's own bound check is a compare of two
+    /// registers.
     #[inline(always)]
-    pub fn write_wqe(&mut self, head: [u8; 8], wqe: &[Txbb]) {
-        assert!(!wqe.is_empty() && wqe.len() * TXBB_SIZE <= self.half);
-        if self.copy != Copy64::Qwords {
-            return self.write_wqe_staged(head, wqe);
+    pub fn reserve(&mut self, txbbs: u32) -> Option<BfHalf<'_>> {
+        if txbbs == 0 || (txbbs as usize) * TXBB_SIZE > self.half {
+            return None;
         }
-        io_wmb();
-        let src = wqe.as_ptr().cast::<u64>();
-        // SAFETY: the first block's 8 qwords stay inside the current half (asserted: the whole
-        // WQE fits it); `src` is the WQE, 8-byte aligned, at least one block long.
-        unsafe {
-            let dst = self.base.add(self.offset).cast::<u64>();
-            dst.write_volatile(u64::from_ne_bytes(head));
-            for i in 1..8 {
-                dst.add(i).write_volatile(src.add(i).read());
-            }
-            let dst = dst.cast::<u8>();
-            // Two TXBBs, the straight-line path's longest WQE, without a loop.
-            if let [second] = &wqe[1..] {
-                copy64(Copy64::Qwords, dst.add(TXBB_SIZE), second.0.as_ptr());
-            } else {
-                for (i, block) in wqe[1..].iter().enumerate() {
-                    copy64(
-                        Copy64::Qwords,
-                        dst.add((i + 1) * TXBB_SIZE),
-                        block.0.as_ptr(),
-                    );
-                }
-            }
-        }
-        wmb();
-        self.offset ^= self.half;
-    }
-
-    #[inline(never)]
-    fn write_wqe_staged(&mut self, head: [u8; 8], wqe: &[Txbb]) {
-        let mut first = Txbb(wqe[0].0);
-        first.0[..8].copy_from_slice(&head);
-        self.write_blocks(&first, &wqe[1..]);
+        Some(BfHalf { reg: self, txbbs })
     }
 
     #[inline(always)]
@@ -273,6 +246,123 @@ impl BfReg {
         }
         wmb();
         self.offset ^= self.half;
+    }
+}
+
+/// The current half of a [`BfReg`], reserved for a WQE of `txbbs` TXBBs, which fit it.
+pub struct BfHalf<'r> {
+    reg: &'r mut BfReg,
+    txbbs: u32,
+}
+
+impl BfHalf<'_> {
+    /// Copies a published WQE (`wqe`, its whole TXBBs straight from the ring) with its first
+    /// 8 bytes replaced by `head` (the BF counter and the QPN, which the ring copy does not
+    /// carry: a device that missed this write fetches a plain WQE), flushes, and flips
+    /// halves. The copy is the doorbell: no UAR write follows. A WQE of one or two TXBBs (the
+    /// straight-line path's) is copied without a loop. Panics if `wqe` is not the size
+    /// reserved.
+    #[inline(always)]
+    pub fn write(self, head: [u8; 8], wqe: &[Txbb]) {
+        assert_eq!(wqe.len(), self.txbbs as usize);
+        let BfHalf { reg, .. } = self;
+        io_wmb();
+        let dst = reg.base.wrapping_add(reg.offset);
+        // One dispatch on the routine for the whole WQE: each arm is its own straight copy.
+        // SAFETY: every block lands inside the current half (`reserve` checked that the
+        // reserved size fits it, and `wqe` is that size, at least one block; `new`'s contract
+        // makes both halves ours and 64-byte aligned, and the CPU runs `reg.copy`); every
+        // source block is a 64-byte aligned `Txbb`.
+        unsafe {
+            match reg.copy {
+                Copy64::Movdir64b => copy_wqe(Copy64::Movdir64b, dst, head, wqe),
+                Copy64::Avx512 => copy_wqe(Copy64::Avx512, dst, head, wqe),
+                Copy64::Qwords => copy_wqe(Copy64::Qwords, dst, head, wqe),
+            }
+        }
+        wmb();
+        reg.offset ^= reg.half;
+    }
+}
+
+/// The blocks of `wqe` to `dst` by `how`, the first with `head` for its first 8 bytes.
+///
+/// # Safety
+/// `dst` valid for `wqe.len()` 64-byte writes, 64-byte aligned; `wqe` not empty; the CPU
+/// runs `how`.
+#[inline(always)]
+unsafe fn copy_wqe(how: Copy64, dst: *mut u8, head: [u8; 8], wqe: &[Txbb]) {
+    // SAFETY: the caller's contract, block by block.
+    unsafe {
+        copy64_head(how, dst, head, &wqe[0]);
+        match wqe {
+            [_] => {}
+            [_, b] => copy64(how, dst.add(TXBB_SIZE), b.0.as_ptr()),
+            _ => {
+                for (i, block) in wqe.iter().enumerate().skip(1) {
+                    copy64(how, dst.add(i * TXBB_SIZE), block.0.as_ptr());
+                }
+            }
+        }
+    }
+}
+
+/// A block's copy with its first 8 bytes replaced by `head`: from a register for 64-bit
+/// stores and the AVX-512 form (one blend), through an aligned staging block for
+/// `movdir64b`, whose source is memory.
+///
+/// # Safety
+/// As [`copy64`] for `dst`.
+#[inline(always)]
+unsafe fn copy64_head(how: Copy64, dst: *mut u8, head: [u8; 8], block: &Txbb) {
+    match how {
+        #[cfg(target_arch = "x86_64")]
+        Copy64::Movdir64b => {
+            // SAFETY: the caller's contract.
+            unsafe { movdir64b_head(dst, head, block) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Copy64::Avx512 => {
+            // SAFETY: selected only when the CPU reports AVX-512F; the caller's contract.
+            unsafe { copy64_avx512_head(dst, u64::from_ne_bytes(head), block.0.as_ptr()) }
+        }
+        _ => {
+            let s = block.0.as_ptr().cast::<u64>();
+            let d = dst.cast::<u64>();
+            // SAFETY: 8 qwords inside the 64-byte block on each side.
+            unsafe {
+                d.write_volatile(u64::from_ne_bytes(head));
+                for i in 1..8 {
+                    d.add(i).write_volatile(s.add(i).read());
+                }
+            }
+        }
+    }
+}
+
+/// Out of line, so that the caller's frame need not be 64-byte aligned for the staging
+/// block (which would cost the whole burst a register).
+///
+/// # Safety
+/// As [`copy64`] for `dst`, and the CPU has `movdir64b`.
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+unsafe fn movdir64b_head(dst: *mut u8, head: [u8; 8], block: &Txbb) {
+    let mut first = Txbb(block.0);
+    first.0[..8].copy_from_slice(&head);
+    // SAFETY: the caller's contract; `first` is 64-byte aligned.
+    unsafe { copy64(Copy64::Movdir64b, dst, first.0.as_ptr()) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn copy64_avx512_head(dst: *mut u8, head: u64, src: *const u8) {
+    use core::arch::x86_64::{_mm512_loadu_si512, _mm512_mask_set1_epi64, _mm512_storeu_si512};
+    // SAFETY: both pointers valid for 64 bytes (caller); lane 0 of the block becomes `head`.
+    unsafe {
+        let v = _mm512_loadu_si512(src.cast());
+        let v = _mm512_mask_set1_epi64(v, 1, head as i64);
+        _mm512_storeu_si512(dst.cast(), v)
     }
 }
 

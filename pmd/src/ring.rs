@@ -21,7 +21,9 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use mlx4_prm::{opcode, owner_opcode, Cqe, DataSeg, CQE_SIZE, STAMP_DWORD, TXBB_SHIFT, TXBB_SIZE};
+use mlx4_prm::{
+    opcode, owner_opcode, Cqe, CtrlSeg, DataSeg, CQE_SIZE, STAMP_DWORD, TXBB_SHIFT, TXBB_SIZE,
+};
 
 use crate::hw::{CqDesc, RqDesc, SqDesc};
 use crate::mmio::{BfReg, Copy64, SendDoorbell, Txbb};
@@ -49,6 +51,7 @@ impl SqRing {
         ring
     }
 
+    #[inline(always)]
     pub fn txbb_cnt(&self) -> u32 {
         self.txbb_cnt
     }
@@ -103,6 +106,16 @@ impl SqRing {
         WqeMut::new(self.txbb(start).as_ptr(), (txbbs as usize) << TXBB_SHIFT)
     }
 
+    /// As [`SqRing::wqe_mut`] for a WQE of `T` TXBBs, known at compile time (the straight-line
+    /// path's writers take that).
+    #[inline(always)]
+    pub fn wqe_fixed<const T: usize>(&mut self, start: u32) -> WqeMut<'_, T> {
+        const { assert!(T > 0) };
+        let slot = (start & (self.txbb_cnt - 1)) as usize;
+        assert!(slot + T <= self.txbb_cnt as usize, "WQE wraps the ring");
+        WqeMut::new(self.txbb(start).as_ptr(), T << TXBB_SHIFT)
+    }
+
     /// A published WQE as whole TXBBs, for the BlueFlame copy. The exclusive borrow keeps
     /// every driver store to the ring (owner words, stamps, WQE writers) away while the view
     /// lives; the device only ever reads the send queue.
@@ -145,6 +158,18 @@ impl SqRing {
             unsafe { AtomicU32::from_ptr(self.txbb(start).as_ptr().add(4).cast()) }
                 .load(Ordering::Relaxed),
         )
+    }
+
+    /// The first 8 bytes of the control segment of the published WQE at `start` (owner word
+    /// and opcode, then VLAN fields and size), as the device reads them. For the error path,
+    /// which counts what a failed queue will never send.
+    pub fn ctrl_head(&self, start: u32) -> CtrlSeg<[u8; 8]> {
+        let w0 = self
+            .first_dword(start)
+            .load(Ordering::Acquire)
+            .to_ne_bytes();
+        let w1 = self.ctrl_dword1(start).to_be_bytes();
+        CtrlSeg::new_unchecked([w0[0], w0[1], w0[2], w0[3], w1[0], w1[1], w1[2], w1[3]])
     }
 
     /// Hands the WQE at `start` to the device: the owner word, big-endian, written last.

@@ -11,9 +11,10 @@ use std::sync::atomic::Ordering;
 
 use mlx4_prm::{cqe_opcode, rx_status, DataSeg};
 
-use crate::hw::{Device, HwError};
+use crate::hw::{Device, HwError, QueueState};
 use crate::mbuf::{alloc_dma, alloc_into};
 use crate::mem::{DmaArray, Lkeys, MemSource, Mr};
+use crate::pmd_log;
 use crate::ring::{CqRing, RqRing};
 pub use crate::stats::RxStats;
 
@@ -188,6 +189,10 @@ pub struct RxQueue<B: RxBuf> {
     room: u32,
     qpn: u32,
     pub qid: u16,
+    /// An error completion arrived since the last [`RxQueue::recover`]: the device may have
+    /// stopped the RQ. Its syndrome and vendor error, for the log.
+    error_seen: Option<(u8, u8)>,
+    error_logged: bool,
 }
 
 impl<B: RxBuf> RxQueue<B> {
@@ -240,6 +245,8 @@ impl<B: RxBuf> RxQueue<B> {
             lkeys,
             room,
             qid,
+            error_seen: None,
+            error_logged: false,
         };
         if !q.post_all_entries() {
             q.release_bufs();
@@ -314,10 +321,70 @@ impl<B: RxBuf> RxQueue<B> {
         let old_rq = std::mem::replace(&mut self.rq, rq);
         destroy_hw(dev, old_cq, old_rq);
         self.rq_ci = 0;
+        self.error_seen = None;
         // Buffers outside registered memory never made it into the ring; they fail again here.
         self.post_all_entries();
         self.post_all();
         Ok(())
+    }
+
+    /// Whether an error completion arrived since the last [`RxQueue::recover`] (one load: the
+    /// burst glue asks after every burst).
+    #[inline(always)]
+    pub fn needs_recovery(&self) -> bool {
+        self.error_seen.is_some()
+    }
+
+    /// After an error completion: if the device moved the RQ to the error state, restart it in
+    /// place. Every slot still holds its buffer (an error completion hands none up and takes no
+    /// fresh one), so the ring is handed over again whole from WQE 0, with the same buffers:
+    /// nothing is allocated or freed, and the RQ keeps its number and so its place in
+    /// the steering tables. Frames that reached it meanwhile were dropped and counted by the
+    /// device (`imissed`). Returns whether the queue receives.
+    #[cold]
+    #[inline(never)]
+    pub fn recover(&mut self, dev: &dyn Device) -> bool {
+        let Some((syndrome, vendor_err)) = self.error_seen.take() else {
+            return true;
+        };
+        let port = self.cfg.port_id;
+        match dev.rq_state(self.qpn) {
+            Ok(QueueState::Error) => {}
+            Ok(_) => return true,
+            Err(e) => {
+                pmd_log!(ERR, "port {port}: RX queue {}: state: {e}", self.qid);
+                return false;
+            }
+        }
+        if !std::mem::replace(&mut self.error_logged, true) {
+            pmd_log!(
+                ERR,
+                "port {port}: RX queue {}: error CQE syndrome {syndrome:#04x} vendor {vendor_err:#04x} stopped the queue; restarting it",
+                self.qid
+            );
+        }
+        // Until the ring is handed over again from WQE 0, the restarted RQ must find no WQE:
+        // the old producer count means nothing against its new consumer.
+        self.rq.db_rec().store(0, Ordering::Release);
+        if let Err(e) = dev.restart_rq(self.qpn) {
+            pmd_log!(
+                ERR,
+                "port {port}: RX queue {}: restart failed: {e}",
+                self.qid
+            );
+            return false;
+        }
+        self.rq_ci = 0;
+        self.post_all();
+        self.stats.queue_resets += 1;
+        true
+    }
+
+    /// Notes an error completion for [`RxQueue::recover`].
+    #[cold]
+    fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8) {
+        self.stats.error_cqes += 1;
+        self.error_seen = Some((syndrome, vendor_err));
     }
 
     /// Destroys the device queues, then frees the posted buffers. A queue dropped without this
@@ -402,6 +469,8 @@ impl<B: RxBuf> RxQueue<B> {
                         let c = self.cq.next_view().expect("counted as ready");
                         if c.opcode() == cqe_opcode::ERROR {
                             errors += 1;
+                            let why = (c.syndrome(), c.vendor_err());
+                            self.on_error_cqe(why.0, why.1);
                         } else {
                             nombuf += 1;
                         }
@@ -418,8 +487,10 @@ impl<B: RxBuf> RxQueue<B> {
                         let slot = (self.rq_ci & mask) as usize;
                         self.rq_ci = self.rq_ci.wrapping_add(1);
                         if err {
-                            // Too long for its buffer: the slot keeps it.
+                            // Too long for its buffer, or a bad one: the slot keeps it.
                             errors += 1;
+                            let why = (c.syndrome(), c.vendor_err());
+                            self.on_error_cqe(why.0, why.1);
                             continue;
                         }
                         let mut head = self.elts[slot];
@@ -493,6 +564,7 @@ impl<B: RxBuf> RxQueue<B> {
                 let Some(c) = self.cq.poll() else { break };
                 let len = c.byte_cnt();
                 let k = if c.opcode() == cqe_opcode::ERROR {
+                    self.on_error_cqe(c.syndrome(), c.vendor_err());
                     0
                 } else {
                     self.segments_for(len)

@@ -81,6 +81,15 @@ counters! {
         /// Of `gather_packets`, those the general path posted (the others: one segment, no
         /// offload, a buffer in the lkey cache's region).
         general_gather: Extended,
+        /// Packets posted (so in `opackets`) and then lost with a queue an error completion
+        /// stopped: the failed WQE's and those posted after it. Also in `oerrors`. Frames on
+        /// the wire are `opackets - flushed`.
+        flushed: Extended,
+        /// Times the queue was recreated after an error completion.
+        queue_resets: Extended,
+        /// Doorbells written again because posted WQEs made no progress between two looks
+        /// (a lost doorbell; see `TxQueue::kick`).
+        doorbell_rerings: Extended,
     }
 }
 
@@ -96,6 +105,11 @@ counters! {
         errors: Basic,
         /// Frames dropped because the mempool had no buffers to replace them (`rx_nombuf`).
         nombuf: Basic,
+        /// Error completions (each also in `ierrors`).
+        error_cqes: Extended,
+        /// Times the receive queue was restarted in place after an error completion left it
+        /// in the error state.
+        queue_resets: Extended,
     }
 }
 
@@ -115,11 +129,11 @@ mod tests {
         let fields: Vec<_> = TxStats::FIELDS.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, fields);
         assert_eq!(names.first(), Some(&"packets"));
-        assert_eq!(names.last(), Some(&"general_gather"));
+        assert_eq!(names.last(), Some(&"doorbell_rerings"));
         let ext: Vec<_> = a.extended().collect();
         assert_eq!(
             ext.len(),
-            9,
+            12,
             "every TX counter but packets, bytes, errors: {ext:?}"
         );
         assert_eq!(ext[0], ("doorbells", 1));
@@ -131,7 +145,13 @@ mod tests {
         assert_eq!((a.packets, a.doorbells, a.error_cqes), (6, 2, 4));
         a.reset();
         assert_eq!(a, TxStats::default());
-        assert_eq!(RxStats::FIELDS.len(), 4);
-        assert!(RxStats::FIELDS.iter().all(|(_, k)| *k == Kind::Basic));
+        assert_eq!(RxStats::FIELDS.len(), 6);
+        assert_eq!(
+            RxStats::FIELDS
+                .iter()
+                .filter(|(_, k)| *k == Kind::Basic)
+                .count(),
+            4
+        );
     }
 }

@@ -40,16 +40,14 @@
 
 use std::sync::atomic::AtomicU32;
 
-use mlx4_prm::{
-    cqe_opcode, opcode, owner_opcode, CtrlSeg, SQ_HEADROOM_BYTES, TXBB_SHIFT, TXBB_SIZE,
-};
+use mlx4_prm::{cqe_opcode, opcode, owner_opcode, SQ_HEADROOM_BYTES, TXBB_SHIFT};
 
 use crate::hw::{Device, HwError};
 use crate::mbuf::{BufBatch, BufRing};
 use crate::mem::{DmaArray, FixedStr, Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell};
 use crate::pmd_log;
-use crate::ring::{txbbs_for, CqRing, Posted, Poster, SqRing};
+use crate::ring::{txbbs_for, CqRing, LastWqe, Posted, Poster, SqRing};
 pub use crate::stats::TxStats;
 use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
 
@@ -159,7 +157,22 @@ struct HwQueue {
     cq: CqRing,
     qpn: u32,
     doorbell: SendDoorbell,
+    /// The BF register, only if the BlueFlame path is live.
     bf: Option<BfReg>,
+    /// Bytes 4-7 of a BF copy less the size byte: the QPN in bytes 4-6 (host order).
+    bf_qpn: u32,
+}
+
+/// What the error and lost-doorbell paths keep: cold, off the burst's cache lines.
+#[derive(Default)]
+struct Recovery {
+    /// WQE index (TXBB counter, low 16 bits) of the error completion that stopped the queue.
+    error_wqe: u16,
+    /// `comp.cons` when [`TxQueue::kick`] last looked.
+    kick_cons: u32,
+    flushed: u64,
+    queue_resets: u64,
+    doorbell_rerings: u64,
 }
 
 /// Packets gathered for one release when gather packets come between inline ones.
@@ -189,6 +202,7 @@ pub struct TxQueue<B: TxBuf> {
     done: BufBatch<B, FREE_BATCH>,
     /// Data segments of the packet being posted on the general path.
     segs: [(u64, u32, u32); MAX_GATHER_SEGS],
+    recovery: Recovery,
 }
 
 /// Largest WQE we build: 63 DS in 16 TXBBs.
@@ -250,6 +264,7 @@ impl<B: TxBuf> TxQueue<B> {
             marks,
             done: BufBatch::default(),
             segs: [(0, 0, 0); MAX_GATHER_SEGS],
+            recovery: Recovery::default(),
         })
     }
 
@@ -290,6 +305,9 @@ impl<B: TxBuf> TxQueue<B> {
             error_cqes: self.comp.error_cqes,
             general_inline: p.general_inline,
             general_gather: p.general_gather,
+            flushed: self.recovery.flushed,
+            queue_resets: self.recovery.queue_resets,
+            doorbell_rerings: self.recovery.doorbell_rerings,
         }
     }
 
@@ -299,6 +317,8 @@ impl<B: TxBuf> TxQueue<B> {
         (p.gather_packets, p.ring_full) = (0, 0);
         (p.general_inline, p.general_gather) = (0, 0);
         (self.comp.completions, self.comp.error_cqes) = (0, 0);
+        let r = &mut self.recovery;
+        (r.flushed, r.queue_resets, r.doorbell_rerings) = (0, 0, 0);
     }
 
     /// TXBBs in the send ring.
@@ -358,12 +378,12 @@ impl<B: TxBuf> TxQueue<B> {
         if self.hw.cq.has_cqe() || self.comp.failed {
             return self.burst_after_completions(pkts);
         }
-        let room = self.room();
-        if room == 0 {
-            self.prod.ring_full += 1;
-            return 0;
+        // `room()` spelled out: one subtraction whose flags say full.
+        let used = self.prod.prod.wrapping_sub(self.comp.cons);
+        if used >= self.usable {
+            return self.full();
         }
-        self.post(pkts, room)
+        self.post_any(pkts, self.usable - used)
     }
 
     #[inline(never)]
@@ -373,12 +393,66 @@ impl<B: TxBuf> TxQueue<B> {
             // The control path recreates the queue (`recover`), with the device in hand.
             return 0;
         }
-        let room = self.room();
-        if room == 0 {
-            self.prod.ring_full += 1;
-            return 0;
+        // `room()` spelled out: one subtraction whose flags say full.
+        let used = self.prod.prod.wrapping_sub(self.comp.cons);
+        if used >= self.usable {
+            return self.full();
         }
-        self.post(pkts, room)
+        self.post_any(pkts, self.usable - used)
+    }
+
+    /// A burst of one packet goes its own way: see [`TxQueue::post_one`].
+    #[inline(always)]
+    fn post_any(&mut self, pkts: &[B], room: u32) -> usize {
+        match pkts {
+            [pkt] => self.post_one(pkt, room),
+            _ => self.post(pkts, room),
+        }
+    }
+
+    /// A burst of one packet, what a latency-bound application sends: a plain packet that
+    /// fits a straight-line inline WQE before the ring's end is written in place, without
+    /// the poster's set-up for a run (the run's end, the pending owner store, the loop and its
+    /// tally), which a burst of one pays in full for nothing; the end of the burst is the
+    /// same. Anything else is a burst like any other ([`TxQueue::post`]).
+    #[inline(never)]
+    fn post_one(&mut self, pkt: &B, room: u32) -> usize {
+        let pkts = std::slice::from_ref(pkt);
+        let Some(data) = pkt.plain() else {
+            return self.post(pkts, room);
+        };
+        let len = data.len();
+        let start = self.prod.prod;
+        let txbbs = wqe::plain_inline_txbbs(len);
+        // Two TXBBs before the ring's end whatever the class: the writers' own bound checks
+        // then fold away (a one-TXBB WQE in the last slot is rare, and `post` takes it).
+        let cnt = self.hw.sq.txbb_cnt();
+        let slot = start & (cnt - 1);
+        // `len > PLAIN_INLINE_MAX` is implied by the first test (the threshold is clamped to
+        // it); said again so that the compiler knows the second chunk's size.
+        if len.wrapping_sub(1) >= self.plain_inline_max
+            || len > wqe::PLAIN_INLINE_MAX
+            || txbbs > room
+            || slot + 2 > cnt
+        {
+            return self.post(pkts, room);
+        }
+        if len <= wqe::FIRST_CHUNK {
+            wqe::write_plain_inline1(&mut self.hw.sq.wqe_fixed::<1>(start), data);
+        } else {
+            wqe::write_plain_inline2(&mut self.hw.sq.wqe_fixed::<2>(start), data);
+        }
+        let end = start.wrapping_add(txbbs);
+        let last = LastWqe {
+            start,
+            txbbs,
+            send_be: self.hw.sq.owner_word(start, opcode::SEND).to_be(),
+        };
+        let posted = Posted {
+            end,
+            last: Some(last),
+        };
+        self.end_burst(posted, start, pkts, Tally::straight(1, len as u64))
     }
 
     /// The burst proper, with `room` TXBBs (more than none) to fill. A burst of plain packets
@@ -411,13 +485,17 @@ impl<B: TxBuf> TxQueue<B> {
         // straight-line path.
         let (poster, t) = post_rest(poster, pkts, stop, Tally::straight(n, bytes), rest);
         let posted = poster.finish();
-        let n = self.end_burst(posted, start, pkts, t);
-        if t.last && n < pkts.len() {
+        let taken = self.end_burst(posted, start, pkts, t);
+        if t.last && taken < pkts.len() {
             // A WQE that had to be the last went out with its doorbell: the rest continue
             // as a burst of their own.
-            return n + self.burst(&pkts[n..]);
+            return taken + self.burst(&pkts[taken..]);
         }
-        n
+        if taken == 0 {
+            // Too little room for the first packet: as for a full ring (see `full`).
+            self.kick();
+        }
+        taken
     }
 
     /// Once per burst: the completion request, the BlueFlame copy or the doorbell, the
@@ -445,37 +523,29 @@ impl<B: TxBuf> TxQueue<B> {
                 (p.since_comp, p.txbbs_since_comp) = (0, 0);
             }
             let word = u32::from_be(last.send_be);
-            let bf = match self.cfg.path {
-                TxPath::BlueFlame => self.hw.bf.as_mut(),
-                TxPath::Doorbell => None,
-            };
-            match bf {
-                Some(bf) if (last.txbbs as usize) * TXBB_SIZE <= bf.half_size() => {
-                    let ctrl = self.hw.sq.ctrl_dword1(last.start).to_be_bytes();
-                    let ctrl =
-                        CtrlSeg::new_unchecked([0, 0, 0, 0, ctrl[0], ctrl[1], ctrl[2], ctrl[3]]);
-                    if ctrl.ins_vlan() == 0 {
-                        // The copy's first TXBB carries the QPN where the ring copy has the
-                        // VLAN fields (which is why a VLAN-inserting WQE never goes through
-                        // BF); the ring keeps a plain WQE for a device that falls back to
-                        // fetching it.
+            let hw = &mut self.hw;
+            match hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
+                Some(half) => {
+                    let dword1 = hw.sq.ctrl_dword1(last.start);
+                    // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its
+                    // tag: such a WQE never goes through BF. The ring keeps a plain WQE for a
+                    // device that falls back to fetching it.
+                    if (dword1 >> 8) & 0xff == 0 {
                         let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
                         let mut head = [0u8; 8];
-                        let mut c = CtrlSeg::new_unchecked(&mut head[..]);
-                        c.set_owner_opcode(word);
-                        c.set_bf_qpn_ds(self.hw.qpn, ctrl.ds());
-                        let wqe = self.hw.sq.publish_blocks(last.start, last.txbbs, word);
-                        bf.write_wqe(head, wqe);
+                        head[..4].copy_from_slice(&word.to_be_bytes());
+                        head[4..].copy_from_slice(&(hw.bf_qpn | (dword1 & 0xff)).to_be_bytes());
+                        half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
                         p.bf_writes += 1;
                     } else {
-                        self.hw.sq.publish(last.start, word);
-                        self.hw.doorbell.ring();
+                        hw.sq.publish(last.start, word);
+                        hw.doorbell.ring();
                         p.doorbells += 1;
                     }
                 }
-                _ => {
-                    self.hw.sq.publish(last.start, word);
-                    self.hw.doorbell.ring();
+                None => {
+                    hw.sq.publish(last.start, word);
+                    hw.doorbell.ring();
                     p.doorbells += 1;
                 }
             }
@@ -551,13 +621,14 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     /// An error CQE: the device moved the SQ to the error state. Count and log once per queue;
-    /// the queue takes nothing more until [`TxQueue::recover`] recreates it.
+    /// the queue takes nothing more until [`TxQueue::recover`] recreates it, and counts then
+    /// what was lost with it.
     #[cold]
     #[inline(never)]
     fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
         self.comp.error_cqes += 1;
-        self.prod.errors += 1;
         self.comp.failed = true;
+        self.recovery.error_wqe = wqe_index;
         if !self.comp.error_logged {
             self.comp.error_logged = true;
             pmd_log!(
@@ -597,6 +668,14 @@ impl<B: TxBuf> TxQueue<B> {
     /// cannot make a new queue, the old one stays, and so does its state.
     pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
         let fresh = create_hw(dev, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
+        if self.comp.failed {
+            // Read from the old ring before it goes.
+            let lost = self.count_flushed();
+            let r = &mut self.recovery;
+            r.flushed += lost;
+            r.queue_resets += 1;
+            self.prod.errors += lost;
+        }
         destroy_hw(dev, std::mem::replace(&mut self.hw, fresh));
         self.free_elts(self.elts.head());
         debug_assert!(self.elts.is_empty());
@@ -607,11 +686,82 @@ impl<B: TxBuf> TxQueue<B> {
         Ok(())
     }
 
+    /// Packets in the WQEs from the failed one up to the producer: what the device of a queue
+    /// in error never sends. WQEs before the failed one executed (a queue executes in order).
+    /// NOPs (completion requests, the padding to the ring's end) hold none.
+    fn count_flushed(&self) -> u64 {
+        let (cons, prod) = (self.comp.cons, self.prod.prod);
+        let ahead = |c: u32| c.wrapping_sub(cons);
+        let mut pos =
+            cons.wrapping_add(u32::from(self.recovery.error_wqe.wrapping_sub(cons as u16)));
+        let mut n = 0;
+        while ahead(pos) < ahead(prod) {
+            let ctrl = self.hw.sq.ctrl_head(pos);
+            let txbbs = txbbs_for(usize::from(ctrl.ds()) * 16).max(1);
+            if ctrl.opcode() != opcode::NOP {
+                n += 1;
+            } else if txbbs > 1 {
+                // Padding: it runs to the ring's end (its size field may say less).
+                pos = (pos | (self.txbb_cnt - 1)).wrapping_add(1);
+                continue;
+            }
+            pos = pos.wrapping_add(txbbs);
+        }
+        n
+    }
+
+    /// No room: counted, and a look for a lost doorbell ([`TxQueue::kick`]): a full ring
+    /// whose last doorbell was lost would otherwise take nothing from every later burst, and
+    /// so never ring again.
+    #[cold]
+    #[inline(never)]
+    fn full(&mut self) -> usize {
+        self.prod.ring_full += 1;
+        self.kick();
+        0
+    }
+
+    /// For a queue nobody posts on (or whose ring is full). A doorbell can be lost (the device takes only WQEs a
+    /// doorbell covered), leaving posted WQEs waiting with nothing after them to ring again; a
+    /// burst with packets needs none of this, as its doorbell covers everything posted before.
+    /// So: if WQEs are outstanding and no completion progressed since the last look, ring
+    /// again, first asking for a completion if the last WQEs did not, so that the next look
+    /// can see progress. Counted in `doorbell_rerings`. Called by `tx_burst` with no packets or a full ring,
+    /// `tx_done_cleanup` and [`TxQueue::drain`]; returns whether it rang.
+    #[cold]
+    #[inline(never)]
+    pub fn kick(&mut self) -> bool {
+        self.complete();
+        let cons = self.comp.cons;
+        let progressed = std::mem::replace(&mut self.recovery.kick_cons, cons) != cons;
+        if self.comp.failed || cons == self.prod.prod || progressed {
+            return false;
+        }
+        self.ask_completion();
+        self.hw.doorbell.ring();
+        self.prod.doorbells += 1;
+        self.recovery.doorbell_rerings += 1;
+        true
+    }
+
+    /// Posts a signaled NOP if the last WQEs asked for no completion (and there is room for
+    /// it), so that their execution shows; whether it did. The caller rings.
+    fn ask_completion(&mut self) -> bool {
+        let unsignaled = self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0;
+        let ask = unsignaled && self.room() >= 1 && self.marks_free();
+        if ask {
+            self.post_signaled_nop();
+        }
+        ask
+    }
+
     /// Waits (at most `limit`) until the device has executed everything posted, asking for a
-    /// completion with a NOP if the last WQEs did not. Used before the port stops, so that what
+    /// completion with a NOP if the last WQEs did not, and ringing again if nothing progresses
+    /// for a millisecond (a lost doorbell). Used before the port stops, so that what
     /// `tx_burst` took reaches the wire rather than being discarded with the queue.
     pub fn drain(&mut self, dev: &dyn Device, limit: std::time::Duration) -> bool {
         let start = std::time::Instant::now();
+        let mut looked = start;
         loop {
             self.complete();
             if self.comp.failed {
@@ -621,11 +771,12 @@ impl<B: TxBuf> TxQueue<B> {
             if self.comp.cons == self.prod.prod {
                 return true;
             }
-            let unsignaled = self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0;
-            if unsignaled && self.room() >= 1 && self.marks_free() {
-                self.post_signaled_nop();
+            if self.ask_completion() {
                 self.hw.doorbell.ring();
                 self.prod.doorbells += 1;
+            } else if looked.elapsed() >= std::time::Duration::from_millis(1) {
+                looked = std::time::Instant::now();
+                self.kick();
             }
             if start.elapsed() >= limit {
                 return false;
@@ -635,9 +786,12 @@ impl<B: TxBuf> TxQueue<B> {
         }
     }
 
-    /// `tx_done_cleanup`: reclaims completed buffers; returns how many were freed.
+    /// `tx_done_cleanup`: reclaims completed buffers (and rings again if posted WQEs made no
+    /// progress, see [`TxQueue::kick`]); returns how many were freed.
     pub fn done_cleanup(&mut self, _free_cnt: u32) -> usize {
-        self.complete()
+        let freed = self.complete();
+        self.kick();
+        freed
     }
 
     /// Destroys the device queue, then frees what was still in flight. A queue dropped without
@@ -670,10 +824,16 @@ fn create_hw(
         }
     };
     let sq = SqRing::new(sq);
+    let qpn = sq.desc().qpn();
+    let bf = match cfg.path {
+        TxPath::BlueFlame => sq.bf_reg(cfg.copy),
+        TxPath::Doorbell => None,
+    };
     Ok(HwQueue {
-        qpn: sq.desc().qpn(),
+        qpn,
         doorbell: sq.doorbell(),
-        bf: sq.bf_reg(cfg.copy),
+        bf,
+        bf_qpn: (qpn & 0x00ff_ffff) << 8,
         sq,
         cq: CqRing::new(cq),
     })

@@ -5,6 +5,8 @@
 //! from a working directory that does not hold it.
 #![allow(dead_code)]
 
+pub mod examples;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -247,21 +249,26 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
         }
     }
     drop(stdin);
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_or_kill(&mut child, limit);
     Output {
         stdout: out_t.join().unwrap(),
         stderr: err_t.join().unwrap(),
         status,
+    }
+}
+
+/// Waits for `child` to exit, killing it once `limit` has passed.
+pub fn wait_or_kill(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            return child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -316,6 +323,20 @@ pub fn xstat(text: &str, name: &str) -> Option<u64> {
         let (k, v) = l.trim().split_once(':')?;
         (k.trim() == name).then(|| v.trim().parse().ok())?
     })
+}
+
+/// mbufs in use in each `dump_mempool` of the session (populated less the cached and the free).
+pub fn in_use(text: &str) -> Vec<u64> {
+    let pop = numbers_after(text, "populated_size=");
+    let cached = numbers_after(text, "total_cache_count=");
+    let free = numbers_after(text, "common_pool_count=");
+    assert_eq!(pop.len(), cached.len());
+    assert_eq!(pop.len(), free.len());
+    pop.iter()
+        .zip(&cached)
+        .zip(&free)
+        .map(|((p, c), f)| p - c - f)
+        .collect()
 }
 
 /// xstat `name` of port `port` from the last `show port xstats` output for that port.

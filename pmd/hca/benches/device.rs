@@ -125,10 +125,11 @@ impl Rig {
         }
     }
 
-    /// Fill the ring (and the RQ), ring one doorbell; nothing timed. The ring goes through the
+    /// Fill the ring (and the RQ), ring one doorbell (or with `bf` copy the last WQE to
+    /// BlueFlame, as the driver ends a burst); nothing timed. The ring goes through the
     /// same contents every two passes, so after one period the WQEs of a round are restored from
     /// the image of the same phase, which keeps the posting cheap next to what is measured.
-    fn post(&mut self, kind: Kind, round: u64) {
+    fn post(&mut self, kind: Kind, round: u64, bf: bool) {
         let per_round = self.per_round * kind.txbbs();
         let period = 2 * TXBBS / per_round;
         let phase = (round % u64::from(period)) as usize;
@@ -151,7 +152,13 @@ impl Rig {
                 rq.post(&[(RX_BUF as u32, self.pkts.lkey, base + i * RX_BUF)]);
             }
         }
-        self.sq.doorbell();
+        if bf {
+            let last = self.sq.prod - kind.txbbs();
+            let wqe = self.sq.wqe_bytes(last);
+            self.sq.bf_copy(last, wqe);
+        } else {
+            self.sq.doorbell();
+        }
     }
 
     fn write_wqes(&mut self, kind: Kind) {
@@ -220,14 +227,22 @@ fn clock_overhead_ns() -> f64 {
 
 /// Nanoseconds per WQE, median and minimum over `rounds` of `per_round` WQEs each. A round of the ring
 /// mode is one `Hca::step`; a burst is what the polled mode does after `tx_burst` and before
-/// `rx_burst`: the SQ's runner, then the port's receive runner.
-fn measure(wire: WireKind, kind: Kind, per_round: u32, rounds: u64, clock: f64) -> (f64, f64) {
+/// `rx_burst`: the SQ's runner, then the port's receive runner. With `bf` each round ends with a
+/// BlueFlame copy of its last WQE instead of a doorbell.
+fn measure(
+    wire: WireKind,
+    kind: Kind,
+    per_round: u32,
+    rounds: u64,
+    clock: f64,
+    bf: bool,
+) -> (f64, f64) {
     let mut rig = Rig::new(wire, per_round);
     let sq_run = rig.hca.sq_runner(rig.sq.info.qpn).expect("SQ runner");
     let rx_run = rig.hca.rx_runner();
     let mut per = Vec::new();
     for round in 1..=rounds {
-        rig.post(kind, round);
+        rig.post(kind, round, bf);
         let t = Instant::now();
         let work = if per_round == WQES {
             rig.hca.step()
@@ -237,6 +252,10 @@ fn measure(wire: WireKind, kind: Kind, per_round: u32, rounds: u64, clock: f64) 
         let dt = t.elapsed().as_nanos() as f64 - clock;
         assert!(work >= per_round as usize);
         rig.finish(round);
+        if bf {
+            let c = rig.hca.counters();
+            assert_eq!(c.wqe_from_bf, round, "every copy taken: {c:?}");
+        }
         per.push(dt / f64::from(per_round));
     }
     median(per)
@@ -291,11 +310,12 @@ fn main() {
          doorbell, then the polled mode's SqRunner::run and RxRunner::run; median of {} rounds",
         rounds * u64::from(WQES / BURST)
     );
+    println!("  bf:    as burst, but a BlueFlame copy of the last WQE instead of the doorbell");
     println!("  (median and, after the slash, the minimum over rounds: on a shared machine the");
     println!("  minimum is the round least disturbed by other work)");
     println!(
-        "{:<6} {:<7} {:>16} {:>16} {:>12}",
-        "wire", "wqe", "ring ns/WQE", "burst ns/WQE", "burst Mpps"
+        "{:<6} {:<7} {:>16} {:>16} {:>16} {:>12}",
+        "wire", "wqe", "ring ns/WQE", "burst ns/WQE", "bf ns/WQE", "burst Mpps"
     );
     // `--only null-inline` (wire-wqe) runs one case, e.g. under a profiler.
     let only = args
@@ -310,14 +330,17 @@ fn main() {
             if only.as_ref().is_some_and(|o| *o != name) {
                 continue;
             }
-            let ring = measure(wire, kind, WQES, rounds, clock);
-            let burst = measure(wire, kind, BURST, rounds * u64::from(WQES / BURST), clock);
+            let bursts = rounds * u64::from(WQES / BURST);
+            let ring = measure(wire, kind, WQES, rounds, clock, false);
+            let burst = measure(wire, kind, BURST, bursts, clock, false);
+            let bf = measure(wire, kind, BURST, bursts, clock, true);
             println!(
-                "{:<6} {:<7} {:>16} {:>16} {:>12.1}",
+                "{:<6} {:<7} {:>16} {:>16} {:>16} {:>12.1}",
                 format!("{wire:?}").to_lowercase(),
                 format!("{kind:?}").to_lowercase(),
                 format!("{:.1} / {:.1}", ring.0, ring.1),
                 format!("{:.1} / {:.1}", burst.0, burst.1),
+                format!("{:.1} / {:.1}", bf.0, bf.1),
                 1e3 / burst.0
             );
         }

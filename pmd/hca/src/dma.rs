@@ -6,7 +6,7 @@
 #![allow(unsafe_code)]
 
 use std::alloc::{self, Layout};
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// A range of memory the device may read and write by DMA.
 ///
@@ -151,28 +151,6 @@ impl HostMem {
                 Ordering::Relaxed,
             )
             .is_ok()
-    }
-
-    /// Copy `dst.len()` bytes (a multiple of 8, 8-aligned `off`) with 8-byte atomic loads: a
-    /// BlueFlame half is written by the CPU in 8-byte or larger stores while we read it, and each
-    /// 8-byte piece must be seen whole or not at all.
-    pub(crate) fn read_qwords(&self, off: usize, dst: &mut [u8]) -> bool {
-        if dst.len() % 8 != 0 {
-            return false;
-        }
-        let Some(p) = self.check(off, dst.len()) else {
-            return false;
-        };
-        if p as usize % 8 != 0 {
-            return false;
-        }
-        for (i, chunk) in dst.chunks_exact_mut(8).enumerate() {
-            // SAFETY: `p + 8*i` is in range (whole span checked) and 8-aligned.
-            let v = unsafe { AtomicU64::from_ptr((p as *mut u64).add(i)) }.load(Ordering::Relaxed);
-            chunk.copy_from_slice(&v.to_ne_bytes());
-        }
-        fence(Ordering::Acquire);
-        true
     }
 
     /// Write `bytes` at `off`, publishing the last byte with a release store: a CQE's owner byte
@@ -358,9 +336,8 @@ mod tests {
         assert_eq!(m.load_be32(0), Some(0));
         assert!(m.write_publish_last(32, &[9; 32]));
         assert!(!m.write_publish_last(33, &[9; 32]));
-        let mut q = [0u8; 16];
-        assert!(m.read_qwords(32, &mut q));
-        assert_eq!(q, [9; 16]);
+        assert_eq!(m.load_bytes8(40), Some([9; 8]));
+        assert_eq!(m.load_bytes8(60), None);
         page.clear();
         assert_eq!(m.load_bytes8(32), Some([0; 8]));
     }

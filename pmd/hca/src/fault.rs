@@ -42,24 +42,30 @@ impl Faults {
     }
 }
 
-impl FromStr for Faults {
-    type Err = HcaError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
+impl Faults {
+    /// Reads the devarg form strictly: counts are plain decimal digits (no sign, no spaces),
+    /// each fault named once, no empty item; the empty string is no fault. The error says what
+    /// is wrong, without repeating `s`.
+    pub fn parse(s: &str) -> Result<Faults, String> {
         let mut f = Faults::default();
-        let bad = |why: String| {
-            HcaError::InvalidArgument(format!(
-                "faults {s:?}: {why}; expected items like tx_error:N, rx_error:N, db_drop:N, \
-                 flap:N+M separated by '/'"
-            ))
-        };
-        for item in s.split('/').filter(|i| !i.is_empty()) {
+        if s.is_empty() {
+            return Ok(f);
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        for item in s.split('/') {
             let (name, value) = item
                 .split_once(':')
-                .ok_or_else(|| bad(format!("{item:?} has no ':'")))?;
+                .ok_or_else(|| format!("{item:?} has no ':'"))?;
+            if seen.contains(&name) {
+                return Err(format!("{name:?} is given twice"));
+            }
+            seen.push(name);
             let num = |v: &str| {
-                v.parse::<u32>()
-                    .map_err(|_| bad(format!("{v:?} is not a count")))
+                v.bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| v.parse::<u32>().ok())
+                    .flatten()
+                    .ok_or_else(|| format!("{v:?} is not a count (decimal digits)"))
             };
             match name {
                 "tx_error" => f.tx_error_every = num(value)?,
@@ -68,14 +74,28 @@ impl FromStr for Faults {
                 "flap" => {
                     let (n, m) = value
                         .split_once('+')
-                        .ok_or_else(|| bad(format!("flap {value:?} is not N+M")))?;
+                        .ok_or_else(|| format!("flap {value:?} is not N+M"))?;
                     f.link_flap_every = num(n)?;
                     f.link_flap_frames = num(m)?;
                 }
-                _ => return Err(bad(format!("unknown fault {name:?}"))),
+                _ => return Err(format!("unknown fault {name:?}")),
             }
         }
         Ok(f)
+    }
+}
+
+impl FromStr for Faults {
+    type Err = HcaError;
+
+    /// [`Faults::parse`], its error naming the text and the form expected.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Faults::parse(s).map_err(|why| {
+            HcaError::InvalidArgument(format!(
+                "faults {s:?}: {why}; expected items like tx_error:N, rx_error:N, db_drop:N, \
+                 flap:N+M separated by '/'"
+            ))
+        })
     }
 }
 
@@ -181,7 +201,21 @@ mod tests {
         );
         assert_eq!(f.to_string().parse::<Faults>().unwrap(), f);
         assert!("".parse::<Faults>().unwrap().none());
-        for bad in ["tx_error", "tx_error:x", "nope:1", "flap:10", "db_drop:-1"] {
+        for bad in [
+            "tx_error",
+            "tx_error:x",
+            "nope:1",
+            "flap:10",
+            "db_drop:-1",
+            "db_drop:+1",
+            "tx_error: 1",
+            "tx_error:",
+            "tx_error:1/",
+            "tx_error:1//rx_error:2",
+            "tx_error:1/tx_error:2",
+            "flap:1+",
+            "rx_error:99999999999",
+        ] {
             let e = bad.parse::<Faults>().unwrap_err().to_string();
             assert!(e.contains("expected items"), "{bad}: {e}");
         }

@@ -71,6 +71,12 @@ pub(crate) struct Shape {
 /// completion request (C bits of byte 11).
 const KEY_MASK: [u64; 2] = [!(0x80 | 0xffff << 8), !((srcrb::CQ_UPDATE as u64) << 24)];
 
+/// Bytes 4-6 of the control segment in the key's first qword: `vlan_tag` and `ins_vlan`, or in
+/// a BlueFlame-announced WQE the QPN.
+const BF_QPN: u64 = 0xff_ffff << 32;
+/// `ins_vlan` (byte 6) in the key's first qword.
+const INS_VLAN: u64 = 0xff << 48;
+
 #[inline(always)]
 fn key(ctrl: &[u8; DS_SIZE]) -> [u64; 2] {
     let lo = u64::from_le_bytes([
@@ -178,7 +184,9 @@ impl Shape {
 
     /// Whether the WQE whose first TXBB sits in ring slot `slot` (its control segment already
     /// read into `ctrl`) has the remembered shape, reading its headers from `ring` (`mask` =
-    /// TXBBs - 1).
+    /// TXBBs - 1). In a WQE a BlueFlame write announced (`bf_posted`), bytes 4-6 are the QPN,
+    /// not a VLAN request: they are not compared, and such a WQE has the shape only if the
+    /// remembered one inserts no VLAN (as the full decode reads it).
     #[inline(always)]
     pub(crate) fn recall(
         &self,
@@ -186,9 +194,18 @@ impl Shape {
         slot: u32,
         mask: u32,
         ctrl: &[u8; DS_SIZE],
+        bf_posted: bool,
         epoch: u64,
     ) -> Option<Hit> {
-        if self.key? != key(ctrl) || self.epoch != epoch {
+        let learnt = self.key?;
+        let mut k = key(ctrl);
+        if bf_posted {
+            if learnt[0] & INS_VLAN != 0 {
+                return None;
+            }
+            k[0] = k[0] & !BF_QPN | learnt[0] & BF_QPN;
+        }
+        if learnt != k || self.epoch != epoch {
             return None;
         }
         let wraps = slot + self.hit.txbbs > mask + 1;
@@ -267,15 +284,21 @@ mod tests {
         // Same shape, other payload, signaled: recalled, also when it wraps the ring.
         let w2 = post(&page, 2, 0x55, true);
         let hit = shape
-            .recall(&ring, 2, 7, &w2[0], mrs.epoch())
+            .recall(&ring, 2, 7, &w2[0], false, mrs.epoch())
             .expect("recalled");
         assert_eq!((hit.verdict, hit.txbbs, hit.signaled), (v, 2, true));
         let w3 = post(&page, 7, 0x11, false);
-        assert!(shape.recall(&ring, 7, 7, &w3[0], mrs.epoch()).is_some());
+        assert!(shape
+            .recall(&ring, 7, 7, &w3[0], false, mrs.epoch())
+            .is_some());
         // A different second header is not the same shape.
         ring.write(3 * TXBB_SIZE + 3, &[21]);
-        assert!(shape.recall(&ring, 2, 7, &w2[0], mrs.epoch()).is_none());
+        assert!(shape
+            .recall(&ring, 2, 7, &w2[0], false, mrs.epoch())
+            .is_none());
         // Nor is anything after the regions changed.
-        assert!(shape.recall(&ring, 7, 7, &w3[0], mrs.epoch() + 1).is_none());
+        assert!(shape
+            .recall(&ring, 7, 7, &w3[0], false, mrs.epoch() + 1)
+            .is_none());
     }
 }

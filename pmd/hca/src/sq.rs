@@ -71,16 +71,18 @@ pub(crate) struct Bf {
     pub(crate) slot: BfSlot,
     half_size: usize,
     halves: [HostMem; 2],
-    /// The whole copy taken from each half when it arrived, waiting for the walk to reach its
-    /// WQE.
+    /// What the device keeps of the whole copy in each half, checked against ring memory when
+    /// it arrived, until the walk reaches its WQE.
     latch: [Latch; 2],
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Latch {
     /// The 16-bit counter of the WQE the copy is of; `None` = nothing waiting.
     counter: Option<u16>,
-    copy: Box<[u8]>,
+    /// The copy's `srcrb_flags`: the one part of it that may differ from the ring WQE and
+    /// still count (bytes 4-7 are the QPN and DS; the BF counter is in dword 0).
+    srcrb: [u8; 4],
 }
 
 /// What became of a BlueFlame copy the device tried to take.
@@ -100,15 +102,11 @@ impl Bf {
     }
 
     pub(crate) fn new(slot: BfSlot, halves: [HostMem; 2], half_size: usize) -> Bf {
-        let latch = || Latch {
-            counter: None,
-            copy: vec![0; half_size].into_boxed_slice(),
-        };
         Bf {
             slot,
             half_size,
             halves,
-            latch: [latch(), latch()],
+            latch: Default::default(),
         }
     }
 }
@@ -364,15 +362,14 @@ impl Sq {
         work
     }
 
-    /// Read the copy in half `h` (first qword `q`) into its latch and compare it with the WQE
-    /// `ahead` TXBBs past the consumer in ring memory. While it differs, the driver's stores
-    /// may still be arriving: re-read for up to `BF_PATIENCE`; a first qword that changed
-    /// means a newer write began.
+    /// Check the copy in half `h` (first qword `q`) against the WQE `ahead` TXBBs past the
+    /// consumer in ring memory, in place, and latch its `srcrb_flags`. While it differs, the
+    /// driver's stores may still be arriving: re-read for up to `BF_PATIENCE`; a first qword
+    /// that changed means a newer write began.
     fn latch_copy(&self, bf: &mut Bf, h: usize, q: [u8; 8], ahead: u32) -> Taken {
         let ds = CtrlSeg::new_unchecked(&q[..]).ds();
         let len = usize::from(ds) * DS_SIZE;
-        let bytes = len.next_multiple_of(TXBB_SIZE);
-        if ds == 0 || bytes > bf.half_size {
+        if ds == 0 || len.next_multiple_of(TXBB_SIZE) > bf.half_size {
             return Taken::Torn;
         }
         // The WQE in ring memory, which the driver posted before writing the copy; its stores
@@ -380,30 +377,25 @@ impl Sq {
         // earlier stores only behind a fence), so it too is waited for, as briefly.
         let idx = self.ci.wrapping_add(ahead);
         let first = self.first_txbb(idx);
-        let owner_off = first as usize * TXBB_SIZE;
         let parity = idx & self.cnt != 0;
-        let mut ring = [[0u8; TXBB_SIZE]; MAX_WQE_TXBBS];
-        let mut posted = false;
-        let copy = &mut bf.latch[h].copy[..bytes];
+        let half = &bf.halves[h];
         let mut since = None;
         for n in 0u32.. {
-            if !posted {
-                let dw0 = self.ring.load_be32(owner_off);
-                if dw0.is_some_and(|w| (w & owner_opcode::OWNER != 0) == parity) {
-                    for (k, block) in ring.iter_mut().take(bytes / TXBB_SIZE).enumerate() {
-                        let t = first.wrapping_add(k as u32) & self.txbb_mask();
-                        self.ring.read_array(t as usize * TXBB_SIZE, block);
-                    }
-                    posted = true;
-                }
-            }
-            if !bf.halves[h].read_qwords(0, copy) {
-                return Taken::Torn;
-            }
-            if bf.halves[h].load_bytes8(0) != Some(q) {
+            let posted = self
+                .ring
+                .load_be32(first as usize * TXBB_SIZE)
+                .is_some_and(|w| (w & owner_opcode::OWNER != 0) == parity);
+            let srcrb = if posted {
+                self.copy_matches_ring(half, first, len)
+            } else {
+                None
+            };
+            // The copy just compared was the write announced by `q`, not part of a newer one.
+            if half.load_bytes8(0) != Some(q) {
                 return Taken::Superseded;
             }
-            if posted && bf_copy_matches(&ring.as_flattened()[..len], &copy[..len]) {
+            if let Some(srcrb) = srcrb {
+                bf.latch[h].srcrb = srcrb;
                 return Taken::Whole;
             }
             if n % 16 == 15 && since.get_or_insert_with(Instant::now).elapsed() > BF_PATIENCE {
@@ -414,6 +406,34 @@ impl Sq {
         // Still no posted WQE to be a copy of (the write is only a doorbell), or the copy
         // never became whole.
         Taken::Torn
+    }
+
+    /// Whether the first `len` bytes of the BlueFlame copy in `half` are the WQE starting at
+    /// ring TXBB `first`, allowing for what a copy legitimately changes (the BF counter in
+    /// dword 0, QPN and DS in dword 1, `srcrb_flags`): the copy's `srcrb_flags` if so. Reads
+    /// both 8 bytes at a time, as the copy lands, without copying either.
+    fn copy_matches_ring(&self, half: &HostMem, first: u32, len: usize) -> Option<[u8; 4]> {
+        let counter_mask = !owner_opcode::BF_COUNTER_MASK;
+        let mut srcrb = [0; 4];
+        for at in (0..len).step_by(8) {
+            let txbb = first.wrapping_add((at / TXBB_SIZE) as u32) & self.txbb_mask();
+            let r = self
+                .ring
+                .load_bytes8(txbb as usize * TXBB_SIZE + at % TXBB_SIZE)?;
+            let c = half.load_bytes8(at)?;
+            let same = match at {
+                0 => be32(&r, 0) & counter_mask == be32(&c, 0) & counter_mask,
+                8 => {
+                    srcrb.copy_from_slice(&c[..4]);
+                    r[4..] == c[4..]
+                }
+                _ => r == c,
+            };
+            if !same {
+                return None;
+            }
+        }
+        Some(srcrb)
     }
 
     /// Execute WQEs from the consumer on, as far as the walk allows (a doorbell covers every
@@ -439,14 +459,13 @@ impl Sq {
         };
         // Copies and marks only exist after BlueFlame writes; the doorbell path skips them.
         let bf_live = self.marks > 0 || self.bf.as_ref().is_some_and(Bf::has_pending);
-        // With no BlueFlame bookkeeping and no frame bytes wanted, a WQE of the remembered
-        // shape needs only its headers checked (see `shape`).
-        let fast = !bf_live && !out.bytes;
+        // With no frame bytes wanted, a WQE of the remembered shape needs only its headers
+        // checked (see `shape`), whether a doorbell or a BlueFlame write announced it.
+        let fast = !out.bytes;
         let epoch = cx.mrs.epoch();
         let txbb_mask = self.txbb_mask();
         // The ring's geometry in registers: the fields would be reloaded per WQE.
         let (slot_mask, shift) = (self.cnt - 1, self.txbb_shift);
-        let round = (1u32 << shift) - 1;
         let mut done = 0;
         let inferred = std::mem::take(&mut self.inferred);
         self.walk = Walk::Idle;
@@ -469,9 +488,19 @@ impl Sq {
             if fast && !inject {
                 let mut ctrl = [0u8; DS_SIZE];
                 self.ring.read_array(off, &mut ctrl);
+                let (bf_half, bf_posted) = if bf_live {
+                    let slot = (self.ci & slot_mask) as usize;
+                    (self.pending_copy(counter), self.bf_marks[slot])
+                } else {
+                    (None, false)
+                };
+                if let Some(h) = bf_half {
+                    // The copy's `srcrb_flags` rule, as on the full path (`use_bf_copy`).
+                    self.bf_srcrb(h, &mut ctrl);
+                }
                 if let Some(hit) = self
                     .shape
-                    .recall(&self.ring, first, txbb_mask, &ctrl, epoch)
+                    .recall(&self.ring, first, txbb_mask, &ctrl, bf_posted, epoch)
                 {
                     if hit.signaled && !credit.take(cx.cq) {
                         self.stall(stop, cx.counters);
@@ -479,10 +508,15 @@ impl Sq {
                     }
                     self.stalled = false;
                     cx.faults.tx_error.tick();
-                    t.fetched += 1;
-                    t.fetch_bytes += u64::from(hit.wqe_bytes);
+                    if let (Some(h), Some(bf)) = (bf_half, self.bf.as_mut()) {
+                        bf.latch[h].counter = None;
+                        t.from_bf += 1;
+                    } else {
+                        t.fetched += 1;
+                        t.fetch_bytes += u64::from(hit.wqe_bytes);
+                    }
                     if hit.verdict.frames > 0 {
-                        transmit(hit.verdict, false, &out, &mut t, cx);
+                        transmit(hit.verdict, bf_posted, &out, &mut t, cx);
                     }
                     if hit.signaled {
                         let op = cqe_owner::SEND | hit.opcode;
@@ -492,7 +526,7 @@ impl Sq {
                         }
                         t.cqes += 1;
                     }
-                    self.ci = self.ci.wrapping_add((hit.txbbs + round) >> shift);
+                    self.advance(hit.txbbs, bf_live);
                     t.txbbs += u64::from(hit.txbbs);
                     done += 1;
                     if stop == Some(counter) {
@@ -662,12 +696,19 @@ impl Sq {
         let Some(bf) = self.bf.as_ref() else {
             return false;
         };
-        let copy = &bf.latch[h].copy;
-        if copy.len() < len {
+        if len > bf.half_size {
             return false;
         }
-        cx.scratch.wqe[0][8..12].copy_from_slice(&copy[8..12]);
+        cx.scratch.wqe[0][8..12].copy_from_slice(&bf.latch[h].srcrb);
         true
+    }
+
+    /// Put the `srcrb_flags` of the copy latched in half `h` into the control segment `ctrl`.
+    #[inline(always)]
+    fn bf_srcrb(&self, h: usize, ctrl: &mut [u8; DS_SIZE]) {
+        if let Some(bf) = self.bf.as_ref() {
+            ctrl[8..12].copy_from_slice(&bf.latch[h].srcrb);
+        }
     }
 
     /// Move the consumer past a WQE of `txbbs`. Every slot it covered loses its BlueFlame mark,
@@ -742,13 +783,6 @@ fn tx_cqe(qpn: u32, counter: u16, owner_sr_opcode: u8, syn: u8, vendor: u8) -> [
     }
     w.set_owner_sr_opcode(owner_sr_opcode);
     cqe
-}
-
-/// Whether a BlueFlame copy is the ring WQE, allowing for what the copy legitimately changes:
-/// the counter in dword 0, QPN/DS in dword 1, and the srcrb flags.
-fn bf_copy_matches(ring: &[u8], copy: &[u8]) -> bool {
-    let mask = !owner_opcode::BF_COUNTER_MASK;
-    be32(ring, 0) & mask == be32(copy, 0) & mask && ring[12..] == copy[12..]
 }
 
 /// What the port does with frames during one walk.

@@ -1,7 +1,8 @@
 //! The shape cache (a WQE whose control segment and headers match the last fully decoded one is
 //! executed from those few words) changes no result. The same stream of WQEs, many alike and
 //! some subtly different, runs on a null wire, where the device uses the cache, and on a sink
-//! wire, where every WQE is decoded in full; completions and counters must agree.
+//! wire, where every WQE is decoded in full; completions and counters must agree, whether a
+//! doorbell or a BlueFlame copy of each round's last WQE announced the round.
 
 mod common;
 
@@ -39,8 +40,10 @@ impl Side {
 }
 
 /// What both sides must agree on.
-fn seen(c: &Counters) -> [u64; 8] {
+fn seen(c: &Counters) -> [u64; 10] {
     [
+        c.wqe_fetched,
+        c.wqe_from_bf,
         c.tx_frames,
         c.tx_bytes,
         c.dma_read_bytes,
@@ -136,6 +139,25 @@ fn wqe(rng: &mut Rng, base: u64, lkey: u32, shape: u64) -> (u8, Vec<u8>) {
 
 #[test]
 fn cached_shapes_execute_exactly_like_full_decodes() {
+    let c = run_stream(false);
+    assert_eq!(c.wqe_from_bf, 0);
+}
+
+/// The BlueFlame-announced WQE (whose bytes 4-6 are the QPN, and whose copy's `srcrb_flags`
+/// rule) runs from the cache too, with the same results as a full decode.
+#[test]
+fn cached_shapes_execute_blueflame_bursts_exactly_like_full_decodes() {
+    let c = run_stream(true);
+    assert!(
+        c.wqe_from_bf > 1_000 && c.bf_torn == 0,
+        "BlueFlame copies were taken: {c:?}"
+    );
+}
+
+/// Run the same random stream through both sides: rounds announced by a doorbell, or with
+/// `bf` by a BlueFlame copy of their last WQE (every third asking for a completion its ring
+/// copy does not). Returns the cached side's counters.
+fn run_stream(bf: bool) -> Counters {
     let pkts = Mem::new(1 << 16);
     let mut a = Side::new(true, &pkts);
     let mut b = Side::new(false, &pkts);
@@ -163,6 +185,7 @@ fn cached_shapes_execute_exactly_like_full_decodes() {
         let n = 1 + rng.below(24);
         let room = TXBBS;
         let mut posted = 0;
+        let mut last = None;
         for _ in 0..n {
             let (op, t) = wqe(&mut rng, pkts.addr(), a.lkey, shape);
             let txbbs = (u32::from(t[3] & 0x3f) * 16).div_ceil(64).max(1);
@@ -170,11 +193,21 @@ fn cached_shapes_execute_exactly_like_full_decodes() {
                 break;
             }
             posted += txbbs;
-            a.sq.write(op, &t);
+            last = Some(a.sq.write(op, &t));
             b.sq.write(op, &t);
         }
+        let signal_copy = rng.below(3) == 0;
         for s in [&mut a, &mut b] {
-            s.sq.doorbell();
+            match last {
+                Some(c) if bf => {
+                    let mut copy = s.sq.wqe_bytes(c);
+                    if signal_copy {
+                        copy[11] |= SIGNALED;
+                    }
+                    s.sq.bf_copy(c, copy);
+                }
+                _ => s.sq.doorbell(),
+            }
             s.hca.step();
         }
         let (ca, cb) = (a.cq.drain(), b.cq.drain());
@@ -202,4 +235,5 @@ fn cached_shapes_execute_exactly_like_full_decodes() {
         "and plenty of good frames ({})",
         c.tx_frames
     );
+    c
 }

@@ -394,6 +394,7 @@ impl<'a> Eth<'a> {
             return name;
         }
         let dev = self.dev;
+        super::flow::port_closed(self.port_id());
         for i in 0..self.nb_rx_queues() {
             if let Some(s) = self.take_rxq(i) {
                 s.q.destroy(dev);

@@ -10,6 +10,7 @@
 //! - [`qctl`]: starting and stopping single queues, deferred start;
 //! - [`rss`]: the redirection table and the hash configuration;
 //! - [`stats`]: basic and extended statistics;
+//! - [`flow`]: `rte_flow` over the device's flow steering;
 //! - [`filter`]: more unicast addresses, the multicast list, the VLAN filter, flow control,
 //!   the firmware version;
 //! - [`intr`]: link status and removal events, link up/down, receive interrupts;
@@ -25,6 +26,7 @@ use crate::hw::HwError;
 
 mod eth;
 mod filter;
+mod flow;
 mod intr;
 mod mp;
 mod mr;

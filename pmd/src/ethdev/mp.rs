@@ -248,6 +248,9 @@ impl Device for Remote {
     fn rq_state(&self, _: u32) -> Result<QueueState, HwError> {
         Err(HwError::Unsupported("queue state from a secondary process"))
     }
+    fn restart_rq(&self, _: u32) -> Result<(), HwError> {
+        Err(PRIMARY_ONLY)
+    }
     fn set_rx_filter(&self, _: [u8; 6], _: bool, _: bool) -> Result<(), HwError> {
         Err(PRIMARY_ONLY)
     }

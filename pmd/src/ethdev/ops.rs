@@ -8,7 +8,7 @@ use std::time::Duration;
 use dpdk_sys as sys;
 
 use super::eth::{self, Eth};
-use super::{filter, fmt_mac, intr, invalid, qctl, queue, rss, stats, Error};
+use super::{filter, flow, fmt_mac, intr, invalid, qctl, queue, rss, stats, Error};
 use crate::hw::Caps;
 use crate::pmd_log;
 use crate::port::{self, RxState};
@@ -43,6 +43,7 @@ pub(super) static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_de
     xstats_get: Some(stats::xstats_get),
     xstats_get_names: Some(stats::xstats_get_names),
     xstats_reset: Some(stats::xstats_reset),
+    flow_ops_get: Some(flow::flow_ops_get),
     dev_set_link_up: Some(intr::dev_set_link_up),
     dev_set_link_down: Some(intr::dev_set_link_down),
     rx_queue_intr_enable: Some(intr::rx_queue_intr_enable),
@@ -125,6 +126,7 @@ fn configure(e: &mut Eth<'_>) -> Result<(), Error> {
 fn start(e: &mut Eth<'_>) -> Result<(), Error> {
     e.port.start(e.dev)?;
     apply_rx(e)?;
+    flow::port_started(e)?;
     intr::setup_rx(e)?;
     e.set_queue_states(true);
     qctl::defer(e)?;
@@ -147,6 +149,7 @@ fn stop(e: &mut Eth<'_>) {
     // A device that runs in the polling lcore finishes what reached the port, as its thread
     // would have (frames waiting at the port go to the receive queues or are counted).
     dev.poll();
+    flow::port_stopping(e);
     e.port.stop(dev);
     // With the device stopped, every buffer still in flight is reclaimed and each queue
     // starts afresh at the next start.
@@ -270,6 +273,8 @@ fn infos(info: &mut sys::rte_eth_dev_info, caps: &Caps) {
         info.rx_offload_capa |= sys::bits::RTE_ETH_RX_OFFLOAD_OUTER_IPV4_CKSUM;
     }
     info.rx_queue_offload_capa = 0;
+    // Flow rules are kept across a restart (see `flow`).
+    info.dev_capa |= sys::bits::RTE_ETH_DEV_CAPA_FLOW_RULE_KEEP;
 }
 
 /// The packet types the RX path sets (`rxq::parse_rx_cqe`, `rxq::with_tunnel`), ending with

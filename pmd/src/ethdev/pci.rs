@@ -218,7 +218,13 @@ mod tests {
         assert_eq!(d.bf, crate::devargs::BfMode::Off);
         assert_eq!(d.txq_inline, 0);
         assert_eq!(d.device_loop, DeviceLoop::PortThread);
-        for k in ["wire=loop", "wc=off", "busy_poll=1", "device_loop=lcore"] {
+        for k in [
+            "wire=loop",
+            "wc=off",
+            "busy_poll=1",
+            "device_loop=lcore",
+            "faults=tx_error:10",
+        ] {
             let e = parse_pci_devargs(k).unwrap_err();
             assert!(
                 e.contains("software HCA") && e.contains("bf, txq_inline, mac"),

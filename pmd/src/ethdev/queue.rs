@@ -1,7 +1,7 @@
 //! Queue setup, release and info, and the burst functions.
 //!
 //! An ethdev queue slot holds the queue and its port id, so that the burst glue can reach the
-//! port's device on the rare paths that need it (recovering a TX queue an error completion
+//! port's device on the rare paths that need it (recovering a queue an error completion
 //! stopped) without the queue holding a device.
 
 use std::ffi::{c_int, c_void};
@@ -330,7 +330,8 @@ fn refuse_secondary_tx(port_id: u16) {
 unsafe extern "C" fn tx_burst_lcore(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
     // SAFETY: as for tx_burst, whose contract this shares.
     let sent = unsafe { tx_burst(q, pkts, n) };
-    if sent > 0 {
+    // An empty burst may have rung again (`TxQueue::kick`).
+    if sent > 0 || n == 0 {
         // SAFETY: `q` is a slot of a port of this driver, which outlives its queues.
         let s = unsafe { &*(q as *const TxSlot) };
         // SAFETY: as above.
@@ -357,6 +358,13 @@ unsafe extern "C" fn rx_burst_lcore(q: *mut c_void, pkts: *mut *mut sys::rte_mbu
 /// `tx_pkt_burst`.
 unsafe extern "C" fn tx_burst(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
     if n == 0 {
+        // An empty burst looks after WQEs a lost doorbell may have stranded.
+        // SAFETY: as below.
+        let s = unsafe { &mut *(q as *mut TxSlot) };
+        s.q.kick();
+        if s.q.failed() {
+            recover_txq(s);
+        }
         return 0;
     }
     // SAFETY: `q` is a slot tx_queue_setup installed, used by one lcore at a time (ethdev's
@@ -384,7 +392,11 @@ unsafe extern "C" fn rx_burst(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: 
             std::slice::from_raw_parts_mut(pkts as *mut Mbuf, usize::from(n)),
         )
     };
-    s.q.burst(out) as u16
+    let got = s.q.burst(out) as u16;
+    if s.q.needs_recovery() {
+        recover_rxq(s);
+    }
+    got
 }
 
 pub(super) unsafe extern "C" fn tx_done_cleanup(q: *mut c_void, free_cnt: u32) -> c_int {
@@ -395,6 +407,16 @@ pub(super) unsafe extern "C" fn tx_done_cleanup(q: *mut c_void, free_cnt: u32) -
         recover_txq(s);
     }
     n
+}
+
+/// Restarts an RX queue an error completion stopped, with this process's handle to its
+/// port's device. The lcore that owns the queue runs this, between bursts.
+#[cold]
+fn recover_rxq(s: &mut RxSlot) {
+    // SAFETY: a queue's port outlives it and is a port of this driver.
+    if let Some(p) = unsafe { eth::proc_of(s.port_id) } {
+        s.q.recover(p.dev.as_ref());
+    }
 }
 
 /// Recreates a TX queue an error completion stopped, with this process's handle to its

@@ -81,7 +81,9 @@ super::ops::op!(
 fn xstats(e: &mut Eth<'_>) -> Vec<(String, u64)> {
     let mut txqs = Vec::new();
     e.for_each_txq(|_, q| txqs.push(q.stats()));
-    e.port.xstats(e.dev, &txqs)
+    let mut rxqs = Vec::new();
+    e.for_each_rxq(|_, q| rxqs.push(q.stats()));
+    e.port.xstats(e.dev, &txqs, &rxqs)
 }
 
 pub(super) unsafe extern "C" fn xstats_get_names(

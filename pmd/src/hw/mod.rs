@@ -18,6 +18,7 @@ use std::ptr::NonNull;
 
 use crate::mem::{DmaRange, Mr};
 
+pub mod flow;
 pub mod soft;
 pub mod verbs;
 
@@ -359,6 +360,13 @@ impl std::ops::BitOrAssign for RssHash {
 pub trait Device: Send + Sync {
     fn caps(&self) -> Caps;
 
+    /// Whether the device reads its BlueFlame page back from the CPU's caches (the software
+    /// HCA, whose BF page is ordinary write-back memory) rather than receiving the stores as
+    /// bus writes.
+    fn bf_page_cached(&self) -> bool {
+        false
+    }
+
     /// Registers memory the device may read packets from and write packets to.
     fn reg_mr(&self, range: DmaRange) -> Result<Mr, HwError>;
     fn dereg_mr(&self, mr: &Mr) -> Result<(), HwError>;
@@ -386,6 +394,10 @@ pub trait Device: Send + Sync {
     fn rq_batch(&self, _count: u16) {}
     fn sq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
     fn rq_state(&self, qpn: u32) -> Result<QueueState, HwError>;
+    /// Puts a receive queue an error completion stopped back to work in place, through reset
+    /// to ready: its number, ring and place in the steering tables stay. It then takes WQEs
+    /// from index 0, as far as the doorbell record says.
+    fn restart_rq(&self, qpn: u32) -> Result<(), HwError>;
 
     /// Which frames the port accepts: promiscuous, or those to `mac`, broadcast, and with
     /// `allmulti` every multicast address.
@@ -485,6 +497,25 @@ pub trait Device: Send + Sync {
     /// the primary's polling lcore must then run by itself, since a secondary's bursts cannot
     /// run a device that lives in the primary; a card needs nothing.
     fn secondary_attached(&self, _attached: bool) {}
+
+    // Flow steering (rte_flow). Rules are the primary process's control state; a rule's id
+    // is this backend's, valid until destroyed or the device closes.
+
+    /// Adds a steering rule, checked before the port's default path; its id.
+    fn create_flow(&self, _rule: &flow::FlowRule) -> Result<u32, HwError> {
+        Err(HwError::Unsupported("flow steering"))
+    }
+    fn destroy_flow(&self, _id: u32) -> Result<(), HwError> {
+        Err(HwError::Unsupported("flow steering"))
+    }
+    /// What rule `id` matched since it was created.
+    fn flow_counters(&self, _id: u32) -> Result<flow::FlowCounters, HwError> {
+        Err(HwError::Unsupported("flow counters"))
+    }
+    /// Isolated mode (`on`): only frames a rule takes are delivered, the rest dropped.
+    fn set_flow_isolate(&self, _on: bool) -> Result<(), HwError> {
+        Err(HwError::Unsupported("flow isolation"))
+    }
 }
 
 /// This process's handles to a port's device.

@@ -21,6 +21,7 @@ use mlx4_hca::{
 };
 use parking_lot::Mutex;
 
+use super::flow::{FlowCounters, FlowFate, FlowPattern, FlowRule, L4Proto, Masked};
 use super::{
     BfDesc, Caps, CqDesc, Device, FlowControl, HwError, PortEvent, QueueState, RqDesc, RssHash,
     SqDesc, RSS_KEY_LEN,
@@ -60,6 +61,8 @@ pub struct Soft {
     mem: Mutex<QueueMem>,
     /// The model's device memory, when this backend provided it; dropped after the model.
     bar_mem: Option<Arc<DmaBuf>>,
+    /// The RSS context each flow rule with an RSS fate owns, by rule id.
+    flow_ctxs: Mutex<HashMap<u32, u32>>,
     /// The UAR page CQ arm doorbells go to (its address), allocated at the first arming.
     arm_uar: Mutex<Option<usize>>,
     /// Completion channels made: an lcore-run device then also runs on its thread, so that
@@ -95,6 +98,7 @@ impl Soft {
             busy_poll: args.busy_poll,
             pro: args.pro,
             name: name.to_owned(),
+            faults: args.faults,
             ..HcaConfig::default()
         };
         let (hca, bar_mem) = match source {
@@ -115,6 +119,13 @@ impl Soft {
                 None,
             ),
         };
+        if !args.faults.none() {
+            crate::pmd_log!(
+                NOTICE,
+                "{name}: the software HCA injects faults {}",
+                args.faults
+            );
+        }
         let mut soft = Soft::new(hca, source);
         soft.bar_mem = bar_mem;
         soft.wire = Some(args.wire.as_str().to_owned());
@@ -135,6 +146,7 @@ impl Soft {
             wire: None,
             mem: Mutex::new(QueueMem::default()),
             bar_mem: None,
+            flow_ctxs: Mutex::new(HashMap::new()),
             arm_uar: Mutex::new(None),
             channels: std::sync::atomic::AtomicU32::new(0),
         }
@@ -203,6 +215,39 @@ fn rss_fields(h: RssHash) -> RssFields {
     f
 }
 
+fn masked<T: Copy>(m: Masked<T>) -> mlx4_hca::Masked<T> {
+    mlx4_hca::Masked {
+        value: m.value,
+        mask: m.mask,
+    }
+}
+
+/// The model's pattern for a device rule: it matches more than the device offers, so every
+/// field maps onto one of its fields under the same mask.
+fn model_pattern(p: &FlowPattern) -> mlx4_hca::FlowPattern {
+    mlx4_hca::FlowPattern {
+        eth: p.eth_dst.map(|dst| mlx4_hca::EthMatch {
+            dst: mlx4_hca::Masked::exact(dst, [0xff; 6]),
+            ..Default::default()
+        }),
+        vlan: p.vlan.map(|vid| mlx4_hca::VlanMatch {
+            vid: vid.map_or_else(Default::default, |v| mlx4_hca::Masked::exact(v, 0xfff)),
+        }),
+        ipv4: p.ipv4.map(|ip| mlx4_hca::Ipv4Match {
+            src: masked(ip.src),
+            dst: masked(ip.dst),
+        }),
+        l4: p.l4.map(|l4| mlx4_hca::L4Match {
+            proto: match l4.proto {
+                L4Proto::Tcp => mlx4_hca::L4Proto::Tcp,
+                L4Proto::Udp => mlx4_hca::L4Proto::Udp,
+            },
+            src_port: masked(l4.src_port),
+            dst_port: masked(l4.dst_port),
+        }),
+    }
+}
+
 fn queue_state(ready: bool) -> mlx4_hca::QueueState {
     if ready {
         mlx4_hca::QueueState::Ready
@@ -220,6 +265,10 @@ fn state(s: mlx4_hca::QueueState) -> QueueState {
 }
 
 impl Device for Soft {
+    fn bf_page_cached(&self) -> bool {
+        true
+    }
+
     fn caps(&self) -> Caps {
         let c = self.hca.caps();
         Caps {
@@ -383,6 +432,13 @@ impl Device for Soft {
             .rq_state(qpn)
             .map(state)
             .map_err(hw_err("RQ state"))
+    }
+
+    fn restart_rq(&self, qpn: u32) -> Result<(), HwError> {
+        self.hca
+            .set_rq_state(qpn, mlx4_hca::QueueState::Reset)
+            .and_then(|()| self.hca.set_rq_state(qpn, mlx4_hca::QueueState::Ready))
+            .map_err(hw_err("restart RQ"))
     }
 
     fn set_rx_filter(&self, mac: [u8; 6], promisc: bool, allmulti: bool) -> Result<(), HwError> {
@@ -602,6 +658,73 @@ impl Device for Soft {
 
     fn poll(&self) {
         self.hca.step();
+    }
+
+    fn create_flow(&self, rule: &FlowRule) -> Result<u32, HwError> {
+        // An RSS fate gets an RSS context of its own, which lives as long as the rule.
+        let (action, ctx) = match &rule.fate {
+            FlowFate::Queue(qpn) => (mlx4_hca::FlowAction::Queue(*qpn), None),
+            FlowFate::Drop => (mlx4_hca::FlowAction::Drop, None),
+            FlowFate::Rss { key, hash, queues } => {
+                let ctx = mlx4_hca::RssContext {
+                    key: *key,
+                    fields: rss_fields(*hash),
+                    rqs: queues.clone(),
+                };
+                let id = self
+                    .hca
+                    .create_rss_context(&ctx)
+                    .map_err(hw_err("create an RSS context"))?;
+                (mlx4_hca::FlowAction::Rss(id), Some(id))
+            }
+        };
+        let model_rule = mlx4_hca::FlowRule {
+            priority: rule.priority,
+            pattern: model_pattern(&rule.pattern),
+            action,
+        };
+        match self.hca.create_flow(&model_rule) {
+            Ok(id) => {
+                if let Some(c) = ctx {
+                    self.flow_ctxs.lock().insert(id, c);
+                }
+                Ok(id)
+            }
+            Err(e) => {
+                if let Some(c) = ctx {
+                    let _ = self.hca.destroy_rss_context(c);
+                }
+                Err(hw_err("create a flow rule")(e))
+            }
+        }
+    }
+
+    fn destroy_flow(&self, id: u32) -> Result<(), HwError> {
+        self.hca
+            .destroy_flow(id)
+            .map_err(hw_err("destroy a flow rule"))?;
+        if let Some(c) = self.flow_ctxs.lock().remove(&id) {
+            self.hca
+                .destroy_rss_context(c)
+                .map_err(hw_err("destroy an RSS context"))?;
+        }
+        Ok(())
+    }
+
+    fn flow_counters(&self, id: u32) -> Result<FlowCounters, HwError> {
+        let c = self
+            .hca
+            .flow_counters(id)
+            .map_err(hw_err("flow rule counters"))?;
+        Ok(FlowCounters {
+            frames: c.frames,
+            bytes: c.bytes,
+        })
+    }
+
+    fn set_flow_isolate(&self, on: bool) -> Result<(), HwError> {
+        self.hca.set_flows_only(on);
+        Ok(())
     }
 
     fn secondary_attached(&self, attached: bool) {

@@ -16,6 +16,8 @@
 //! | `set_rss`, `set_rx_steering`, `set_rx_filter` | while started: indirection table, Toeplitz hash QP (INIT -> RTR), flow rules on it (`steer`) |
 //! | `set_mtu`, `start`, `link_up` | the port's netdev (`SIOCSIFMTU`, `IFF_UP`), `ibv_query_port` |
 //! | `stop` | flows, hash QP and table destroyed: nothing more is received |
+//! | `create_flow`, `destroy_flow` | an rte_flow rule: a hash QP of its own over its queue (or a power-of-two run of consecutive ones, for RSS), or for drop a QP without receive queue, and one `ibv_create_flow` with Ethernet, IPv4 and TCP/UDP specs; no counters |
+//! | `set_flow_isolate` | the port's own flows (MAC, broadcast, modes) left out |
 //! | `counters`, `missed` | none: mlx4 reports no per-port counters through verbs |
 //!
 //! Teardown runs in dependency order (flows, hash QP, indirection table, WQs, QPs, CQs, MRs,
@@ -36,7 +38,11 @@ use dpdk_sys as dpdk;
 use parking_lot::Mutex;
 use rdma_sys as sys;
 
-use super::{Caps, CqDesc, Device, HwError, QueueState, RqDesc, RssHash, SqDesc, RSS_KEY_LEN};
+use super::flow::{FlowFate, FlowRule};
+use super::{
+    Caps, CqDesc, Device, HwError, QueueState, RqDesc, RssHash, SqDesc, DEFAULT_RSS_KEY,
+    RSS_KEY_LEN,
+};
 use crate::mem::{DmaRange, Mr};
 use crate::pmd_log;
 use rdma::{errno, strerror, Rdma};
@@ -83,6 +89,9 @@ struct State {
     /// The WQN range to reserve with the next WQ (`rq_batch`).
     wq_range: Option<u32>,
     steer: Steer,
+    /// rte_flow rules, by id: each a flow on a hash QP of its own over its queues.
+    user: HashMap<u32, QpFlows>,
+    last_user: u32,
 }
 
 struct Steer {
@@ -96,6 +105,8 @@ struct Steer {
     hash: RssHash,
     reta: Vec<u32>,
     started: bool,
+    /// Isolated (rte_flow): the port's own rules (MAC, broadcast, modes) are left out.
+    isolated: bool,
     built: Option<Built>,
 }
 
@@ -111,6 +122,7 @@ impl Default for Steer {
             hash: RssHash::NONE,
             reta: Vec::new(),
             started: false,
+            isolated: false,
             built: None,
         }
     }
@@ -118,10 +130,19 @@ impl Default for Steer {
 
 /// Steering objects in place while the port is started.
 struct Built {
+    hash: QpFlows,
+    wqns: Vec<u32>,
+}
+
+/// Flows on one QP: a Toeplitz hash QP over an indirection table of WQs, or (drop) a QP
+/// without receive queue and its CQ.
+struct QpFlows {
+    /// NULL for a drop QP.
     table: *mut sys::ibv_rwq_ind_table,
     qp: *mut sys::ibv_qp,
+    /// A drop QP's own CQ; NULL for a hash QP.
+    cq: *mut sys::ibv_cq,
     flows: Vec<*mut sys::ibv_flow>,
-    wqns: Vec<u32>,
 }
 
 unsafe extern "C" fn alloc_buf(size: usize, data: *mut c_void) -> *mut c_void {
@@ -436,22 +457,88 @@ impl Verbs {
 
     /// Takes steering down: flows, hash QP, indirection table, in that order.
     fn teardown(&self, s: &mut Steer) {
-        let Some(b) = s.built.take() else { return };
-        for f in b.flows {
+        if let Some(b) = s.built.take() {
+            self.destroy_hash(b.hash);
+        }
+    }
+
+    /// Destroys a hash QP's flows, the QP and its table.
+    fn destroy_hash(&self, h: QpFlows) {
+        for f in h.flows {
             // SAFETY: a flow of ours, destroyed once.
             if let Err(e) = unsafe { rdma::destroy_flow(f) } {
                 pmd_log!(ERR, "{}: destroying a flow: {}", self.name, strerror(e));
             }
         }
-        self.destroy_qp(b.qp);
-        // SAFETY: our table, with its only QP gone.
-        if let Err(e) = unsafe { rdma::destroy_rwq_ind_table(b.table) } {
-            pmd_log!(
-                ERR,
-                "{}: destroying the indirection table: {}",
-                self.name,
-                strerror(e)
-            );
+        self.destroy_qp(h.qp);
+        if !h.table.is_null() {
+            // SAFETY: our table, with its only QP gone.
+            if let Err(e) = unsafe { rdma::destroy_rwq_ind_table(h.table) } {
+                pmd_log!(
+                    ERR,
+                    "{}: destroying the indirection table: {}",
+                    self.name,
+                    strerror(e)
+                );
+            }
+        }
+        if !h.cq.is_null() {
+            // SAFETY: the drop QP's own CQ, its QP gone, destroyed once.
+            unsafe { self.rdma.ibv.ibv_destroy_cq(h.cq) };
+        }
+    }
+
+    /// A QP without receive queue (what flows on it match is dropped, as DPDK's C mlx4
+    /// drops), with a CQ of its own, ready (RTR).
+    fn drop_qp(&self) -> Result<QpFlows, HwError> {
+        // SAFETY: a live context; no channel, no completion vector.
+        let cq = unsafe {
+            self.rdma
+                .ibv
+                .ibv_create_cq(self.ctx, 1, ptr::null_mut(), ptr::null_mut(), 0)
+        };
+        if cq.is_null() {
+            return Err(dev_err(format!("{}: the drop QP's CQ", self.name), errno()));
+        }
+        let mut a = sys::ibv_qp_init_attr {
+            send_cq: cq,
+            recv_cq: cq,
+            cap: sys::ibv_qp_cap {
+                max_send_wr: 1,
+                max_send_sge: 1,
+                ..Default::default()
+            },
+            qp_type: sys::IBV_QPT_RAW_PACKET,
+            ..Default::default()
+        };
+        // SAFETY: a live PD and a filled attribute.
+        let qp = unsafe { self.rdma.ibv.ibv_create_qp(self.pd, &mut a) };
+        let h = QpFlows {
+            table: ptr::null_mut(),
+            qp,
+            cq,
+            flows: Vec::new(),
+        };
+        if qp.is_null() {
+            let e = errno();
+            // SAFETY: the CQ just created, with no QP, destroyed once.
+            unsafe { self.rdma.ibv.ibv_destroy_cq(cq) };
+            return Err(dev_err(format!("{}: the drop QP", self.name), e));
+        }
+        self.to_rtr(h, "the drop QP")
+    }
+
+    /// Moves `h`'s QP to RTR (it receives), or destroys it all.
+    fn to_rtr(&self, h: QpFlows, what: &str) -> Result<QpFlows, HwError> {
+        let moved = self
+            .modify_qp(h.qp, sys::IBV_QPS_INIT)
+            .and_then(|()| self.modify_qp(h.qp, sys::IBV_QPS_RTR));
+        match moved {
+            Ok(()) => Ok(h),
+            Err(e) => {
+                self.destroy_hash(h);
+                Err(dev_err(format!("{}: {what} to RTR", self.name), e))
+            }
         }
     }
 
@@ -463,8 +550,42 @@ impl Verbs {
             return Ok(());
         }
         let wqns = steer::ind_table(&s.reta).map_err(HwError::Invalid)?;
+        let mut hash = self.hash_qp(st, &wqns, s.key, s.hash)?;
+        let rules = if s.isolated {
+            Vec::new()
+        } else {
+            let more: Vec<[u8; 6]> = s.unicast.iter().chain(&s.multicast).copied().collect();
+            steer::flow_rules(self.port, s.mac, &more, s.promisc, s.allmulti)
+        };
+        let mut result = Ok(());
+        for mut rule in rules {
+            // SAFETY: a live QP; the rule's header is followed by its spec.
+            match unsafe { rdma::create_flow(hash.qp, &mut rule.attr) } {
+                Ok(f) => hash.flows.push(f),
+                Err(e) => {
+                    result = Err(dev_err(format!("{}: flow rule", self.name), e));
+                    break;
+                }
+            }
+        }
+        st.steer.built = Some(Built { hash, wqns });
+        if result.is_err() {
+            self.teardown(&mut st.steer);
+        }
+        result
+    }
+
+    /// A Toeplitz hash QP (`key`, `hash`'s fields) over the WQs `wqns` (a power-of-two run
+    /// of consecutive WQNs), ready to receive (RTR), with no flow yet.
+    fn hash_qp(
+        &self,
+        st: &State,
+        wqns: &[u32],
+        key: [u8; RSS_KEY_LEN],
+        hash: RssHash,
+    ) -> Result<QpFlows, HwError> {
         let mut wqs = Vec::with_capacity(wqns.len());
-        for q in &wqns {
+        for q in wqns {
             let wq = st.wqs.get(q).copied().ok_or_else(|| {
                 HwError::Invalid(format!(
                     "RSS names WQ {q:#x}, which is not one of this port's"
@@ -484,7 +605,7 @@ impl Verbs {
                 e,
             )
         })?;
-        let mut key = s.key;
+        let mut key = key;
         let mut qa = sys::ibv_qp_init_attr_ex {
             qp_type: sys::IBV_QPT_RAW_PACKET,
             comp_mask: sys::IBV_QP_INIT_ATTR_PD
@@ -496,7 +617,7 @@ impl Verbs {
                 rx_hash_function: sys::IBV_RX_HASH_FUNC_TOEPLITZ as u8,
                 rx_hash_key_len: RSS_KEY_LEN as u8,
                 rx_hash_key: key.as_mut_ptr(),
-                rx_hash_fields_mask: steer::hash_fields(s.hash),
+                rx_hash_fields_mask: steer::hash_fields(hash),
             },
             ..Default::default()
         };
@@ -508,35 +629,13 @@ impl Verbs {
         // SAFETY: a live context; the key outlives the call.
         let qp = unsafe { rdma::create_qp_ex(self.ctx, &mut qa) }
             .map_err(|e| drop_table(dev_err(format!("{}: RSS hash QP", self.name), e)))?;
-        let mut built = Built {
+        let h = QpFlows {
             table,
             qp,
+            cq: ptr::null_mut(),
             flows: Vec::new(),
-            wqns,
         };
-        let moved = self
-            .modify_qp(qp, sys::IBV_QPS_INIT)
-            .and_then(|()| self.modify_qp(qp, sys::IBV_QPS_RTR));
-        let mut result =
-            moved.map_err(|e| dev_err(format!("{}: RSS hash QP to RTR", self.name), e));
-        if result.is_ok() {
-            let more: Vec<[u8; 6]> = s.unicast.iter().chain(&s.multicast).copied().collect();
-            for mut rule in steer::flow_rules(self.port, s.mac, &more, s.promisc, s.allmulti) {
-                // SAFETY: a live QP; the rule's header is followed by its spec.
-                match unsafe { rdma::create_flow(qp, &mut rule.attr) } {
-                    Ok(f) => built.flows.push(f),
-                    Err(e) => {
-                        result = Err(dev_err(format!("{}: flow rule", self.name), e));
-                        break;
-                    }
-                }
-            }
-        }
-        st.steer.built = Some(built);
-        if result.is_err() {
-            self.teardown(&mut st.steer);
-        }
-        result
+        self.to_rtr(h, "RSS hash QP")
     }
 
     /// The WQN range size libmlx4 passes with the next WQ (a power of two).
@@ -936,6 +1035,26 @@ impl Device for Verbs {
         })
     }
 
+    fn restart_rq(&self, qpn: u32) -> Result<(), HwError> {
+        let st = self.st.lock();
+        let Some(&wq) = st.wqs.get(&qpn) else {
+            return Err(HwError::Invalid(format!("no WQ {qpn:#x}")));
+        };
+        for (state, what) in [
+            (sys::IBV_WQS_RESET, "WQ to RESET"),
+            (sys::IBV_WQS_RDY, "WQ to RDY"),
+        ] {
+            let mut m = sys::ibv_wq_attr {
+                attr_mask: sys::IBV_WQ_ATTR_STATE,
+                wq_state: state,
+                ..Default::default()
+            };
+            // SAFETY: our live WQ, kept in the table we hold locked.
+            unsafe { rdma::modify_wq(wq, &mut m) }.map_err(|e| dev_err(what, e))?;
+        }
+        Ok(())
+    }
+
     fn set_rx_filter(&self, mac: [u8; 6], promisc: bool, allmulti: bool) -> Result<(), HwError> {
         let mut st = self.st.lock();
         let s = &mut st.steer;
@@ -1033,12 +1152,62 @@ impl Device for Verbs {
     fn missed(&self) -> u64 {
         0
     }
+
+    fn create_flow(&self, rule: &FlowRule) -> Result<u32, HwError> {
+        let mut words = steer::user_rule(self.port, rule.priority, &rule.pattern)
+            .map_err(HwError::Unsupported)?;
+        let mut st = self.st.lock();
+        let mut h = match &rule.fate {
+            FlowFate::Queue(q) => self.hash_qp(&st, &[*q], DEFAULT_RSS_KEY, RssHash::NONE)?,
+            FlowFate::Rss { key, hash, queues } => {
+                let wqns = steer::ind_table(queues).map_err(HwError::Invalid)?;
+                self.hash_qp(&st, &wqns, *key, *hash)?
+            }
+            FlowFate::Drop => self.drop_qp()?,
+        };
+        // SAFETY: a live QP; the words hold the attribute followed by its specs.
+        match unsafe { rdma::create_flow(h.qp, words.as_mut_ptr().cast()) } {
+            Ok(f) => h.flows.push(f),
+            Err(e) => {
+                self.destroy_hash(h);
+                return Err(dev_err(format!("{}: flow rule", self.name), e));
+            }
+        }
+        st.last_user = st.last_user.wrapping_add(1).max(1);
+        let id = st.last_user;
+        st.user.insert(id, h);
+        Ok(id)
+    }
+
+    fn destroy_flow(&self, id: u32) -> Result<(), HwError> {
+        let h = self
+            .st
+            .lock()
+            .user
+            .remove(&id)
+            .ok_or_else(|| HwError::Invalid(format!("no flow rule {id}")))?;
+        self.destroy_hash(h);
+        Ok(())
+    }
+
+    fn set_flow_isolate(&self, on: bool) -> Result<(), HwError> {
+        let mut st = self.st.lock();
+        if st.steer.isolated == on {
+            return Ok(());
+        }
+        st.steer.isolated = on;
+        self.rebuild(&mut st)
+    }
 }
 
 impl Drop for Verbs {
     fn drop(&mut self) {
         let st = self.st.get_mut();
+        let user: Vec<QpFlows> = st.user.drain().map(|(_, h)| h).collect();
         let mut steer = std::mem::take(&mut st.steer);
+        for h in user {
+            self.destroy_hash(h);
+        }
         self.teardown(&mut steer);
         let st = self.st.get_mut();
         let leaked = st.wqs.len() + st.qps.len() + st.cqs.len();

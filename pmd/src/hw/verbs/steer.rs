@@ -10,7 +10,12 @@
 
 use rdma_sys as sys;
 
+use crate::hw::flow::{FlowPattern, L4Proto};
 use crate::hw::RssHash;
+
+/// The priority of the port's own rules (its MAC, broadcast): after every rte_flow rule
+/// (0..=0xfff, lower first; the last one ties and, being younger, comes after).
+pub const DEFAULT_PRIORITY: u16 = 0xfff;
 
 /// The indirection table for a redirection table of WQNs: its `n` queues in order, or why the
 /// card cannot do it.
@@ -86,6 +91,7 @@ pub fn flow_rules(
         } as u16,
         num_of_specs: specs,
         port,
+        priority: DEFAULT_PRIORITY,
         ..Default::default()
     };
     let to = |dst: [u8; 6]| FlowRule {
@@ -117,6 +123,95 @@ pub fn flow_rules(
         v.push(bare(sys::IBV_FLOW_ATTR_MC_DEFAULT));
     }
     v
+}
+
+/// Appends the bytes of `v` to `buf` (which `ibv_create_flow` reads as one attribute).
+fn push<T>(buf: &mut Vec<u8>, v: &T) {
+    // SAFETY: `T` is a plain C struct of the verbs ABI, read as its bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(std::ptr::from_ref(v).cast::<u8>(), std::mem::size_of::<T>())
+    };
+    buf.extend_from_slice(bytes);
+}
+
+/// An rte_flow pattern as a verbs flow attribute of physical port `port`: the header, then an
+/// Ethernet spec (destination MAC, VLAN ID), IPv4 (addresses) and TCP/UDP (ports) specs for
+/// the layers the pattern has, contiguous, in the 8-byte aligned words `ibv_create_flow`
+/// reads. Verbs cannot say "tagged, any VLAN ID": that is refused.
+pub fn user_rule(port: u8, priority: u16, p: &FlowPattern) -> Result<Vec<u64>, &'static str> {
+    let mut specs = Vec::new();
+    let mut n = 0u8;
+    let mut eth = sys::ibv_flow_spec_eth {
+        type_: sys::IBV_FLOW_SPEC_ETH,
+        size: std::mem::size_of::<sys::ibv_flow_spec_eth>() as u16,
+        ..Default::default()
+    };
+    if let Some(dst) = p.eth_dst {
+        eth.val.dst_mac = dst;
+        eth.mask.dst_mac = [0xff; 6];
+    }
+    match p.vlan {
+        None => {}
+        Some(None) => return Err("matching any VLAN tag (verbs matches a VLAN ID)"),
+        Some(Some(vid)) => {
+            eth.val.vlan_tag = vid.to_be();
+            eth.mask.vlan_tag = 0x0fffu16.to_be();
+        }
+    }
+    push(&mut specs, &eth);
+    n += 1;
+    if let Some(ip) = p.ipv4 {
+        let spec = sys::ibv_flow_spec_ipv4 {
+            type_: sys::IBV_FLOW_SPEC_IPV4,
+            size: std::mem::size_of::<sys::ibv_flow_spec_ipv4>() as u16,
+            val: sys::ibv_flow_ipv4_filter {
+                src_ip: u32::from_ne_bytes(ip.src.value),
+                dst_ip: u32::from_ne_bytes(ip.dst.value),
+            },
+            mask: sys::ibv_flow_ipv4_filter {
+                src_ip: u32::from_ne_bytes(ip.src.mask),
+                dst_ip: u32::from_ne_bytes(ip.dst.mask),
+            },
+        };
+        push(&mut specs, &spec);
+        n += 1;
+    }
+    if let Some(l4) = p.l4 {
+        let spec = sys::ibv_flow_spec_tcp_udp {
+            type_: match l4.proto {
+                L4Proto::Tcp => sys::IBV_FLOW_SPEC_TCP,
+                L4Proto::Udp => sys::IBV_FLOW_SPEC_UDP,
+            },
+            size: std::mem::size_of::<sys::ibv_flow_spec_tcp_udp>() as u16,
+            val: sys::ibv_flow_tcp_udp_filter {
+                dst_port: l4.dst_port.value.to_be(),
+                src_port: l4.src_port.value.to_be(),
+            },
+            mask: sys::ibv_flow_tcp_udp_filter {
+                dst_port: l4.dst_port.mask.to_be(),
+                src_port: l4.src_port.mask.to_be(),
+            },
+        };
+        push(&mut specs, &spec);
+        n += 1;
+    }
+    let attr = sys::ibv_flow_attr {
+        type_: sys::IBV_FLOW_ATTR_NORMAL,
+        size: (std::mem::size_of::<sys::ibv_flow_attr>() + specs.len()) as u16,
+        priority,
+        num_of_specs: n,
+        port,
+        ..Default::default()
+    };
+    let mut bytes = Vec::new();
+    push(&mut bytes, &attr);
+    bytes.extend_from_slice(&specs);
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    // SAFETY: `words` holds at least `bytes.len()` bytes; the two do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast::<u8>(), bytes.len())
+    };
+    Ok(words)
 }
 
 #[cfg(test)]
@@ -158,6 +253,50 @@ mod tests {
             4,
             "IPv6 addresses and UDP ports"
         );
+    }
+
+    #[test]
+    fn a_user_rule_has_the_specs_of_its_layers() {
+        use crate::hw::flow::{Ipv4Match, L4Match, Masked};
+        let p = FlowPattern {
+            eth_dst: None,
+            vlan: Some(Some(5)),
+            ipv4: Some(Ipv4Match::default()),
+            l4: Some(L4Match {
+                proto: L4Proto::Udp,
+                src_port: Masked::default(),
+                dst_port: Masked {
+                    value: 53,
+                    mask: 0xffff,
+                },
+            }),
+        };
+        let words = user_rule(1, 3, &p).unwrap();
+        // SAFETY: the words start with the attribute header.
+        let attr = unsafe { &*words.as_ptr().cast::<sys::ibv_flow_attr>() };
+        assert_eq!((attr.num_of_specs, attr.priority, attr.port), (3, 3, 1));
+        let hdr = std::mem::size_of::<sys::ibv_flow_attr>();
+        let eth = std::mem::size_of::<sys::ibv_flow_spec_eth>();
+        let ip = std::mem::size_of::<sys::ibv_flow_spec_ipv4>();
+        assert_eq!(
+            usize::from(attr.size),
+            hdr + eth + ip + std::mem::size_of::<sys::ibv_flow_spec_tcp_udp>()
+        );
+        // SAFETY: the UDP spec follows the Ethernet and IPv4 specs, inside the words.
+        let udp = unsafe {
+            &*words
+                .as_ptr()
+                .cast::<u8>()
+                .add(hdr + eth + ip)
+                .cast::<sys::ibv_flow_spec_tcp_udp>()
+        };
+        assert_eq!(udp.type_, sys::IBV_FLOW_SPEC_UDP);
+        assert_eq!(u16::from_be(udp.val.dst_port), 53);
+        let any_tag = FlowPattern {
+            vlan: Some(None),
+            ..Default::default()
+        };
+        assert!(user_rule(1, 0, &any_tag).is_err());
     }
 
     #[test]
