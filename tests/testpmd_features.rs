@@ -718,3 +718,108 @@ fn rss_reta_and_key_updates_steer_and_read_back() {
         "the new key read back:\n{all}"
     );
 }
+
+/// Receive interrupts: DPDK's l3fwd-power (built from the cached source against the installed
+/// DPDK) in `--interrupt-only` mode sleeps on port 0's RX interrupt fd; each of five frames the
+/// kernel sends into the TAP wakes it once, and it goes back to sleep.
+#[test]
+fn rx_interrupts_wake_l3fwd_power_once_per_frame() {
+    use std::process::Command;
+    use std::time::Instant;
+    let src = std::path::Path::new("/var/cache/mlx4rs/dpdk-stable-22.11.11/examples/l3fwd-power");
+    assert!(
+        src.join("main.c").is_file(),
+        "{} missing: scripts/setup.sh unpacks the DPDK source package",
+        src.display()
+    );
+    let dir = scratch_dir("l3pw");
+    let bin = dir.join("l3fwd-power");
+    let flags = |what: &str| -> Vec<String> {
+        let o = Command::new("pkg-config")
+            .args([what, "libdpdk"])
+            .output()
+            .expect("pkg-config");
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let cc = Command::new("cc")
+        .args(["-O1", "-w", "-DALLOW_EXPERIMENTAL_API"])
+        .args(flags("--cflags"))
+        .args(["main.c", "perf_core.c", "-o"])
+        .arg(&bin)
+        .args(flags("--libs"))
+        .current_dir(src)
+        .output()
+        .expect("cc");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+
+    let id = std::process::id() % 100_000;
+    let (ifname, ns) = (format!("m4i{id}"), format!("mlx4rs-intr-{id}"));
+    let log = dir.join("out.txt");
+    let file = std::fs::File::create(&log).unwrap();
+    // Its log lines (RTE_LOG) go to stderr; both streams into one file.
+    let mut app = Command::new(&bin)
+        .current_dir(std::env::temp_dir())
+        .env("LD_LIBRARY_PATH", common::plugin_dir())
+        .args(["-l", "0", "--no-huge", "-m", "512", "--no-pci"])
+        .arg(format!("--file-prefix={}", common::file_prefix("l3pw")))
+        .args(["-d", common::PLUGIN, "--vdev"])
+        .arg(format!("net_mlx4rs0,wire=tap:{ifname}"))
+        .args(["--", "-p", "0x1", "--config=(0,0,0)", "--interrupt-only"])
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .expect("l3fwd-power");
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let wait_for = |what: &dyn Fn(&str) -> bool| {
+        let start = Instant::now();
+        while !what(&text()) && start.elapsed() < WAIT * 2 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let sh = |c: &str| {
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg(c)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "{c}");
+    };
+    // The TAP interface exists once the port started.
+    wait_for(&|_| std::path::Path::new(&format!("/sys/class/net/{ifname}")).exists());
+    sh(&format!(
+        "ip netns add {ns} && ip link set {ifname} netns {ns} && ip -n {ns} link set {ifname} up"
+    ));
+    wait_for(&|t| t.contains("entering main interrupt loop"));
+    sh(&format!(
+        "ip netns exec {ns} python3 -c \"
+import socket, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(('{ifname}', 0))
+f = bytes.fromhex('ffffffffffff02aabbccddee08004500002e000100004011f96a0a0000010a000002') + bytes(26)
+for i in range(5): s.send(f); time.sleep(0.3)
+\""
+    ));
+    let woken = |t: &str| {
+        t.matches("is waked up from rx interrupt on port 0 queue 0")
+            .count()
+    };
+    wait_for(&|t| woken(t) >= 5);
+    let _ = app.kill();
+    let _ = app.wait();
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    let out = text();
+    assert_eq!(woken(&out), 5, "one wake-up per frame:\n{out}");
+    assert!(
+        out.matches("sleeps until interrupt triggers").count() >= 4,
+        "asleep again between frames:\n{out}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -221,9 +221,8 @@ pub(super) const TX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_TX_OFFLOAD_VLAN_INSER
     | sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE
     | sys::bits::RTE_ETH_TX_OFFLOAD_TCP_TSO;
 
-/// RX offloads: checksum verdicts, RSS hash, scattered frames, the VLAN filter.
+/// RX offloads: checksum verdicts, RSS hash, scattered frames.
 pub(super) const RX_OFFLOAD_CAPA: u64 = sys::bits::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM
-    | sys::bits::RTE_ETH_RX_OFFLOAD_VLAN_FILTER
     | sys::bits::RTE_ETH_RX_OFFLOAD_UDP_CKSUM
     | sys::bits::RTE_ETH_RX_OFFLOAD_TCP_CKSUM
     | sys::bits::RTE_ETH_RX_OFFLOAD_RSS_HASH
@@ -263,6 +262,9 @@ fn infos(info: &mut sys::rte_eth_dev_info, caps: &Caps) {
     info.rx_offload_capa = RX_OFFLOAD_CAPA;
     if caps.keep_crc {
         info.rx_offload_capa |= sys::bits::RTE_ETH_RX_OFFLOAD_KEEP_CRC;
+    }
+    if caps.vlan_filter {
+        info.rx_offload_capa |= sys::bits::RTE_ETH_RX_OFFLOAD_VLAN_FILTER;
     }
     if caps.tunnel_offloads {
         // VXLAN: the outer IP checksum on send (inner ones through IIP/ILP), the outer

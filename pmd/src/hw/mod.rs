@@ -80,6 +80,8 @@ pub struct Caps {
     pub max_mac_addrs: u32,
     /// Receive queues can keep the FCS ([`Device::set_rq_keep_crc`]).
     pub keep_crc: bool,
+    /// The port filters VLANs ([`Device::set_vlan_filter`]).
+    pub vlan_filter: bool,
     /// VXLAN inner checksums on send and inner verdicts on receive (a ConnectX-3 Pro).
     pub tunnel_offloads: bool,
 }

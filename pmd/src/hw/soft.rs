@@ -281,6 +281,7 @@ impl Device for Soft {
             fw_ver: c.fw_ver,
             max_mac_addrs: c.max_mac_addrs,
             keep_crc: c.scatter_fcs,
+            vlan_filter: true,
             tunnel_offloads: c.tunnel_offloads,
         }
     }

@@ -96,6 +96,9 @@ struct State {
 
 struct Steer {
     mac: [u8; 6],
+    /// Unicast addresses besides `mac`, and the multicast list: a flow rule each.
+    unicast: Vec<[u8; 6]>,
+    multicast: Vec<[u8; 6]>,
     promisc: bool,
     allmulti: bool,
     key: [u8; RSS_KEY_LEN],
@@ -111,6 +114,8 @@ impl Default for Steer {
     fn default() -> Steer {
         Steer {
             mac: [0; 6],
+            unicast: Vec::new(),
+            multicast: Vec::new(),
             promisc: true,
             allmulti: true,
             key: super::DEFAULT_RSS_KEY,
@@ -290,8 +295,10 @@ fn open_ports(rdma: &'static Rdma, c: &Candidate) -> Result<Vec<(String, Verbs)>
         max_wqe_size: MAX_WQE_SIZE,
         bf_reg_size: 0,
         fw_ver: parse_fw_ver(&attr.fw_ver),
-        max_mac_addrs: 1,
+        // A flow rule per address on the RSS QP (mlx4's MAC table holds 128).
+        max_mac_addrs: 128,
         keep_crc: false,
+        vlan_filter: false,
         tunnel_offloads: false,
     };
     let mut ports = Vec::new();
@@ -547,7 +554,8 @@ impl Verbs {
         let rules = if s.isolated {
             Vec::new()
         } else {
-            steer::flow_rules(self.port, s.mac, s.promisc, s.allmulti)
+            let more: Vec<[u8; 6]> = s.unicast.iter().chain(&s.multicast).copied().collect();
+            steer::flow_rules(self.port, s.mac, &more, s.promisc, s.allmulti)
         };
         let mut result = Ok(());
         for mut rule in rules {
@@ -1054,6 +1062,24 @@ impl Device for Verbs {
             return Ok(());
         }
         (s.mac, s.promisc, s.allmulti) = (mac, promisc, allmulti);
+        self.rebuild(&mut st)
+    }
+
+    fn set_mac_table(&self, macs: &[[u8; 6]]) -> Result<(), HwError> {
+        let mut st = self.st.lock();
+        if st.steer.unicast == macs && st.steer.built.is_some() {
+            return Ok(());
+        }
+        st.steer.unicast = macs.to_vec();
+        self.rebuild(&mut st)
+    }
+
+    fn set_mc_list(&self, macs: &[[u8; 6]]) -> Result<(), HwError> {
+        let mut st = self.st.lock();
+        if st.steer.multicast == macs && st.steer.built.is_some() {
+            return Ok(());
+        }
+        st.steer.multicast = macs.to_vec();
         self.rebuild(&mut st)
     }
 

@@ -73,8 +73,15 @@ pub struct FlowRule {
     pub eth: sys::ibv_flow_spec_eth,
 }
 
-/// What the port accepts, as flow rules on the hash QP of physical port `port`.
-pub fn flow_rules(port: u8, mac: [u8; 6], promisc: bool, allmulti: bool) -> Vec<FlowRule> {
+/// What the port accepts, as flow rules on the hash QP of physical port `port`: `mac`, then
+/// each of `more` (further unicast addresses and the multicast list), broadcast.
+pub fn flow_rules(
+    port: u8,
+    mac: [u8; 6],
+    more: &[[u8; 6]],
+    promisc: bool,
+    allmulti: bool,
+) -> Vec<FlowRule> {
     let header = |kind, specs: u8| sys::ibv_flow_attr {
         type_: kind,
         size: if specs == 0 {
@@ -109,7 +116,9 @@ pub fn flow_rules(port: u8, mac: [u8; 6], promisc: bool, allmulti: bool) -> Vec<
     if promisc {
         return vec![bare(sys::IBV_FLOW_ATTR_ALL_DEFAULT)];
     }
-    let mut v = vec![to(mac), to([0xff; 6])];
+    let mut v = vec![to(mac)];
+    v.extend(more.iter().filter(|&&m| m != mac).map(|&m| to(m)));
+    v.push(to([0xff; 6]));
     if allmulti {
         v.push(bare(sys::IBV_FLOW_ATTR_MC_DEFAULT));
     }
@@ -293,17 +302,22 @@ mod tests {
     #[test]
     fn flows_for_each_filter_mode() {
         let mac = [2, 0, 0, 0, 0, 9];
-        let f = flow_rules(1, mac, false, false);
+        let f = flow_rules(1, mac, &[], false, false);
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].eth.val.dst_mac, mac);
         assert_eq!(f[1].eth.val.dst_mac, [0xff; 6]);
         assert_eq!(usize::from(f[0].attr.size), std::mem::size_of::<FlowRule>());
         assert_eq!((f[0].attr.num_of_specs, f[0].attr.port), (1, 1));
-        let m = flow_rules(2, mac, false, true);
+        let m = flow_rules(2, mac, &[], false, true);
         assert_eq!(m[2].attr.type_, sys::IBV_FLOW_ATTR_MC_DEFAULT);
         assert_eq!(m[2].attr.num_of_specs, 0);
-        let p = flow_rules(1, mac, true, true);
+        let p = flow_rules(1, mac, &[], true, true);
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].attr.type_, sys::IBV_FLOW_ATTR_ALL_DEFAULT);
+        // More unicast addresses and a multicast group: a rule each, the main MAC once.
+        let extra = [[2, 0, 0, 0, 0, 7], mac, [1, 0, 0x5e, 0, 0, 7]];
+        let e = flow_rules(1, mac, &extra, false, false);
+        let dsts: Vec<[u8; 6]> = e.iter().map(|r| r.eth.val.dst_mac).collect();
+        assert_eq!(dsts, [mac, extra[0], extra[2], [0xff; 6]]);
     }
 }
