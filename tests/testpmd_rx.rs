@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{port_xstat, testpmd, xstat, Step::*};
+use common::{number_after, port_xstat, testpmd, xstat, Step::*};
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -115,6 +115,53 @@ fn looped_wire_returns_every_frame() {
     assert!(sent > 32, "frames circulated: {sent}\n{all}");
     assert_eq!(back, sent, "every transmitted frame came back");
     assert_eq!(port_xstat(&all, 0, "hca_rx_drops_no_wqe"), 0);
+}
+
+/// txonly on a looped wire never polls its receive queue: the device fills it, and the rest
+/// wait at the port or are missed. Stopping the port drops what the queue held; those frames
+/// are counted (`rx_discarded`), so every frame the device delivered is accounted for.
+#[test]
+fn frames_left_in_a_receive_queue_at_stop_are_counted() {
+    fn rx_full(ans: &str) -> bool {
+        xstat(ans, "hca_rx_frames").is_some_and(|n| n >= 512)
+    }
+    let out = testpmd(
+        &["net_mlx4rs0,wire=loop"],
+        &[
+            "--forward-mode=txonly",
+            "--rxd=512",
+            "--total-num-mbufs=4096",
+        ],
+        &[
+            Cmd("start"),
+            Until {
+                cmd: "show port xstats 0",
+                done: rx_full,
+                limit: LIMIT,
+            },
+            Cmd("stop"),
+            Cmd("port stop all"),
+            Cmd("show port stats all"),
+            Cmd("show port xstats all"),
+            Cmd("quit"),
+        ],
+        LIMIT,
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    let delivered = port_xstat(&all, 0, "hca_rx_frames");
+    let discarded = port_xstat(&all, 0, "rx_discarded");
+    let taken = number_after(&all, "RX-packets:").expect("RX-packets");
+    assert_eq!(
+        discarded, 512,
+        "the full ring's frames were dropped at stop\n{all}"
+    );
+    assert_eq!(
+        delivered,
+        taken + discarded,
+        "every delivered frame is counted\n{all}"
+    );
+    assert_eq!(port_xstat(&all, 0, "rx_q0_discarded"), discarded);
 }
 
 #[test]

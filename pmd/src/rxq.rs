@@ -316,6 +316,9 @@ impl<B: RxBuf> RxQueue<B> {
     /// cannot make new ones, the old ones stay.
     pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
         let (cq, rq) = create_hw(dev, self.wqe_cnt, &self.cfg)?;
+        // Completions nobody polled: frames the device delivered that the reset drops. No
+        // more than one per posted WQE can wait.
+        self.stats.discarded += self.cq.ready(self.wqe_cnt as usize) as u64;
         self.qpn = rq.desc().qpn();
         let old_cq = std::mem::replace(&mut self.cq, cq);
         let old_rq = std::mem::replace(&mut self.rq, rq);

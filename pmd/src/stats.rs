@@ -110,6 +110,10 @@ counters! {
         /// Times the receive queue was restarted in place after an error completion left it
         /// in the error state.
         queue_resets: Extended,
+        /// Frames the device had completed into the queue that no `rx_burst` took before the
+        /// port stopped: the reset at stop hands their buffers back to the next start, so
+        /// they are dropped, and counted here rather than vanish.
+        discarded: Extended,
     }
 }
 
@@ -145,7 +149,7 @@ mod tests {
         assert_eq!((a.packets, a.doorbells, a.error_cqes), (6, 2, 4));
         a.reset();
         assert_eq!(a, TxStats::default());
-        assert_eq!(RxStats::FIELDS.len(), 6);
+        assert_eq!(RxStats::FIELDS.len(), 7);
         assert_eq!(
             RxStats::FIELDS
                 .iter()
