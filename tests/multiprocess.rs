@@ -49,18 +49,30 @@ fn meminfo(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn hugepages(need: u64) -> Hugepages {
-    let mounted = std::fs::read_to_string("/proc/mounts")
+fn hugetlbfs_mounted() -> bool {
+    std::fs::read_to_string("/proc/mounts")
         .map(|m| {
             m.lines()
                 .any(|l| l.contains(" /dev/hugepages ") && l.contains("hugetlbfs"))
         })
-        .unwrap_or(false);
-    assert!(
-        mounted,
-        "secondary processes need hugepages: mount hugetlbfs on /dev/hugepages \
-         (mount -t hugetlbfs nodev /dev/hugepages)"
-    );
+        .unwrap_or(false)
+}
+
+fn hugepages(need: u64) -> Hugepages {
+    // A machine without systemd (a container, a bare chroot) has no hugetlbfs mounted where
+    // EAL looks first: as root the test mounts it, as systemd's dev-hugepages.mount would.
+    if !hugetlbfs_mounted() {
+        let _ = std::fs::create_dir_all("/dev/hugepages");
+        let out = Command::new("mount")
+            .args(["-t", "hugetlbfs", "nodev", "/dev/hugepages"])
+            .output();
+        assert!(
+            hugetlbfs_mounted(),
+            "secondary processes need hugepages: hugetlbfs is not mounted on /dev/hugepages \
+             and mounting it failed ({out:?}); run as root, or mount it \
+             (mount -t hugetlbfs nodev /dev/hugepages)"
+        );
+    }
     assert_eq!(
         meminfo("Hugepagesize:"),
         2048,
