@@ -5,24 +5,11 @@
 
 mod common;
 
-use common::{testpmd, xstat, Step::*};
+use common::{port_xstat, testpmd, Step::*};
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(90);
 const MODES: [&str; 3] = ["lcore", "port", "process"];
-
-/// xstat `name` of port `port` from the last `show port xstats` of that port in `all`.
-fn port_xstat(all: &str, port: u32, name: &str) -> u64 {
-    let marker = format!("NIC extended statistics for port {port}");
-    let start = all
-        .rfind(&marker)
-        .unwrap_or_else(|| panic!("no xstats of port {port}:\n{all}"));
-    let rest = &all[start + marker.len()..];
-    let end = rest
-        .find("NIC extended statistics for port")
-        .unwrap_or(rest.len());
-    xstat(&rest[..end], name).unwrap_or_else(|| panic!("no {name} for port {port}:\n{all}"))
-}
 
 fn cabled(mode: &str) -> Vec<String> {
     vec![
