@@ -325,7 +325,7 @@ fn flow_filtering_steers_its_destination_to_queue_1() {
         |_| true,
     );
     let on_0 = |o: &str| o.matches(" - queue=0x0").count() as u64 >= N;
-    let defaulted = app.wait_for(on_0, Duration::from_secs(20));
+    let defaulted = app.wait_for(on_0, START);
     let out = app.interrupt();
     let text = out.all();
     assert!(!text.contains("Flow can't be created"), "{text}");
