@@ -79,9 +79,10 @@ def parse(path):
         rates[port] = int(pps)
     # Packets sent over the measured interval (between the two `show port stats all`), per
     # second of the forwarding lcore's CPU time.
-    sent = [sum(int(n) for n in re.findall(r"TX-packets:\s+(\d+)", block))
-            for block in re.split(r"(?=######################## NIC statistics for port 0)",
-                                  text)[1:3]]
+    shows = re.findall(r"NIC statistics for port \d+\s+#+(.*?)#{8}", text, re.S)
+    counts = [int(re.search(r"TX-packets:\s+(\d+)", b).group(1)) for b in shows]
+    ports = len(rates)
+    sent = [sum(counts[:ports]), sum(counts[ports:2 * ports])] if len(counts) >= 2 * ports else []
     cpu = [int(x) for x in open(path + ".cpu").read().split()]
     per_cpu = ((sent[1] - sent[0]) / ((cpu[1] - cpu[0]) / 1e9)
                if len(sent) == 2 and len(cpu) == 2 and cpu[1] > cpu[0] else 0.0)

@@ -194,13 +194,7 @@ fn l3fwd_routes_by_longest_prefix() {
         &exe,
         "0",
         &cables,
-        &[
-            "-p",
-            "0x3",
-            "-P",
-            "--parse-ptype",
-            "--config=(0,0,0),(1,0,0)",
-        ],
+        &["-p", "0x3", "-P", "--config=(0,0,0),(1,0,0)"],
         "entering main loop",
     );
     // 198.18.1.0/24 routes to port 1 in l3fwd's LPM table: both ports' frames leave there.
@@ -414,17 +408,16 @@ fn link_status_interrupt_sees_the_peer_go_down_and_up() {
 fn l3fwd_power_sleeps_and_wakes_on_rx_interrupts() {
     let exe = examples::build("l3fwd-power", "build/l3fwd-power");
     let cables = Cables::new("l3fwd_power", 2);
-    // The device runs on a thread of its own, as a card does: one run by the polling lcore
-    // would not run while that lcore sleeps, so it could never wake it.
+    // The device runs in the polling lcore (the default): while that lcore sleeps, the
+    // device's monitor runs it, so a frame that arrives completes on the armed CQ and wakes it.
     let mut app = App::start(
         &exe,
         "0",
-        &cables.example_vdevs(",device_loop=port"),
+        &cables.example_vdevs(""),
         &[
             "-p",
             "0x3",
             "-P",
-            "--parse-ptype",
             "--config=(0,0,0),(1,0,0)",
             "--interrupt-only",
         ],

@@ -6,7 +6,7 @@
 #![allow(unsafe_code)]
 
 use std::alloc::{self, Layout};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// A range of memory the device may read and write by DMA.
 ///
@@ -151,6 +151,25 @@ impl HostMem {
                 Ordering::Relaxed,
             )
             .is_ok()
+    }
+
+    /// The `N` 8-byte words at `off` (8-aligned) in memory order, each loaded atomically: a
+    /// BlueFlame half is written by the CPU in 8-byte or larger stores while the device reads
+    /// it, and each 8-byte piece must be seen whole or not at all. One range check for all.
+    #[inline(always)]
+    pub(crate) fn load_qwords<const N: usize>(&self, off: usize) -> Option<[u64; N]> {
+        let p = self.check(off, N * 8)?;
+        if p as usize % 8 != 0 {
+            return None;
+        }
+        let mut out = [0u64; N];
+        for (i, w) in out.iter_mut().enumerate() {
+            // SAFETY: `p + 8*i` is in range (the whole span was checked) and 8-aligned; see
+            // `load_be32` for the atomic view.
+            *w = unsafe { AtomicU64::from_ptr((p as *mut u64).add(i)) }.load(Ordering::Relaxed);
+        }
+        fence(Ordering::Acquire);
+        Some(out)
     }
 
     /// Write `bytes` at `off`, publishing the last byte with a release store: a CQE's owner byte
@@ -338,6 +357,12 @@ mod tests {
         assert!(!m.write_publish_last(33, &[9; 32]));
         assert_eq!(m.load_bytes8(40), Some([9; 8]));
         assert_eq!(m.load_bytes8(60), None);
+        assert_eq!(
+            m.load_qwords::<4>(32),
+            Some([u64::from_ne_bytes([9; 8]); 4])
+        );
+        assert_eq!(m.load_qwords::<4>(40), None);
+        assert_eq!(m.load_qwords::<1>(36), None);
         page.clear();
         assert_eq!(m.load_bytes8(32), Some([0; 8]));
     }

@@ -195,14 +195,19 @@ impl Fetched {
     }
 }
 
+/// Bits of a WQE's first, second and later 8-byte words (memory order, read natively) that a
+/// BlueFlame copy must share with the ring WQE: dword 0 but the BF counter, then bytes 12-15
+/// (bytes 4-11, QPN/DS and `srcrb_flags`, may differ), then everything.
+const CTRL_COMPARED: [u64; 3] = [
+    u32::from_ne_bytes((!owner_opcode::BF_COUNTER_MASK).to_be_bytes()) as u64,
+    u64::from_ne_bytes([0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]),
+    !0,
+];
+
 /// The C field (completion requested) of `srcrb_flags`, in its last byte.
 const CQ_UPDATE_BYTE: u8 = srcrb::CQ_UPDATE as u8;
 /// The solicited-event bit of `srcrb_flags`, in its last byte.
 const SOLICIT_BYTE: u8 = srcrb::SOLICIT as u8;
-
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
 
 impl Sq {
     /// A send queue of `cnt` slots of `1 << stride_shift` bytes (at least 64) on `ring`.
@@ -410,27 +415,25 @@ impl Sq {
 
     /// Whether the first `len` bytes of the BlueFlame copy in `half` are the WQE starting at
     /// ring TXBB `first`, allowing for what a copy legitimately changes (the BF counter in
-    /// dword 0, QPN and DS in dword 1, `srcrb_flags`): the copy's `srcrb_flags` if so. Reads
-    /// both 8 bytes at a time, as the copy lands, without copying either.
+    /// dword 0, QPN and DS in dword 1, `srcrb_flags`): the copy's `srcrb_flags` if so. Both are
+    /// read a TXBB at a time, 8 bytes per load, as the copy lands, and neither is copied.
     fn copy_matches_ring(&self, half: &HostMem, first: u32, len: usize) -> Option<[u8; 4]> {
-        let counter_mask = !owner_opcode::BF_COUNTER_MASK;
         let mut srcrb = [0; 4];
-        for at in (0..len).step_by(8) {
-            let txbb = first.wrapping_add((at / TXBB_SIZE) as u32) & self.txbb_mask();
-            let r = self
-                .ring
-                .load_bytes8(txbb as usize * TXBB_SIZE + at % TXBB_SIZE)?;
-            let c = half.load_bytes8(at)?;
-            let same = match at {
-                0 => be32(&r, 0) & counter_mask == be32(&c, 0) & counter_mask,
-                8 => {
-                    srcrb.copy_from_slice(&c[..4]);
-                    r[4..] == c[4..]
-                }
-                _ => r == c,
-            };
-            if !same {
+        for k in 0..len.div_ceil(TXBB_SIZE) {
+            let txbb = first.wrapping_add(k as u32) & self.txbb_mask();
+            let r: [u64; TXBB_SIZE / 8] = self.ring.load_qwords(txbb as usize * TXBB_SIZE)?;
+            let c: [u64; TXBB_SIZE / 8] = half.load_qwords(k * TXBB_SIZE)?;
+            let qwords = (len - k * TXBB_SIZE) / 8;
+            let mut diff = 0;
+            for (i, (r, c)) in r.iter().zip(&c).enumerate().take(qwords) {
+                let care = if k == 0 { CTRL_COMPARED[i.min(2)] } else { !0 };
+                diff |= (r ^ c) & care;
+            }
+            if diff != 0 {
                 return None;
+            }
+            if k == 0 {
+                srcrb.copy_from_slice(&c[1].to_ne_bytes()[..4]);
             }
         }
         Some(srcrb)
@@ -488,11 +491,13 @@ impl Sq {
             if fast && !inject {
                 let mut ctrl = [0u8; DS_SIZE];
                 self.ring.read_array(off, &mut ctrl);
-                let (bf_half, bf_posted) = if bf_live {
-                    let slot = (self.ci & slot_mask) as usize;
-                    (self.pending_copy(counter), self.bf_marks[slot])
+                // A latched copy is always of a WQE whose slot is marked: the rest of a BF
+                // burst costs one load of its mark.
+                let bf_posted = bf_live && self.bf_marks[(self.ci & slot_mask) as usize];
+                let bf_half = if bf_posted {
+                    self.pending_copy(counter)
                 } else {
-                    (None, false)
+                    None
                 };
                 if let Some(h) = bf_half {
                     // The copy's `srcrb_flags` rule, as on the full path (`use_bf_copy`).
