@@ -1184,20 +1184,9 @@ fn post_general<B: TxBuf>(
         wqe::write_inline(&mut w, len, pkt.segs());
         return Step::Inline(len as u32);
     }
-    let mut nsegs = 0;
-    for s in pkt.segs().filter(|s| !s.is_empty()) {
-        if nsegs == MAX_GATHER_SEGS {
-            return Step::Dropped;
-        }
-        let Some(lkey) = lkeys.lookup(s.as_ptr() as usize, s.len()) else {
-            return Step::Dropped;
-        };
-        segs[nsegs] = (s.as_ptr() as u64, s.len() as u32, lkey);
-        nsegs += 1;
-    }
-    if nsegs == 0 {
+    let Some(nsegs) = data_segs(pkt.segs(), MAX_GATHER_SEGS, lkeys, segs) else {
         return Step::Dropped;
-    }
+    };
     if gathers_left == 0 {
         return Step::Full;
     }
@@ -1208,6 +1197,28 @@ fn post_general<B: TxBuf>(
     wqe::write_ctrl(&mut w, wqe::ds_of(bytes), off, false);
     wqe::write_gather(&mut w, &segs[..nsegs]);
     Step::Gather(len as u32)
+}
+
+/// The gather entries (address, length, lkey) of a packet's non-empty pieces, at most `max`:
+/// their count, or `None` when the packet cannot be sent (nothing to send, too many pieces, or
+/// a piece outside registered memory).
+#[inline]
+fn data_segs<'a>(
+    pieces: impl Iterator<Item = &'a [u8]>,
+    max: usize,
+    lkeys: &mut Lkeys,
+    segs: &mut [(u64, u32, u32); MAX_GATHER_SEGS],
+) -> Option<usize> {
+    let mut n = 0;
+    for s in pieces.filter(|s| !s.is_empty()) {
+        if n == max {
+            return None;
+        }
+        let lkey = lkeys.lookup(s.as_ptr() as usize, s.len())?;
+        segs[n] = (s.as_ptr() as u64, s.len() as u32, lkey);
+        n += 1;
+    }
+    (n > 0).then_some(n)
 }
 
 /// A packet whose WQE is not a plain SEND: an LSO WQE (the header copied into it, the rest
@@ -1236,20 +1247,11 @@ fn post_last<B: TxBuf>(
         return Step::Dropped;
     }
     let (hdr, rest) = first.split_at(hdr_len);
-    let mut nsegs = 0;
-    for s in std::iter::once(rest).chain(all).filter(|s| !s.is_empty()) {
-        if nsegs == MAX_GATHER_SEGS - mlx4_prm::lso_seg_len(hdr_len) / mlx4_prm::DS_SIZE {
-            return Step::Dropped;
-        }
-        let Some(lkey) = lkeys.lookup(s.as_ptr() as usize, s.len()) else {
-            return Step::Dropped;
-        };
-        segs[nsegs] = (s.as_ptr() as u64, s.len() as u32, lkey);
-        nsegs += 1;
-    }
-    if nsegs == 0 {
+    // The LSO segment (its header copy) takes DS slots from the gather entries.
+    let max = MAX_GATHER_SEGS - mlx4_prm::lso_seg_len(hdr_len) / mlx4_prm::DS_SIZE;
+    let Some(nsegs) = data_segs(std::iter::once(rest).chain(all), max, lkeys, segs) else {
         return Step::Dropped;
-    }
+    };
     if gathers_left == 0 {
         return Step::Full;
     }
