@@ -15,6 +15,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::hw::soft;
+
 /// Largest inline threshold: the inline data that fits a WQE of 63 DS (1008 bytes) once the
 /// control segment and one 4-byte header per 64-byte chunk are taken out: 44 + 14 * 60 + 44.
 pub const MAX_TXQ_INLINE: u16 = 928;
@@ -84,7 +86,7 @@ pub struct Devargs {
     pub busy_poll: bool,
     pub device_loop: DeviceLoop,
     /// Faults the software HCA injects from the port's probe on (none by default).
-    pub faults: mlx4_hca::Faults,
+    pub faults: soft::hca::Faults,
     /// The software HCA is a ConnectX-3 Pro: VXLAN inner checksums on send, inner verdicts on
     /// receive.
     pub pro: bool,
@@ -100,7 +102,7 @@ impl Default for Devargs {
             mac: None,
             busy_poll: false,
             device_loop: DeviceLoop::Lcore,
-            faults: mlx4_hca::Faults::default(),
+            faults: soft::hca::Faults::default(),
             pro: false,
         }
     }
@@ -205,7 +207,7 @@ impl FromStr for Devargs {
             }
             match key {
                 "wire" => {
-                    crate::hw::soft::check_wire(value).map_err(|e| err(key, value, e))?;
+                    soft::check_wire(value).map_err(|e| err(key, value, e))?;
                     d.wire = WireSpec(value.to_owned());
                 }
                 "wc" => {
@@ -258,7 +260,7 @@ impl FromStr for Devargs {
                     if value.is_empty() {
                         return Err(bad());
                     }
-                    d.faults = mlx4_hca::Faults::parse(value)
+                    d.faults = soft::hca::Faults::parse(value)
                         .map_err(|why| err(key, value, format!("{why}; {}", allowed(key))))?;
                 }
                 _ => unreachable!("key checked against KEYS"),
