@@ -142,60 +142,73 @@ fn deleting_the_cable_file_raises_removal_events() {
     }
 }
 
-/// Port 0 sends to `dst` (txonly) while port 1, not promiscuous, has `add` applied, then
-/// `remove`: port 1's device takes the frames, then drops them at its MAC filter.
-fn filter_passes_then_drops(dst: &str, add: &str, remove: &str) -> String {
+/// Port 0 sends (txonly) to port 1, which is not promiscuous: after `setup` and `add`, port 1's
+/// device takes the frames; after `remove` it drops them, counted in xstat `drops` (`dropped`
+/// waits for 1000 of them).
+fn passes_then_drops(
+    setup: &[&str],
+    add: &str,
+    remove: &str,
+    drops: &str,
+    dropped: fn(&str) -> bool,
+) -> String {
     fn sent(a: &str) -> bool {
         xstat(a, "hca_rx_frames").is_some_and(|n| n >= 1000)
     }
-    fn dropped(a: &str) -> bool {
-        xstat(a, "hca_rx_drops_filter").is_some_and(|n| n >= 1000)
-    }
-    let peer = format!("set eth-peer 0 {dst}");
+    let mut steps: Vec<_> = setup.iter().map(|c| Cmd(c)).collect();
+    steps.extend([
+        Cmd(add),
+        Cmd("clear port xstats 1"),
+        Cmd("start"),
+        Until {
+            cmd: "show port xstats 1",
+            done: sent,
+            limit: WAIT,
+        },
+        Cmd("stop"),
+        Cmd("show port xstats 1"),
+        Cmd(remove),
+        Cmd("clear port xstats 1"),
+        Cmd("start"),
+        Until {
+            cmd: "show port xstats 1",
+            done: dropped,
+            limit: WAIT,
+        },
+        Cmd("stop"),
+        Cmd("show port xstats 1"),
+        Cmd("quit"),
+    ]);
     let out = testpmd(
         &CABLED,
         &["--total-num-mbufs=8192", "--forward-mode=txonly"],
-        &[
-            Cmd("set promisc 1 off"),
-            Cmd("set allmulti 1 off"),
-            Cmd(&peer),
-            Cmd(add),
-            Cmd("clear port xstats 1"),
-            Cmd("start"),
-            Until {
-                cmd: "show port xstats 1",
-                done: sent,
-                limit: WAIT,
-            },
-            Cmd("stop"),
-            Cmd("show port xstats 1"),
-            Cmd(remove),
-            Cmd("clear port xstats 1"),
-            Cmd("start"),
-            Until {
-                cmd: "show port xstats 1",
-                done: dropped,
-                limit: WAIT,
-            },
-            Cmd("stop"),
-            Cmd("show port xstats 1"),
-            Cmd("quit"),
-        ],
+        &steps,
         LIMIT,
     );
     let all = ok(&out);
     let (with, without) = all.split_at(all.find(remove).expect("remove step"));
     assert!(
         port_xstat(with, 1, "hca_rx_frames") >= 1000,
-        "frames to {dst} received after {add:?}:\n{all}"
+        "frames received after {add:?}:\n{all}"
     );
-    assert_eq!(port_xstat(with, 1, "hca_rx_drops_filter"), 0, "{all}");
+    assert_eq!(port_xstat(with, 1, drops), 0, "{all}");
     assert!(
-        port_xstat(without, 1, "hca_rx_drops_filter") >= 1000,
-        "frames to {dst} dropped after {remove:?}:\n{all}"
+        port_xstat(without, 1, drops) >= 1000,
+        "frames dropped as {drops} after {remove:?}:\n{all}"
     );
     assert_eq!(port_xstat(without, 1, "hca_rx_frames"), 0, "{all}");
     all
+}
+
+/// Port 0 sends to `dst` while port 1 has `add` applied, then `remove`: port 1's device takes
+/// the frames, then drops them at its MAC filter.
+fn filter_passes_then_drops(dst: &str, add: &str, remove: &str) -> String {
+    fn dropped(a: &str) -> bool {
+        xstat(a, "hca_rx_drops_filter").is_some_and(|n| n >= 1000)
+    }
+    let peer = format!("set eth-peer 0 {dst}");
+    let setup = ["set promisc 1 off", "set allmulti 1 off", &peer];
+    passes_then_drops(&setup, add, remove, "hca_rx_drops_filter", dropped)
 }
 
 #[test]
@@ -218,53 +231,25 @@ fn a_multicast_list_address_is_received_and_dropped_once_removed() {
 
 #[test]
 fn the_vlan_filter_drops_tags_not_in_the_table_and_counts_them() {
-    fn passed(a: &str) -> bool {
-        xstat(a, "hca_rx_frames").is_some_and(|n| n >= 1000)
-    }
     fn dropped(a: &str) -> bool {
         xstat(a, "hca_rx_drops_vlan").is_some_and(|n| n >= 1000)
     }
-    let out = testpmd(
-        &CABLED,
-        &["--total-num-mbufs=8192", "--forward-mode=txonly"],
-        &[
-            Cmd("set promisc 1 off"),
-            Cmd("mac_addr set 1 02:00:00:00:00:01"),
-            Cmd("set eth-peer 0 02:00:00:00:00:01"),
-            Cmd("port stop 0"),
-            Cmd("tx_vlan set 0 5"),
-            Cmd("port start 0"),
-            Cmd("vlan set filter on 1"),
-            Cmd("rx_vlan add 5 1"),
-            Cmd("clear port xstats 1"),
-            Cmd("start"),
-            Until {
-                cmd: "show port xstats 1",
-                done: passed,
-                limit: WAIT,
-            },
-            Cmd("stop"),
-            Cmd("show port xstats 1"),
-            Cmd("rx_vlan rm 5 1"),
-            Cmd("clear port xstats 1"),
-            Cmd("start"),
-            Until {
-                cmd: "show port xstats 1",
-                done: dropped,
-                limit: WAIT,
-            },
-            Cmd("stop"),
-            Cmd("show port xstats 1"),
-            Cmd("quit"),
-        ],
-        LIMIT,
+    let setup = [
+        "set promisc 1 off",
+        "mac_addr set 1 02:00:00:00:00:01",
+        "set eth-peer 0 02:00:00:00:00:01",
+        "port stop 0",
+        "tx_vlan set 0 5",
+        "port start 0",
+        "vlan set filter on 1",
+    ];
+    passes_then_drops(
+        &setup,
+        "rx_vlan add 5 1",
+        "rx_vlan rm 5 1",
+        "hca_rx_drops_vlan",
+        dropped,
     );
-    let all = ok(&out);
-    let (with, without) = all.split_at(all.find("rx_vlan rm 5 1").expect("rm step"));
-    assert!(port_xstat(with, 1, "hca_rx_frames") >= 1000, "{all}");
-    assert_eq!(port_xstat(with, 1, "hca_rx_drops_vlan"), 0, "{all}");
-    assert!(port_xstat(without, 1, "hca_rx_drops_vlan") >= 1000, "{all}");
-    assert_eq!(port_xstat(without, 1, "hca_rx_frames"), 0, "{all}");
 }
 
 #[test]
