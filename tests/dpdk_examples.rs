@@ -12,6 +12,7 @@ mod common;
 
 use common::examples::{self, App, Cables};
 use common::{numbers_after, xstat, Step::*};
+use std::path::Path;
 use std::time::Duration;
 
 /// Frames the peer sends on each of its ports.
@@ -47,39 +48,53 @@ fn links_up(answer: &str) -> bool {
 
 /// The peer sends its bursts and receives until `done` holds for `show port stats all`.
 fn traffic(cables: &Cables, tx_ip: Option<&str>, done: fn(&str) -> bool) -> String {
-    traffic_of(cables, tx_ip, PER_PORT / 32, done)
+    traffic_of(cables, tx_ip, PER_PORT / 32, None, done)
 }
 
 /// As [`traffic`], with `bursts` bursts of 32 frames per port.
-fn traffic_of(cables: &Cables, tx_ip: Option<&str>, bursts: u64, done: fn(&str) -> bool) -> String {
+/// As [`traffic`], with `bursts` of 32 frames; with a `gate`, the peer sends only once that
+/// file exists (created by the test when the example is ready for the frames).
+fn traffic_of(
+    cables: &Cables,
+    tx_ip: Option<&str>,
+    bursts: u64,
+    gate: Option<&Path>,
+    done: fn(&str) -> bool,
+) -> String {
     let tx_first = format!("start tx_first {bursts}");
+    let wait_gate = gate.map(|g| {
+        format!(
+            "timeout {} sh -c 'until [ -e {} ]; do sleep 0.02; done'",
+            START.as_secs(),
+            g.display()
+        )
+    });
+
     let mut args = vec!["--forward-mode=rxonly"];
     if let Some(ip) = tx_ip {
         args.push(ip);
     }
-    let out = examples::peer(
-        cables,
-        &args,
-        &[
-            // Sending before the example's ports are up would lose frames on the cable.
-            Until {
-                cmd: "show port info all",
-                done: links_up,
-                limit: START,
-            },
-            Cmd("set verbose 1"),
-            Cmd(&tx_first),
-            Until {
-                cmd: "show port stats all",
-                done,
-                limit: Duration::from_secs(30),
-            },
-            Cmd("stop"),
-            Cmd("set verbose 0"),
-            Cmd("show port xstats all"),
-            Cmd("quit"),
-        ],
-    );
+    // Sending before the example's ports are up would lose frames on the cable.
+    let mut steps = vec![Until {
+        cmd: "show port info all",
+        done: links_up,
+        limit: START,
+    }];
+    steps.extend(wait_gate.as_deref().map(Shell));
+    steps.extend([
+        Cmd("set verbose 1"),
+        Cmd(&tx_first),
+        Until {
+            cmd: "show port stats all",
+            done,
+            limit: Duration::from_secs(30),
+        },
+        Cmd("stop"),
+        Cmd("set verbose 0"),
+        Cmd("show port xstats all"),
+        Cmd("quit"),
+    ]);
+    let out = examples::peer(cables, &args, &steps);
     let all = out.all();
     assert!(out.status.success(), "peer testpmd:\n{all}");
     all
@@ -303,9 +318,20 @@ fn flow_filtering_steers_its_destination_to_queue_1() {
     // Its RX rings hold 512 frames: half of that per batch, so that none is lost while it
     // waits for the CPU.
     const N: u64 = 256;
-    // It starts only once its link is up: the peer must be plugged in by then.
-    let mut app = App::start(&exe, "0", &cables.example_vdevs(""), &[], &[]);
+    // It starts only once its link is up: the peer must be plugged in by then. It creates its
+    // rule after that, and says nothing when it has: our debug log line is the sign. Frames
+    // sent before it would rightly take the default queue.
+    let mut app = App::start_with(
+        &exe,
+        "0",
+        &cables.example_vdevs(""),
+        &["--log-level=pmd.net.mlx4rs:debug"],
+        &[],
+        &[],
+    );
     // Its rule: IPv4 to 192.168.1.1 -> queue 1. Frames to another address take the default.
+    let ruled = |o: &str| o.contains("flow rule created, in force");
+    let gate = cables.dir.join("ruled");
     let on_1 = |o: &str| o.matches(" - queue=0x1").count() as u64 >= N;
     let steered = std::thread::scope(|s| {
         s.spawn(|| {
@@ -313,15 +339,23 @@ fn flow_filtering_steers_its_destination_to_queue_1() {
                 &cables,
                 Some("--tx-ip=10.0.0.1,192.168.1.1"),
                 N / 32,
+                Some(&gate),
                 |_| true,
             )
         });
+        assert!(
+            app.wait_for(ruled, START),
+            "flow_filtering never created its rule:\n{}",
+            app.output()
+        );
+        std::fs::write(&gate, b"").unwrap();
         app.wait_for(on_1, START)
     });
     traffic_of(
         &cables,
         Some("--tx-ip=10.0.0.1,192.168.1.2"),
         N / 32,
+        None,
         |_| true,
     );
     let on_0 = |o: &str| o.matches(" - queue=0x0").count() as u64 >= N;

@@ -138,6 +138,18 @@ impl App {
         args: &[&str],
         lib_dirs: &[PathBuf],
     ) -> App {
+        Self::start_with(exe, lcores, vdevs, &[], args, lib_dirs)
+    }
+
+    /// As [`App::start`], with `eal` added to the EAL arguments (e.g. a log level).
+    pub fn start_with(
+        exe: &Path,
+        lcores: &str,
+        vdevs: &[String],
+        eal: &[&str],
+        args: &[&str],
+        lib_dirs: &[PathBuf],
+    ) -> App {
         let mut path = vec![plugin_dir()];
         path.extend(lib_dirs.iter().cloned());
         let mut cmd = Command::new("stdbuf");
@@ -147,7 +159,8 @@ impl App {
             .env("LD_LIBRARY_PATH", std::env::join_paths(path).unwrap())
             .args(["-l", lcores, "--no-huge", "-m", "256", "--no-pci"])
             .arg(format!("--file-prefix={}", super::file_prefix("example")))
-            .args(["-d", PLUGIN]);
+            .args(["-d", PLUGIN])
+            .args(eal);
         for v in vdevs {
             cmd.arg("--vdev").arg(v);
         }

@@ -774,6 +774,18 @@ unsafe extern "C" fn create(
             if e.port.started {
                 apply(e, &mut f)?;
             }
+            // At debug level: a test (or a user) can know when a rule is in force.
+            let when = if e.port.started {
+                "in force"
+            } else {
+                "in force from port start"
+            };
+            pmd_log!(
+                DEBUG,
+                "{}: flow rule created, {when}: {:?}",
+                e.port.name,
+                f.conf
+            );
             let handle = ptr::from_mut(&mut *f).cast::<sys::rte_flow>();
             PORTS.lock().entry(e.port_id()).or_default().flows.push(f);
             Ok(handle)
