@@ -133,6 +133,12 @@ impl Every {
         Every { n, left: n }
     }
 
+    /// Whether some event will hit: while not, events need no counting.
+    #[inline]
+    pub(crate) fn armed(&self) -> bool {
+        self.n != 0
+    }
+
     /// Whether the next event will be the one to hit.
     #[inline]
     pub(crate) fn next_hits(&self) -> bool {

@@ -79,12 +79,9 @@ const INS_VLAN: u64 = 0xff << 48;
 
 #[inline(always)]
 fn key(ctrl: &[u8; DS_SIZE]) -> [u64; 2] {
-    let lo = u64::from_le_bytes([
-        ctrl[0], ctrl[1], ctrl[2], ctrl[3], ctrl[4], ctrl[5], ctrl[6], ctrl[7],
-    ]);
-    let hi = u64::from_le_bytes([
-        ctrl[8], ctrl[9], ctrl[10], ctrl[11], ctrl[12], ctrl[13], ctrl[14], ctrl[15],
-    ]);
+    let (lo, hi) = ctrl.split_at(8);
+    let lo = u64::from_le_bytes(lo.try_into().expect("8 bytes"));
+    let hi = u64::from_le_bytes(hi.try_into().expect("8 bytes"));
     [lo & KEY_MASK[0], hi & KEY_MASK[1]]
 }
 
@@ -208,40 +205,80 @@ impl Shape {
         if learnt != k || self.epoch != epoch {
             return None;
         }
-        let wraps = slot + self.hit.txbbs > mask + 1;
         let base = slot as usize * TXBB_SIZE;
-        for h in &self.heads[..self.n.min(MAX_HEADS)] {
-            let at = usize::from(h.at);
-            let off = if wraps {
+        let same = if slot + self.hit.txbbs > mask + 1 {
+            self.heads_match(ring, |at| {
                 let txbb = (slot + (at / TXBB_SIZE) as u32) & mask;
                 txbb as usize * TXBB_SIZE + at % TXBB_SIZE
-            } else {
-                base + at
-            };
-            if h.gather {
-                let mut e = [0u8; DS_SIZE];
-                if !ring.read_array(off, &mut e) {
-                    return None;
-                }
-                let (raw, addr) = e.split_at(8);
-                let addr = u64::from_be_bytes(addr.try_into().expect("8 bytes"));
-                if u64::from_le_bytes(raw.try_into().expect("8 bytes")) != h.raw
-                    || addr < h.lo
-                    || addr > h.hi
-                {
-                    return None;
-                }
-            } else {
-                let mut w = [0u8; 4];
-                if !ring.read_array(off, &mut w) || u64::from(u32::from_le_bytes(w)) != h.raw {
-                    return None;
-                }
-            }
+            })
+        } else {
+            self.heads_match(ring, |at| base + at)
+        };
+        if !same {
+            return None;
         }
         let mut hit = self.hit;
         hit.signaled = ctrl[11] & srcrb::CQ_UPDATE as u8 == srcrb::CQ_UPDATE as u8;
         Some(hit)
     }
+
+    /// The remembered shape as a run of WQEs checks it (`Sq::run`), while memory regions are as
+    /// at `epoch`; `None` if no shape is remembered.
+    #[inline(always)]
+    pub(crate) fn plan(&self, epoch: u64) -> Option<Plan<'_>> {
+        let key = self.key.filter(|_| self.epoch == epoch)?;
+        Some(Plan {
+            key,
+            heads: &self.heads[..self.n.min(MAX_HEADS)],
+            hit: self.hit,
+        })
+    }
+
+    /// Whether ring memory holds the remembered headers, the one at WQE byte `at` being at
+    /// ring byte `off(at)`.
+    #[inline(always)]
+    fn heads_match(&self, ring: &HostMem, off: impl Fn(usize) -> usize) -> bool {
+        heads_match(&self.heads[..self.n.min(MAX_HEADS)], ring, off)
+    }
+}
+
+/// A remembered shape, taken once for a run of WQEs.
+pub(crate) struct Plan<'a> {
+    key: [u64; 2],
+    heads: &'a [Head],
+    /// What each WQE of the shape does (its `signaled` aside).
+    pub(crate) hit: Hit,
+}
+
+impl Plan<'_> {
+    /// [`Shape::recall`] for a run: the WQE at ring byte `base`, control segment `ctrl`, lies
+    /// whole before the ring's end and no BlueFlame write announced it.
+    #[inline(always)]
+    pub(crate) fn matches(&self, ring: &HostMem, base: usize, ctrl: &[u8; DS_SIZE]) -> bool {
+        self.key == key(ctrl) && heads_match(self.heads, ring, |at| base + at)
+    }
+}
+
+/// Whether ring memory holds `heads`, the one at WQE byte `at` being at ring byte `off(at)`.
+#[inline(always)]
+fn heads_match(heads: &[Head], ring: &HostMem, off: impl Fn(usize) -> usize) -> bool {
+    heads.iter().all(|h| {
+        let off = off(usize::from(h.at));
+        if h.gather {
+            let mut e = [0u8; DS_SIZE];
+            if !ring.read_array(off, &mut e) {
+                return false;
+            }
+            let (raw, addr) = e.split_at(8);
+            let addr = u64::from_be_bytes(addr.try_into().expect("8 bytes"));
+            u64::from_le_bytes(raw.try_into().expect("8 bytes")) == h.raw
+                && addr >= h.lo
+                && addr <= h.hi
+        } else {
+            let mut w = [0u8; 4];
+            ring.read_array(off, &mut w) && u64::from(u32::from_le_bytes(w)) == h.raw
+        }
+    })
 }
 
 #[cfg(test)]
