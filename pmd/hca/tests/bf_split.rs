@@ -117,38 +117,35 @@ fn a_copy_stored_head_last_is_exact_at_every_split_point() {
     }
 }
 
+/// One WQE with `ring` flags, copied whole with `copy` flags: the `wqe_index` of every CQE
+/// and the counters.
+fn copy_with_flags(ring: u8, copy: u8) -> (Vec<u16>, Counters) {
+    let hca = Hca::open(step_cfg()).unwrap();
+    let mut cq = TestCq::new(&hca, 64);
+    let mut sq = TestSq::new(&hca, TXBBS, cq.cqn);
+    let c = sq.write(SEND, &inline_frame(ring));
+    let mut wqe = sq.wqe_bytes(c);
+    wqe[11] = copy;
+    sq.bf_copy(c, wqe);
+    hca.step();
+    let idx = cq.drain().iter().map(|q| be16(q, 24)).collect();
+    (idx, hca.counters())
+}
+
 /// A copy whose flags ask for what the ring WQE does not (the WC self-test) still counts, once
 /// they held: the device used it, so the WQE completes.
 #[test]
 fn a_copy_may_still_add_a_completion_request() {
-    let hca = Hca::open(step_cfg()).unwrap();
-    let mut cq = TestCq::new(&hca, 64);
-    let mut sq = TestSq::new(&hca, TXBBS, cq.cqn);
-    let c = sq.write(SEND, &inline_frame(UNSIGNALED));
-    let mut copy = sq.wqe_bytes(c);
-    copy[11] = SIGNALED;
-    sq.bf_copy(c, copy);
-    hca.step();
-    let idx: Vec<u16> = cq.drain().iter().map(|q| be16(q, 24)).collect();
+    let (idx, k) = copy_with_flags(UNSIGNALED, SIGNALED);
     assert_eq!(idx, [0]);
-    let k = hca.counters();
     assert_eq!((k.wqe_from_bf, k.bf_torn), (1, 0), "{k:?}");
 }
 
 /// A copy whose flags drop the ring WQE's request is never taken: the ring's WQE runs, fetched.
 #[test]
 fn a_copy_never_drops_a_completion_request() {
-    let hca = Hca::open(step_cfg()).unwrap();
-    let mut cq = TestCq::new(&hca, 64);
-    let mut sq = TestSq::new(&hca, TXBBS, cq.cqn);
-    let c = sq.write(SEND, &inline_frame(SIGNALED));
-    let mut copy = sq.wqe_bytes(c);
-    copy[11] = UNSIGNALED;
-    sq.bf_copy(c, copy);
-    hca.step();
-    let idx: Vec<u16> = cq.drain().iter().map(|q| be16(q, 24)).collect();
+    let (idx, k) = copy_with_flags(SIGNALED, UNSIGNALED);
     assert_eq!(idx, [0]);
-    let k = hca.counters();
     assert_eq!(
         (k.wqe_fetched, k.wqe_from_bf, k.bf_torn),
         (1, 0, 1),
