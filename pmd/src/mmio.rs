@@ -65,7 +65,8 @@ pub enum Copy64 {
     Movdir64b,
     /// One AVX-512 64-byte vector store.
     Avx512,
-    /// Eight 64-bit stores, ascending, as rdma-core's `mmio_memcpy_x64`.
+    /// Eight 64-bit stores, ascending as rdma-core's `mmio_memcpy_x64`, except that a copy's
+    /// first qword (its head) goes last.
     Qwords,
 }
 
