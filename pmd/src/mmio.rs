@@ -65,7 +65,8 @@ pub enum Copy64 {
     Movdir64b,
     /// One AVX-512 64-byte vector store.
     Avx512,
-    /// Eight 64-bit stores, ascending, as rdma-core's `mmio_memcpy_x64`.
+    /// Eight 64-bit stores, ascending as rdma-core's `mmio_memcpy_x64`, except that a copy's
+    /// first qword (its head) goes last.
     Qwords,
 }
 
@@ -234,12 +235,13 @@ impl BfReg {
         // The ring copy (with the owner word) must be visible before the device can act on
         // the BF copy, and the BF copy must leave the write-combining buffer now.
         io_wmb();
+        let head = first.0[..8].try_into().expect("a TXBB has 8 bytes");
         // SAFETY: `dst` stays inside the current half (the callers check that 64 bytes per
         // block fit it; `new`'s contract makes both halves ours and 64-byte aligned); every
         // source block is a 64-byte aligned `Txbb`.
         unsafe {
             let dst = self.base.add(self.offset);
-            copy64(self.copy, dst, first.0.as_ptr());
+            copy64_head(self.copy, dst, head, first);
             for (i, block) in rest.iter().enumerate() {
                 copy64(self.copy, dst.add((i + 1) * TXBB_SIZE), block.0.as_ptr());
             }
@@ -329,12 +331,17 @@ unsafe fn copy64_head(how: Copy64, dst: *mut u8, head: [u8; 8], block: &Txbb) {
         _ => {
             let s = block.0.as_ptr().cast::<u64>();
             let d = dst.cast::<u64>();
+            // The head last: it is what makes the copy a doorbell, and a device that watches
+            // the half (the software HCA's cached page) checks the rest against the ring when
+            // it sees it, except `srcrb_flags`, which would still be the half's older copy's.
+            // A WC page delivers the block whole either way.
             // SAFETY: 8 qwords inside the 64-byte block on each side.
             unsafe {
-                d.write_volatile(u64::from_ne_bytes(head));
                 for i in 1..8 {
                     d.add(i).write_volatile(s.add(i).read());
                 }
+                io_wmb();
+                d.write_volatile(u64::from_ne_bytes(head));
             }
         }
     }
@@ -411,4 +418,40 @@ unsafe fn copy64_avx512(dst: *mut u8, src: *const u8) {
     use core::arch::x86_64::{_mm512_loadu_si512, _mm512_storeu_si512};
     // SAFETY: both pointers valid for 64 bytes (caller).
     unsafe { _mm512_storeu_si512(dst.cast(), _mm512_loadu_si512(src.cast())) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A BF register of two 128-byte halves in plain memory.
+    #[repr(C, align(64))]
+    struct Reg([u8; 256]);
+
+    /// Whatever the order of its stores (the 8-byte routine stores the head last), every
+    /// routine lands the head, the rest of the first block and the later blocks, in alternate
+    /// halves; `write` (the self-test's) and `reserve`/`BfHalf::write` (the queue's) alike.
+    #[test]
+    fn every_routine_lands_the_whole_copy_in_alternate_halves() {
+        for copy in Copy64::ALL.into_iter().filter(|c| c.available()) {
+            let mut reg = Reg([0; 256]);
+            // SAFETY: `reg` is 256 bytes, 64-byte aligned, and outlives `bf`.
+            let mut bf = unsafe { BfReg::new(reg.0.as_mut_ptr(), 128, copy) };
+            let blocks = [Txbb([0x11; TXBB_SIZE]), Txbb([0x22; TXBB_SIZE])];
+            let head = [1, 2, 3, 4, 5, 6, 7, 8];
+            bf.reserve(2)
+                .expect("two TXBBs fit a half")
+                .write(head, &blocks);
+            let mut single = Txbb([0x33; TXBB_SIZE]);
+            single.0[..8].copy_from_slice(&[9; 8]);
+            bf.write(&single, &[]);
+            let mut want = [0u8; 256];
+            want[..8].copy_from_slice(&head);
+            want[8..64].fill(0x11);
+            want[64..128].fill(0x22);
+            want[128..136].fill(9);
+            want[136..192].fill(0x33);
+            assert_eq!(reg.0, want, "{copy:?}");
+        }
+    }
 }

@@ -81,8 +81,20 @@ struct Latch {
     /// The 16-bit counter of the WQE the copy is of; `None` = nothing waiting.
     counter: Option<u16>,
     /// The copy's `srcrb_flags`: the one part of it that may differ from the ring WQE and
-    /// still count (bytes 4-7 are the QPN and DS; the BF counter is in dword 0).
+    /// still count (bytes 4-7 are the QPN and DS; the BF counter is in dword 0), and only by
+    /// asking for a completion or an event the ring WQE does not (see `CopySrcrb`).
     srcrb: [u8; 4],
+}
+
+/// How the `srcrb_flags` of a BlueFlame copy that otherwise matches its ring WQE stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CopySrcrb {
+    /// The ring WQE's flags.
+    Same([u8; 4]),
+    /// The ring WQE's flags plus a completion or event request: what a copy may add (the WC
+    /// self-test does), but also what an older write to the half leaves in the copy's second
+    /// qword until this write's lands, for a writer that stores the first qword first.
+    Asks([u8; 4]),
 }
 
 /// What became of a BlueFlame copy the device tried to take.
@@ -92,7 +104,8 @@ enum Taken {
     Whole,
     /// A newer write to the same half began before the device had read it all.
     Superseded,
-    /// It still differs from ring memory after the device re-read it.
+    /// It still differs from ring memory after the device re-read it, or its `srcrb_flags`
+    /// drop a request of the ring WQE's.
     Torn,
 }
 
@@ -208,6 +221,21 @@ const CTRL_COMPARED: [u64; 3] = [
 const CQ_UPDATE_BYTE: u8 = srcrb::CQ_UPDATE as u8;
 /// The solicited-event bit of `srcrb_flags`, in its last byte.
 const SOLICIT_BYTE: u8 = srcrb::SOLICIT as u8;
+
+/// The `srcrb_flags` of a copy's second qword `copy` against the ring WQE's `ring`: `None`
+/// unless the copy's are the ring's, or the ring's plus completion or event requests.
+fn compare_srcrb(ring: u64, copy: u64) -> Option<CopySrcrb> {
+    let r: [u8; 8] = ring.to_ne_bytes();
+    let c: [u8; 8] = copy.to_ne_bytes();
+    let flags: [u8; 4] = c[..4].try_into().expect("four bytes");
+    if r[..4] == c[..4] {
+        return Some(CopySrcrb::Same(flags));
+    }
+    let added = c[3] & !r[3];
+    let kept = r[3] & !c[3] == 0;
+    (r[..3] == c[..3] && kept && added & !(CQ_UPDATE_BYTE | SOLICIT_BYTE) == 0)
+        .then_some(CopySrcrb::Asks(flags))
+}
 
 impl Sq {
     /// A send queue of `cnt` slots of `1 << stride_shift` bytes (at least 64) on `ring`.
@@ -371,6 +399,16 @@ impl Sq {
     /// consumer in ring memory, in place, and latch its `srcrb_flags`. While it differs, the
     /// driver's stores may still be arriving: re-read for up to `BF_PATIENCE`; a first qword
     /// that changed means a newer write began.
+    ///
+    /// The copy's `srcrb_flags` are not checked against the ring, so the device cannot tell
+    /// them landed: with 8-byte stores, first qword first, they are an older write's for as
+    /// long as the writer takes to its second store. An older write's flags that lack the
+    /// ring WQE's completion request would execute the WQE unsignaled and lose its CQE; ones
+    /// that carry a request the WQE lacks would add a CQE the driver never asked for. Either
+    /// way the driver's count of completions drifts from its ring, until its ring looks full
+    /// for good (the txbench stall). So flags that drop a request never count (the ring's
+    /// WQE runs, fetched), and flags that add one count only once they held for the whole
+    /// patience, longer than any writer between two adjacent stores but a preempted one.
     fn latch_copy(&self, bf: &mut Bf, h: usize, q: [u8; 8], ahead: u32) -> Taken {
         let ds = CtrlSeg::new_unchecked(&q[..]).ds();
         let len = usize::from(ds) * DS_SIZE;
@@ -390,7 +428,7 @@ impl Sq {
                 .ring
                 .load_be32(first as usize * TXBB_SIZE)
                 .is_some_and(|w| (w & owner_opcode::OWNER != 0) == parity);
-            let srcrb = if posted {
+            let seen = if posted {
                 self.copy_matches_ring(half, first, len)
             } else {
                 None
@@ -399,14 +437,20 @@ impl Sq {
             if half.load_bytes8(0) != Some(q) {
                 return Taken::Superseded;
             }
-            if let Some(srcrb) = srcrb {
-                bf.latch[h].srcrb = srcrb;
-                return Taken::Whole;
+            let waited =
+                n % 16 == 15 && since.get_or_insert_with(Instant::now).elapsed() > BF_PATIENCE;
+            match seen {
+                Some(CopySrcrb::Same(srcrb)) => {
+                    bf.latch[h].srcrb = srcrb;
+                    return Taken::Whole;
+                }
+                Some(CopySrcrb::Asks(srcrb)) if waited => {
+                    bf.latch[h].srcrb = srcrb;
+                    return Taken::Whole;
+                }
+                _ if waited => break,
+                _ => std::hint::spin_loop(),
             }
-            if n % 16 == 15 && since.get_or_insert_with(Instant::now).elapsed() > BF_PATIENCE {
-                break;
-            }
-            std::hint::spin_loop();
         }
         // Still no posted WQE to be a copy of (the write is only a doorbell), or the copy
         // never became whole.
@@ -415,10 +459,11 @@ impl Sq {
 
     /// Whether the first `len` bytes of the BlueFlame copy in `half` are the WQE starting at
     /// ring TXBB `first`, allowing for what a copy legitimately changes (the BF counter in
-    /// dword 0, QPN and DS in dword 1, `srcrb_flags`): the copy's `srcrb_flags` if so. Both are
-    /// read a TXBB at a time, 8 bytes per load, as the copy lands, and neither is copied.
-    fn copy_matches_ring(&self, half: &HostMem, first: u32, len: usize) -> Option<[u8; 4]> {
-        let mut srcrb = [0; 4];
+    /// dword 0, QPN and DS in dword 1, requests added to `srcrb_flags`): how the copy's
+    /// `srcrb_flags` stand if so. Both are read a TXBB at a time, 8 bytes per load, as the
+    /// copy lands, and neither is copied.
+    fn copy_matches_ring(&self, half: &HostMem, first: u32, len: usize) -> Option<CopySrcrb> {
+        let mut srcrb = CopySrcrb::Same([0; 4]);
         for k in 0..len.div_ceil(TXBB_SIZE) {
             let txbb = first.wrapping_add(k as u32) & self.txbb_mask();
             let r: [u64; TXBB_SIZE / 8] = self.ring.load_qwords(txbb as usize * TXBB_SIZE)?;
@@ -433,7 +478,7 @@ impl Sq {
                 return None;
             }
             if k == 0 {
-                srcrb.copy_from_slice(&c[1].to_ne_bytes()[..4]);
+                srcrb = compare_srcrb(r[1], c[1])?;
             }
         }
         Some(srcrb)
@@ -809,7 +854,8 @@ impl Sq {
     /// Take the copy latched in half `h` for the WQE fetched into `scratch.wqe` (`len` bytes):
     /// it equals ring memory except for what a copy may change, of which the device honours
     /// its `srcrb_flags` (a copy may ask for a completion the ring copy does not: the WC
-    /// self-test relies on it). The latch is cleared once the WQE runs.
+    /// self-test relies on it; never for less, see `latch_copy`). The latch is cleared once
+    /// the WQE runs.
     fn use_bf_copy(&mut self, h: usize, len: usize, cx: &mut TxCtx<'_>) -> bool {
         let Some(bf) = self.bf.as_ref() else {
             return false;

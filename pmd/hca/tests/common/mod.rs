@@ -291,24 +291,56 @@ impl TestSq {
             .collect()
     }
 
-    /// Copy `wqe` to the next BlueFlame half as the driver would: counter in owner_opcode bits
-    /// 23:8, QPN in bytes 4-6, DS in byte 7, in 8-byte stores, then a fence.
-    pub fn bf_copy(&mut self, counter: u32, mut wqe: Vec<u8>) {
-        let bf = self.info.bf.expect("BlueFlame register");
+    /// `wqe` as a BlueFlame copy of the WQE at `counter`: counter in owner_opcode bits 23:8,
+    /// QPN in bytes 4-6, DS in byte 7.
+    pub fn bf_image(&self, counter: u32, mut wqe: Vec<u8>) -> Vec<u8> {
         let dw0 = be32(&wqe, 0) | ((counter & 0xffff) << 8);
         wqe[0..4].copy_from_slice(&dw0.to_be_bytes());
         let ds = wqe[7] & 0x3f;
         let q = self.info.qpn;
         wqe[4..8].copy_from_slice(&[(q >> 16) as u8, (q >> 8) as u8, q as u8, ds]);
-        let dst = bf.reg.wrapping_add(self.bf_half * bf.half_size);
-        for (i, chunk) in wqe.chunks_exact(8).enumerate() {
-            let mut q = [0u8; 8];
-            q.copy_from_slice(chunk);
+        wqe
+    }
+
+    /// The next BlueFlame half.
+    fn bf_dst(&self) -> *mut u8 {
+        let bf = self.info.bf.expect("BlueFlame register");
+        bf.reg.wrapping_add(self.bf_half * bf.half_size)
+    }
+
+    /// Copy `wqe` to the next BlueFlame half as the driver would (see `bf_image`), in 8-byte
+    /// stores, then a fence.
+    pub fn bf_copy(&mut self, counter: u32, wqe: Vec<u8>) {
+        let image = self.bf_image(counter, wqe);
+        let order: Vec<usize> = (0..image.len() / 8).collect();
+        self.bf_copy_split(&image, &order, order.len(), || {});
+    }
+
+    /// Store the 8-byte pieces of the BlueFlame copy `image` to the next half in `order` (piece
+    /// indices), calling `between` once the first `landed` of them are stored, then a fence.
+    pub fn bf_copy_split(
+        &mut self,
+        image: &[u8],
+        order: &[usize],
+        landed: usize,
+        between: impl FnOnce(),
+    ) {
+        let dst = self.bf_dst();
+        let mut between = Some(between);
+        for (n, &i) in order.iter().enumerate() {
+            if n == landed {
+                fence(Ordering::SeqCst);
+                between.take().expect("called once")();
+            }
+            let q = u64::from_ne_bytes(image[i * 8..i * 8 + 8].try_into().unwrap());
             // SAFETY: the half is `half_size` bytes of device memory and the WQE fits in it;
             // 8-aligned stores like __iowrite64_copy.
-            unsafe { (dst.add(i * 8) as *mut u64).write_volatile(u64::from_ne_bytes(q)) };
+            unsafe { (dst.add(i * 8) as *mut u64).write_volatile(q) };
         }
         fence(Ordering::SeqCst);
+        if let Some(f) = between {
+            f();
+        }
         self.bf_half ^= 1;
     }
 }
@@ -399,14 +431,9 @@ unsafe fn store_avx512(dst: *mut u8, src: *const u8) {
 impl TestSq {
     /// Copy `wqe` to the next BlueFlame half as the driver does, with `how`: counter and QPN
     /// in the copy, whole 64-byte blocks in order, then a store fence.
-    pub fn bf_copy_with(&mut self, how: BfStore, counter: u32, mut wqe: Vec<u8>) {
-        let bf = self.info.bf.expect("BlueFlame register");
-        let dw0 = be32(&wqe, 0) | ((counter & 0xffff) << 8);
-        wqe[0..4].copy_from_slice(&dw0.to_be_bytes());
-        let ds = wqe[7] & 0x3f;
-        let q = self.info.qpn;
-        wqe[4..8].copy_from_slice(&[(q >> 16) as u8, (q >> 8) as u8, q as u8, ds]);
-        let dst = bf.reg.wrapping_add(self.bf_half * bf.half_size);
+    pub fn bf_copy_with(&mut self, how: BfStore, counter: u32, wqe: Vec<u8>) {
+        let wqe = self.bf_image(counter, wqe);
+        let dst = self.bf_dst();
         fence(Ordering::SeqCst);
         for (i, block) in wqe.chunks_exact(64).enumerate() {
             // SAFETY: the half is `half_size` bytes of 4 KiB-aligned device memory and the WQE
