@@ -90,6 +90,10 @@ counters! {
         /// Doorbells written again because posted WQEs made no progress between two looks
         /// (a lost doorbell; see `TxQueue::kick`).
         doorbell_rerings: Extended,
+        /// Completions that did not name the next WQE that asked for one: requests a later
+        /// completion covered (a CQE the device lost), or a CQE no request names (one it
+        /// added, ignored). Either way nothing is freed early or held for ever; 0 on a card.
+        cqe_mismatches: Extended,
     }
 }
 

@@ -147,14 +147,15 @@ struct Completion {
     marks_tail: u32,
     completions: u64,
     error_cqes: u64,
+    cqe_mismatches: u64,
     error_logged: bool,
     /// An error CQE arrived: the device queue is dead until the control path recreates it
     /// ([`TxQueue::recover`]; never in the middle of a burst, with a WQE still unpublished).
     failed: bool,
 }
 
-/// Where a requested completion ends: everything before these counters is done when its CQE
-/// arrives. CQEs come in order, one per signaled WQE.
+/// Where a requested completion ends: everything before these counters is done when the CQE
+/// naming `wqe_index` (the signaled WQE's first TXBB) arrives.
 #[derive(Debug, Default, Clone, Copy)]
 struct CompMark {
     txbb_end: u32,
@@ -320,6 +321,7 @@ impl<B: TxBuf> TxQueue<B> {
             ring_full: p.ring_full,
             completions: self.comp.completions,
             error_cqes: self.comp.error_cqes,
+            cqe_mismatches: self.comp.cqe_mismatches,
             general_inline: p.general_inline,
             general_gather: p.general_gather,
             flushed: self.recovery.flushed,
@@ -334,6 +336,7 @@ impl<B: TxBuf> TxQueue<B> {
         (p.gather_packets, p.ring_full) = (0, 0);
         (p.general_inline, p.general_gather) = (0, 0);
         (self.comp.completions, self.comp.error_cqes) = (0, 0);
+        self.comp.cqe_mismatches = 0;
         let r = &mut self.recovery;
         (r.flushed, r.queue_resets, r.doorbell_rerings) = (0, 0, 0);
     }
@@ -605,11 +608,23 @@ impl<B: TxBuf> TxQueue<B> {
                 self.on_error_cqe(c.syndrome(), c.vendor_err(), c.wqe_index());
                 break;
             }
+            // A completion covers its WQE and every one before it (the queue executes in
+            // order): it takes the requests up to the one naming its WQE, normally the next.
             let mask = self.marks.len() as u32 - 1;
-            let m = self.marks[(self.comp.marks_tail & mask) as usize];
-            self.comp.marks_tail = self.comp.marks_tail.wrapping_add(1);
-            debug_assert_eq!(c.wqe_index(), m.wqe_index, "CQEs arrive in WQE order");
-            end = Some(m);
+            let tail = self.comp.marks_tail;
+            let pending = self.prod.marks_head.wrapping_sub(tail);
+            let at = |k: u32| self.marks[(tail.wrapping_add(k) & mask) as usize];
+            let mut k = 0;
+            while k < pending && at(k).wqe_index != c.wqe_index() {
+                k += 1;
+            }
+            if k < pending {
+                end = Some(at(k));
+                self.comp.marks_tail = tail.wrapping_add(k + 1);
+                self.comp.cqe_mismatches += u64::from(k);
+            } else {
+                self.comp.cqe_mismatches += 1;
+            }
             cqes += 1;
             cqe = self.hw.cq.poll();
         }
