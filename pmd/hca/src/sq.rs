@@ -124,6 +124,71 @@ impl Bf {
     }
 }
 
+/// One bit per ring slot, and how many are set: the doorbell path, which has none, skips them,
+/// and a run finds the next one a word at a time.
+#[derive(Debug)]
+struct Marks {
+    words: Vec<u64>,
+    set: u32,
+}
+
+impl Marks {
+    fn new(slots: u32) -> Marks {
+        Marks {
+            words: vec![0; (slots as usize).div_ceil(64)],
+            set: 0,
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.set > 0
+    }
+
+    fn get(&self, slot: u32) -> bool {
+        self.words[slot as usize / 64] & 1 << (slot % 64) != 0
+    }
+
+    fn set(&mut self, slot: u32) {
+        let w = &mut self.words[slot as usize / 64];
+        if *w & 1 << (slot % 64) == 0 {
+            *w |= 1 << (slot % 64);
+            self.set += 1;
+        }
+    }
+
+    fn clear(&mut self, slot: u32) {
+        let w = &mut self.words[slot as usize / 64];
+        if *w & 1 << (slot % 64) != 0 {
+            *w &= !(1 << (slot % 64));
+            self.set -= 1;
+        }
+    }
+
+    fn clear_all(&mut self) {
+        self.words.fill(0);
+        self.set = 0;
+    }
+
+    /// The first marked slot from `from` on, below `end`; `end` if none.
+    fn first_from(&self, from: u32, end: u32) -> u32 {
+        if self.set == 0 {
+            return end;
+        }
+        let mut i = from as usize / 64;
+        let mut w = self.words.get(i).copied().unwrap_or(0) & !0u64 << (from % 64);
+        loop {
+            if w != 0 {
+                return (i as u32 * 64 + w.trailing_zeros()).min(end);
+            }
+            i += 1;
+            if i * 64 >= end as usize {
+                return end;
+            }
+            w = self.words[i];
+        }
+    }
+}
+
 /// A send queue: the context firmware would keep, plus where the device is in its ring.
 #[derive(Debug)]
 pub(crate) struct Sq {
@@ -144,11 +209,9 @@ pub(crate) struct Sq {
     /// that may have overwritten this queue's own): WQEs it runs are counted as inferred.
     inferred: bool,
     stalled: bool,
-    /// Per TXBB slot: a BlueFlame write announced the WQE starting there. Its control segment's
+    /// Per slot: a BlueFlame write announced the WQE starting there. Its control segment's
     /// bytes 4-6 are then the QPN (drivers write it into the ring copy too), not a VLAN request.
-    bf_marks: Vec<bool>,
-    /// How many `bf_marks` are set: none on the doorbell path, which then skips them.
-    marks: u32,
+    bf_marks: Marks,
     /// The layout of the last inline WQE, which most following WQEs share.
     shape: Box<Shape>,
     /// Set while a walk is pending: unfinished (its CQ was full), or asked for by a doorbell
@@ -263,8 +326,7 @@ impl Sq {
             walk: Walk::Idle,
             inferred: false,
             stalled: false,
-            bf_marks: vec![false; cnt as usize],
-            marks: 0,
+            bf_marks: Marks::new(cnt),
             shape: Box::new(Shape::new()),
             busy: Arc::new(AtomicBool::new(false)),
         }
@@ -326,8 +388,7 @@ impl Sq {
             self.walk = Walk::Idle;
             self.inferred = false;
             self.stalled = false;
-            self.bf_marks.iter_mut().for_each(|m| *m = false);
-            self.marks = 0;
+            self.bf_marks.clear_all();
             if let Some(bf) = self.bf.as_mut() {
                 for l in &mut bf.latch {
                     l.counter = None;
@@ -367,11 +428,7 @@ impl Sq {
                     // The walk never reached the copy this half held.
                     counters.bf_superseded += 1;
                 }
-                let mark = &mut self.bf_marks[usize::from(c) & (self.cnt as usize - 1)];
-                if !*mark {
-                    *mark = true;
-                    self.marks += 1;
-                }
+                self.bf_marks.set(u32::from(c) & (self.cnt - 1));
                 if wc {
                     match self.latch_copy(&mut bf, h, q, ahead) {
                         Taken::Whole => bf.latch[h].counter = Some(c),
@@ -506,7 +563,7 @@ impl Sq {
             bytes: cx.wire.wants_bytes(),
         };
         // Copies and marks only exist after BlueFlame writes; the doorbell path skips them.
-        let bf_live = self.marks > 0 || self.bf.as_ref().is_some_and(Bf::has_pending);
+        let bf_live = self.bf_marks.any() || self.bf.as_ref().is_some_and(Bf::has_pending);
         // With no frame bytes wanted, a WQE of the remembered shape needs only its headers
         // checked (see `shape`), whether a doorbell or a BlueFlame write announced it.
         let fast = !out.bytes;
@@ -547,7 +604,7 @@ impl Sq {
                 self.ring.read_array(off, &mut ctrl);
                 // A latched copy is always of a WQE whose slot is marked: the rest of a BF
                 // burst costs one load of its mark.
-                let bf_posted = bf_live && self.bf_marks[(self.ci & slot_mask) as usize];
+                let bf_posted = bf_live && self.bf_marks.get(self.ci & slot_mask);
                 let bf_half = if bf_posted {
                     self.pending_copy(counter)
                 } else {
@@ -599,8 +656,8 @@ impl Sq {
                 break;
             };
             let (bf_half, bf_posted) = if bf_live {
-                let slot = (self.ci & (self.cnt - 1)) as usize;
-                (self.pending_copy(counter), self.bf_marks[slot])
+                let slot = self.ci & (self.cnt - 1);
+                (self.pending_copy(counter), self.bf_marks.get(slot))
             } else {
                 (None, false)
             };
@@ -705,35 +762,43 @@ impl Sq {
             return (0, false);
         };
         let hit = plan.hit;
-        let (slot_mask, shift) = (self.cnt - 1, self.txbb_shift);
+        let (slot_mask, shift, cnt) = (self.cnt - 1, self.txbb_shift, self.cnt);
         let slots = self.slots(hit.txbbs);
-        // A WQE starting at slot `last_slot` or before lies whole before the ring's end.
-        let Some(last_slot) = (self.cnt << shift).checked_sub(hit.txbbs) else {
+        // How many WQEs the walk's stop allows (the one at the stop included), and whether the
+        // last of them is the one at the stop.
+        let (max_n, stops_on_last) = match stop {
+            Some(c) => {
+                let d = u32::from(c.wrapping_sub(self.ci as u16));
+                if d >= cnt {
+                    return (0, false);
+                }
+                (d / slots + 1, d % slots == 0)
+            }
+            None => (u32::MAX, false),
+        };
+        // The run ends before a WQE would reach past the ring's end and before the first slot
+        // a BlueFlame write marked (found once: the BlueFlame path has about one mark per
+        // burst, and the run then stops at the ring's end, up to which it looked): a WQE
+        // starting at `last_slot` or before, and not before `first` once marks are live, lies
+        // before both.
+        let first = self.ci & slot_mask;
+        let (end, lowest) = if bf_live {
+            (self.bf_marks.first_from(first, cnt), first)
+        } else {
+            (cnt, 0)
+        };
+        let Some(last_slot) = ((end << shift).min(cnt << shift)).checked_sub(hit.txbbs) else {
             return (0, false);
         };
         let last_slot = last_slot >> shift;
-        // Slots a BlueFlame write marked; none on the doorbell path.
-        let marks: &[bool] = if bf_live && self.marks > 0 {
-            &self.bf_marks
-        } else {
-            &[]
-        };
         let op = cqe_owner::SEND | hit.opcode;
         // In locals: the loop stores nothing to the queue until it ends.
-        let (ring, cnt, qpn) = (self.ring.clone(), self.cnt, self.qpn);
+        let (ring, qpn) = (self.ring.clone(), self.qpn);
         let mut ci = self.ci;
         let mut n = 0u32;
-        let mut at_stop = false;
         loop {
-            let counter = ci as u16;
-            if matches!(stop, Some(c) if u32::from(c.wrapping_sub(counter)) >= cnt) {
-                break;
-            }
             let slot = ci & slot_mask;
-            if slot > last_slot
-                || !marks.is_empty()
-                    && marks[slot as usize..(slot + slots) as usize].contains(&true)
-            {
+            if n == max_n || slot > last_slot || slot < lowest {
                 break;
             }
             let off = (slot << shift) as usize * TXBB_SIZE;
@@ -752,18 +817,15 @@ impl Sq {
                     break;
                 }
                 let solicited = ctrl[11] & SOLICIT_BYTE != 0;
-                if cx.cq.push(tx_cqe(qpn, counter, op, 0, 0), solicited) {
+                if cx.cq.push(tx_cqe(qpn, ci as u16, op, 0, 0), solicited) {
                     t.events += 1;
                 }
                 t.cqes += 1;
             }
             ci = ci.wrapping_add(slots);
             n += 1;
-            if stop == Some(counter) {
-                at_stop = true;
-                break;
-            }
         }
+        let at_stop = n == max_n && stops_on_last;
         self.ci = ci;
         if n > 0 {
             self.stalled = false;
@@ -881,13 +943,10 @@ impl Sq {
     #[inline(always)]
     fn advance(&mut self, txbbs: u32, bf_live: bool) {
         let slots = self.slots(txbbs);
-        if bf_live && self.marks > 0 {
+        if bf_live && self.bf_marks.any() {
             for k in 0..slots.min(self.cnt) {
-                let mark = &mut self.bf_marks[(self.ci.wrapping_add(k) & (self.cnt - 1)) as usize];
-                if *mark {
-                    *mark = false;
-                    self.marks -= 1;
-                }
+                self.bf_marks
+                    .clear(self.ci.wrapping_add(k) & (self.cnt - 1));
             }
         }
         self.ci = self.ci.wrapping_add(slots);
