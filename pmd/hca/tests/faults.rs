@@ -1,5 +1,6 @@
 //! Faults injected on purpose (issue 15 item 4): error CQEs every N WQEs, RX buffer errors,
-//! lost doorbells, link flaps; chosen in the configuration or at run time, and counted.
+//! lost doorbells, link flaps, lost or repeated send completions; chosen in the configuration
+//! or at run time, and counted.
 
 mod common;
 
@@ -148,6 +149,41 @@ fn a_lost_doorbell_leaves_its_wqes_for_the_next_one() {
     assert_eq!(ring(1), 3, "the third runs what the second announced too");
     let c = hca.counters();
     assert_eq!((c.doorbells, c.inj_doorbells_dropped, c.txbbs), (3, 1, 6));
+}
+
+#[test]
+fn send_completions_are_lost_or_repeated_as_scheduled() {
+    // The null wire (WQEs of one shape skip the full decode) and a sink (the full path).
+    for with_sink in [false, true] {
+        let hca = Hca::open(HcaConfig {
+            faults: "cqe_drop:3/cqe_dup:4".parse().unwrap(),
+            ..step_cfg()
+        })
+        .unwrap();
+        let frames = with_sink.then(|| sink(&hca));
+        let mut cq = TestCq::new(&hca, 64);
+        let mut sq = TestSq::new(&hca, 64, cq.cqn);
+        for _ in 0..12 {
+            sq.write(SEND, &inline_tail(SIGNALED));
+        }
+        sq.doorbell();
+        hca.step();
+        let got: Vec<u16> = cq.drain().iter().map(|c| be16(c, 24)).collect();
+        cq.update_ci();
+        // Every 3rd completion is lost; every 4th of those written comes twice.
+        assert_eq!(got, [0, 1, 3, 4, 4, 6, 7, 9, 10, 10], "sink {with_sink}");
+        let c = hca.counters();
+        let what = format!("sink {with_sink}: {c:?}");
+        assert_eq!((c.tx_frames, c.txbbs), (12, 12), "{what}");
+        assert_eq!(
+            (c.inj_cqe_drops, c.inj_cqe_dups, c.cqes),
+            (4, 2, 10),
+            "{what}"
+        );
+        if let Some(f) = frames {
+            assert_eq!(f.lock().len(), 12);
+        }
+    }
 }
 
 #[test]
