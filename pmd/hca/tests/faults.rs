@@ -187,6 +187,30 @@ fn send_completions_are_lost_or_repeated_as_scheduled() {
 }
 
 #[test]
+fn a_repeated_completion_waits_for_room_like_any_other() {
+    // The 4th completion fills the CQ: its copy finds no room and is not written.
+    let hca = Hca::open(HcaConfig {
+        faults: "cqe_dup:4".parse().unwrap(),
+        ..step_cfg()
+    })
+    .unwrap();
+    let mut cq = TestCq::new(&hca, 4);
+    let mut sq = TestSq::new(&hca, 64, cq.cqn);
+    for _ in 0..6 {
+        sq.write(SEND, &inline_tail(SIGNALED));
+    }
+    sq.doorbell();
+    hca.step();
+    let index = |cqes: Vec<Vec<u8>>| cqes.iter().map(|c| be16(c, 24)).collect::<Vec<u16>>();
+    assert_eq!(index(cq.drain()), [0, 1, 2, 3]);
+    cq.update_ci();
+    hca.step();
+    assert_eq!(index(cq.drain()), [4, 5]);
+    let c = hca.counters();
+    assert_eq!((c.cqes, c.inj_cqe_dups, c.tx_frames), (6, 0, 6), "{c:?}");
+}
+
+#[test]
 fn the_link_flaps_down_and_up_as_scheduled() {
     let hca = Hca::open(HcaConfig {
         faults: "flap:10+5".parse().unwrap(),
