@@ -151,7 +151,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     (
         "faults",
-        "faults for the software HCA to inject, items separated by '/': tx_error:N (every Nth send WQE completes in error), rx_error:N (every Nth received frame gets a buffer error), db_drop:N (every Nth send doorbell is lost), flap:N+M (the link goes down after N frames sent, up after M more); N and M decimal",
+        "faults for the software HCA to inject, items separated by '/': tx_error:N (every Nth send WQE completes in error), rx_error:N (every Nth received frame gets a buffer error), db_drop:N (every Nth send doorbell is lost), flap:N+M (the link goes down after N frames sent, up after M more), cqe_drop:N (every Nth good send completion is lost), cqe_dup:N (every Nth good send completion is written twice); N and M decimal",
     ),
 ];
 

@@ -1,14 +1,14 @@
 //! The TX path against the software HCA in step mode, without EAL: random packets (sizes,
 //! segment counts, offloads, burst sizes, many ring wraps) must reach the wire byte for byte,
 //! in order, with every buffer freed exactly once, and the doorbell/BlueFlame choice per burst
-//! must follow the rules.
+//! must follow the rules; the same with the device losing or repeating send completions.
 
 mod traffic;
 
 use std::sync::atomic::Ordering;
 
 use mlx4rs::devargs::BfMode;
-use mlx4rs::hca::{Hca, HcaConfig};
+use mlx4rs::hca::{Faults, Hca, HcaConfig};
 use mlx4rs::hw::soft::Soft;
 use mlx4rs::hw::{Device, QueueState};
 use mlx4rs::mem::{DmaRange, MemSource};
@@ -18,9 +18,27 @@ use mlx4rs::wc;
 use mlx4rs::wqe::{self, TxOffloads};
 use traffic::*;
 
+/// Rounds at the end of a run with `faults` that run without them, so that a completion the
+/// device lost near the end is covered by a later one.
+const CALM_ROUNDS: usize = 10;
+
 fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize) {
+    run_random_with(path, wc, inline_max, seed, rounds, Faults::default());
+}
+
+/// Random traffic as `run_random`, the device injecting `faults` in all rounds but the last
+/// [`CALM_ROUNDS`].
+fn run_random_with(
+    path: TxPath,
+    wc: bool,
+    inline_max: u16,
+    seed: u64,
+    rounds: usize,
+    faults: Faults,
+) {
     FREED.with(|f| f.borrow_mut().clear());
     let mut r = rig(wc);
+    r.hca.set_faults(faults);
     let mut rng = Rng(seed);
     let mut q: TxQueue<Pkt> =
         TxQueue::new(&r.dev, "tx_step", 0, 256, config(path, inline_max), &[r.mr]).unwrap();
@@ -37,7 +55,12 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
     let mut at = 0;
     // Segment tables of packets possibly still in flight.
     let mut keep: Vec<Vec<Vec<Seg>>> = Vec::new();
-    for _ in 0..rounds {
+    // Calls in a row that took nothing, each after the device ran everything posted.
+    let mut refused = 0;
+    for round in 0..rounds {
+        if round + CALM_ROUNDS == rounds && !faults.none() {
+            r.hca.set_faults(Faults::default());
+        }
         let n = 1 + rng.below(64) as usize;
         let cases: Vec<Case> = (0..n).map(|_| random_case(&mut rng)).collect();
         let mut arena = std::mem::take(&mut r.arena);
@@ -80,6 +103,15 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
                 expected.push(expected_wire(&c.bytes, c.off));
             }
             done += taken;
+            // A queue whose device has run everything has room again, unless its pairing of
+            // completions to requests drifted.
+            refused = if taken == 0 { refused + 1 } else { 0 };
+            assert!(
+                refused < 3,
+                "stuck: the ring stays full though the device ran everything; {:?} {:?}",
+                q.stats(),
+                r.hca.counters()
+            );
             // Let the device run, but often not at all, so that the ring fills.
             if taken == 0 || (end == n && rng.below(12) == 0) {
                 r.hca.step();
@@ -88,6 +120,7 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
         r.arena = arena;
     }
     r.hca.step();
+    q.complete();
     let st = q.stats();
     q.destroy(&r.dev);
     let wire = r.wire.lock().unwrap().clone();
@@ -129,6 +162,21 @@ fn run_random(path: TxPath, wc: bool, inline_max: u16, seed: u64, rounds: usize)
     assert!(hc.doorbells <= st.doorbells && (hc.doorbells > 0) == (st.doorbells > 0));
     assert!(hc.bf_bursts <= st.bf_writes && (hc.bf_bursts > 0) == (st.bf_writes > 0));
     assert_eq!(hc.tx_frames, st.packets);
+    // Each completion lost was covered by a later one, each repeated one ignored.
+    assert_eq!(
+        st.cqe_mismatches,
+        hc.inj_cqe_drops + hc.inj_cqe_dups,
+        "{st:?} {hc:?}"
+    );
+    if !faults.none() {
+        eprintln!(
+            "{path:?} {faults}: {} packets, {} completions lost, {} repeated, {} mismatches, \
+             {} ring full",
+            st.packets, hc.inj_cqe_drops, hc.inj_cqe_dups, st.cqe_mismatches, st.ring_full
+        );
+    }
+    assert_eq!(hc.inj_cqe_drops > 0, faults.cqe_drop_every > 0, "{hc:?}");
+    assert_eq!(hc.inj_cqe_dups > 0, faults.cqe_dup_every > 0, "{hc:?}");
     if path == TxPath::BlueFlame && wc {
         assert_eq!(hc.bf_torn, 0, "step mode never tears a copy");
     }
@@ -171,6 +219,29 @@ fn random_traffic_no_inline_and_max_inline() {
 fn blueflame_without_wc_still_delivers() {
     // bf=on on a platform without WC: every copy is torn, the device falls back to the ring.
     run_random(TxPath::BlueFlame, false, 104, 99, 100);
+}
+
+/// Random traffic with the device injecting faults, one run per `(path, seed, faults)`.
+fn random_with_faults(runs: &[(TxPath, u64, &str)]) {
+    for &(path, seed, faults) in runs {
+        run_random_with(path, true, 104, seed, 400, faults.parse().unwrap());
+    }
+}
+
+#[test]
+fn random_traffic_with_lost_completions() {
+    random_with_faults(&[
+        (TxPath::Doorbell, 0x10_57, "cqe_drop:2"),
+        (TxPath::BlueFlame, 0x10_58, "cqe_drop:5"),
+    ]);
+}
+
+#[test]
+fn random_traffic_with_repeated_completions() {
+    random_with_faults(&[
+        (TxPath::Doorbell, 0xd0_b1, "cqe_dup:5"),
+        (TxPath::BlueFlame, 0xd0_b2, "cqe_drop:4/cqe_dup:3"),
+    ]);
 }
 
 // ---- the capability check -------------------------------------------------------------

@@ -136,6 +136,12 @@ counters! {
     inj_doorbells_dropped,
     /// Times the link went down on purpose (`Faults::link_flap_every`).
     inj_link_downs,
+    /// Send completions lost on purpose (`Faults::cqe_drop_every`): not written, not in
+    /// `cqes`.
+    inj_cqe_drops,
+    /// Send completions written a second time on purpose (`Faults::cqe_dup_every`); both
+    /// copies are in `cqes`.
+    inj_cqe_dups,
 }
 
 impl Counters {

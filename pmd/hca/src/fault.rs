@@ -1,6 +1,6 @@
 //! Faults the device injects on purpose, so tests can check that a driver recovers: error
-//! completions, a receive buffer error, the link going down and up, lost doorbells. Each is
-//! counted in an `inj_*` counter.
+//! completions, a receive buffer error, the link going down and up, lost doorbells, lost or
+//! repeated send completions. Each is counted in an `inj_*` counter.
 
 use std::fmt;
 use std::str::FromStr;
@@ -30,6 +30,14 @@ pub struct Faults {
     pub link_flap_every: u32,
     /// ... until M more frames were sent (and dropped); then it comes back up.
     pub link_flap_frames: u32,
+    /// Every Nth good send completion is lost (not written): its WQE executed all the same,
+    /// and only a later completion tells the driver so. Error completions are never lost.
+    /// Devarg name `cqe_drop`.
+    pub cqe_drop_every: u32,
+    /// Every Nth good send completion written (not lost) is written twice, the second naming
+    /// a WQE the driver has already seen complete (if the CQ has room for both). Devarg name
+    /// `cqe_dup`.
+    pub cqe_dup_every: u32,
 }
 
 /// `vendor_err` of an error CQE the device injected (real errors have 0 here).
@@ -71,6 +79,8 @@ impl Faults {
                 "tx_error" => f.tx_error_every = num(value)?,
                 "rx_error" => f.rx_error_every = num(value)?,
                 "db_drop" => f.doorbell_drop_every = num(value)?,
+                "cqe_drop" => f.cqe_drop_every = num(value)?,
+                "cqe_dup" => f.cqe_dup_every = num(value)?,
                 "flap" => {
                     let (n, m) = value
                         .split_once('+')
@@ -93,7 +103,7 @@ impl FromStr for Faults {
         Faults::parse(s).map_err(|why| {
             HcaError::InvalidArgument(format!(
                 "faults {s:?}: {why}; expected items like tx_error:N, rx_error:N, db_drop:N, \
-                 flap:N+M separated by '/'"
+                 flap:N+M, cqe_drop:N, cqe_dup:N separated by '/'"
             ))
         })
     }
@@ -116,6 +126,12 @@ impl fmt::Display for Faults {
                 "flap:{}+{}",
                 self.link_flap_every, self.link_flap_frames
             ));
+        }
+        if self.cqe_drop_every != 0 {
+            items.push(format!("cqe_drop:{}", self.cqe_drop_every));
+        }
+        if self.cqe_dup_every != 0 {
+            items.push(format!("cqe_dup:{}", self.cqe_dup_every));
         }
         f.write_str(&items.join("/"))
     }
@@ -167,6 +183,8 @@ pub(crate) struct FaultState {
     pub(crate) tx_error: Every,
     pub(crate) rx_error: Every,
     pub(crate) doorbell: Every,
+    pub(crate) cqe_drop: Every,
+    pub(crate) cqe_dup: Every,
     /// Frames until the link goes down (up) or comes back (down).
     pub(crate) flap_left: u64,
     /// The link is down because of a flap.
@@ -180,9 +198,18 @@ impl FaultState {
             tx_error: Every::new(cfg.tx_error_every),
             rx_error: Every::new(cfg.rx_error_every),
             doorbell: Every::new(cfg.doorbell_drop_every),
+            cqe_drop: Every::new(cfg.cqe_drop_every),
+            cqe_dup: Every::new(cfg.cqe_dup_every),
             flap_left: u64::from(cfg.link_flap_every),
             flapped: false,
         }
+    }
+
+    /// Whether a fault counts send WQEs or their completions one by one: then a send queue
+    /// cannot take a run of WQEs at once.
+    #[inline]
+    pub(crate) fn per_send_wqe(&self) -> bool {
+        self.tx_error.armed() || self.cqe_drop.armed() || self.cqe_dup.armed()
     }
 }
 
@@ -192,7 +219,7 @@ mod tests {
 
     #[test]
     fn devarg_form_round_trips_and_rejects_what_it_cannot_read() {
-        let f: Faults = "tx_error:1000/rx_error:7/db_drop:64/flap:5000+100"
+        let f: Faults = "tx_error:1000/rx_error:7/db_drop:64/flap:5000+100/cqe_drop:9/cqe_dup:11"
             .parse()
             .unwrap();
         assert_eq!(
@@ -203,6 +230,8 @@ mod tests {
                 doorbell_drop_every: 64,
                 link_flap_every: 5000,
                 link_flap_frames: 100,
+                cqe_drop_every: 9,
+                cqe_dup_every: 11,
             }
         );
         assert_eq!(f.to_string().parse::<Faults>().unwrap(), f);
@@ -221,6 +250,14 @@ mod tests {
             "tx_error:1/tx_error:2",
             "flap:1+",
             "rx_error:99999999999",
+            "cqe_drop",
+            "cqe_drop:",
+            "cqe_drop:-3",
+            "cqe_drop:0x10",
+            "cqe_drop:4294967296",
+            "cqe_drop:3/cqe_drop:3",
+            "cqe_dup:1+1",
+            "cqe_drops:3",
         ] {
             let e = bad.parse::<Faults>().unwrap_err().to_string();
             assert!(e.contains("expected items"), "{bad}: {e}");

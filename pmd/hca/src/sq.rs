@@ -574,8 +574,8 @@ impl Sq {
         let mut done = 0;
         let inferred = std::mem::take(&mut self.inferred);
         self.walk = Walk::Idle;
-        // Runs need the shape as learnt and no fault to count WQEs for.
-        let runs = fast && !cx.faults.tx_error.armed();
+        // Runs need the shape as learnt and no fault to count WQEs or completions for.
+        let runs = fast && !cx.faults.per_send_wqe();
         loop {
             if runs {
                 let (n, at_stop) = self.run(stop, epoch, bf_live, &mut credit, &out, &mut t, cx);
@@ -637,10 +637,8 @@ impl Sq {
                     if hit.signaled {
                         let op = cqe_owner::SEND | hit.opcode;
                         let solicited = ctrl[11] & SOLICIT_BYTE != 0;
-                        if cx.cq.push(tx_cqe(self.qpn, counter, op, 0, 0), solicited) {
-                            t.events += 1;
-                        }
-                        t.cqes += 1;
+                        let cqe = tx_cqe(self.qpn, counter, op, 0, 0);
+                        push_send_cqe(cqe, solicited, true, &mut credit, &mut t, cx);
                     }
                     self.advance(hit.txbbs, bf_live);
                     t.txbbs += u64::from(hit.txbbs);
@@ -713,13 +711,8 @@ impl Sq {
             };
             if signaled {
                 let vendor = if inject { INJECTED_VENDOR_ERR } else { 0 };
-                if cx
-                    .cq
-                    .push(tx_cqe(self.qpn, counter, op, syn, vendor), solicited)
-                {
-                    t.events += 1;
-                }
-                t.cqes += 1;
+                let cqe = tx_cqe(self.qpn, counter, op, syn, vendor);
+                push_send_cqe(cqe, solicited, syn == 0, &mut credit, &mut t, cx);
                 t.error_cqes += u64::from(syn != 0);
             }
             self.advance(w.txbbs, bf_live);
@@ -1008,6 +1001,38 @@ fn tx_cqe(qpn: u32, counter: u16, owner_sr_opcode: u8, syn: u8, vendor: u8) -> [
     cqe
 }
 
+/// Write the send completion `cqe` (its room taken from `credit`), unless it is `good` and the
+/// `cqe_drop` fault loses it; a good one the `cqe_dup` fault picks is written again if the CQ
+/// has room. Error completions are never lost nor repeated: the driver learns of the error
+/// from them alone.
+#[inline(always)]
+fn push_send_cqe(
+    cqe: [u8; CQE_SIZE],
+    solicited: bool,
+    good: bool,
+    credit: &mut CqCredit,
+    t: &mut Tally,
+    cx: &mut TxCtx<'_>,
+) {
+    if good && cx.faults.cqe_drop.tick() {
+        t.cqe_drops += 1;
+        return;
+    }
+    let mut write = |cq: &mut Cq| {
+        if cq.push(cqe, solicited) {
+            t.events += 1;
+        }
+        t.cqes += 1;
+    };
+    write(cx.cq);
+    // Asked only now: a credit that re-reads the CQ's room must see the first copy in it.
+    let dup = good && cx.faults.cqe_dup.tick() && credit.take(cx.cq);
+    if dup {
+        write(cx.cq);
+    }
+    t.cqe_dups += u64::from(dup);
+}
+
 /// What the port does with frames during one walk.
 struct Out {
     link_up: bool,
@@ -1030,6 +1055,8 @@ struct Tally {
     cqes: u64,
     error_cqes: u64,
     injected: u64,
+    cqe_drops: u64,
+    cqe_dups: u64,
     events: u64,
 }
 
@@ -1047,6 +1074,8 @@ impl Tally {
         c.cqes += self.cqes;
         c.error_cqes += self.error_cqes;
         c.inj_tx_errors += self.injected;
+        c.inj_cqe_drops += self.cqe_drops;
+        c.inj_cqe_dups += self.cqe_dups;
         c.cq_events += self.events;
     }
 }

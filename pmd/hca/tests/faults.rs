@@ -1,5 +1,6 @@
 //! Faults injected on purpose (issue 15 item 4): error CQEs every N WQEs, RX buffer errors,
-//! lost doorbells, link flaps; chosen in the configuration or at run time, and counted.
+//! lost doorbells, link flaps, lost or repeated send completions; chosen in the configuration
+//! or at run time, and counted.
 
 mod common;
 
@@ -20,14 +21,19 @@ fn inline_tail(srcrb: u8) -> Vec<u8> {
     t
 }
 
+/// A step-mode adapter injecting `faults` (devarg form) from the start.
+fn with_faults(faults: &str) -> Hca {
+    Hca::open(HcaConfig {
+        faults: faults.parse().unwrap(),
+        ..step_cfg()
+    })
+    .unwrap()
+}
+
 #[test]
 fn every_nth_send_wqe_completes_in_error_and_the_queue_recovers() {
     // The null wire, where WQEs of one shape skip the full decode: injection still hits.
-    let hca = Hca::open(HcaConfig {
-        faults: "tx_error:10".parse().unwrap(),
-        ..step_cfg()
-    })
-    .unwrap();
+    let hca = with_faults("tx_error:10");
     assert_eq!(hca.faults().tx_error_every, 10);
     let mut cq = TestCq::new(&hca, 64);
     let mut sq = TestSq::new(&hca, 64, cq.cqn);
@@ -150,13 +156,66 @@ fn a_lost_doorbell_leaves_its_wqes_for_the_next_one() {
     assert_eq!((c.doorbells, c.inj_doorbells_dropped, c.txbbs), (3, 1, 6));
 }
 
+/// Posts `n` signaled SENDs on a new SQ completing into `cq`, rings once and lets the device
+/// run. The SQ is returned: its ring must outlive WQEs still to run.
+fn send_signaled(hca: &Hca, cq: &TestCq, n: usize) -> TestSq {
+    let mut sq = TestSq::new(hca, 64, cq.cqn);
+    for _ in 0..n {
+        sq.write(SEND, &inline_tail(SIGNALED));
+    }
+    sq.doorbell();
+    hca.step();
+    sq
+}
+
+/// The WQE index of each CQE waiting in `cq`, which are consumed.
+fn consume_indexes(cq: &mut TestCq) -> Vec<u16> {
+    let got = cq.drain().iter().map(|c| be16(c, 24)).collect();
+    cq.update_ci();
+    got
+}
+
+#[test]
+fn send_completions_are_lost_or_repeated_as_scheduled() {
+    // The null wire (WQEs of one shape skip the full decode) and a sink (the full path).
+    for with_sink in [false, true] {
+        let hca = with_faults("cqe_drop:3/cqe_dup:4");
+        let frames = with_sink.then(|| sink(&hca));
+        let mut cq = TestCq::new(&hca, 64);
+        let _sq = send_signaled(&hca, &cq, 12);
+        let got = consume_indexes(&mut cq);
+        // Every 3rd completion is lost; every 4th of those written comes twice.
+        assert_eq!(got, [0, 1, 3, 4, 4, 6, 7, 9, 10, 10], "sink {with_sink}");
+        let c = hca.counters();
+        let what = format!("sink {with_sink}: {c:?}");
+        assert_eq!((c.tx_frames, c.txbbs), (12, 12), "{what}");
+        assert_eq!(
+            (c.inj_cqe_drops, c.inj_cqe_dups, c.cqes),
+            (4, 2, 10),
+            "{what}"
+        );
+        if let Some(f) = frames {
+            assert_eq!(f.lock().len(), 12);
+        }
+    }
+}
+
+#[test]
+fn a_repeated_completion_waits_for_room_like_any_other() {
+    // The 4th completion fills the CQ: its copy finds no room and is not written.
+    let hca = with_faults("cqe_dup:4");
+    let mut cq = TestCq::new(&hca, 4);
+    let _sq = send_signaled(&hca, &cq, 6);
+    assert_eq!(consume_indexes(&mut cq), [0, 1, 2, 3]);
+    hca.step();
+    assert_eq!(consume_indexes(&mut cq), [4, 5]);
+    let c = hca.counters();
+    assert_eq!((c.cqes, c.inj_cqe_dups, c.tx_frames), (6, 0, 6), "{c:?}");
+}
+
 #[test]
 fn the_link_flaps_down_and_up_as_scheduled() {
-    let hca = Hca::open(HcaConfig {
-        faults: "flap:10+5".parse().unwrap(),
-        ..step_cfg()
-    })
-    .unwrap();
+    let hca = with_faults("flap:10+5");
     let frames = sink(&hca);
     let mut cq = TestCq::new(&hca, 64);
     let mut sq = TestSq::new(&hca, 64, cq.cqn);
