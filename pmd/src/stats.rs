@@ -92,7 +92,9 @@ counters! {
         doorbell_rerings: Extended,
         /// Completions that did not name the next WQE that asked for one: requests a later
         /// completion covered (a CQE the device lost), or a CQE no request names (one it
-        /// added, ignored). Either way nothing is freed early or held for ever; 0 on a card.
+        /// added, ignored). Nothing is freed early; what a lost one held goes with the next
+        /// completion, on an idle queue the one of the NOP a look without progress posts
+        /// (`TxQueue::kick`). 0 on a card.
         cqe_mismatches: Extended,
     }
 }

@@ -185,6 +185,9 @@ struct Recovery {
     /// row have seen it unchanged with WQEs outstanding.
     kick_cons: u32,
     stalled_looks: u32,
+    /// The producer just after the NOP the last look without progress posted: while nothing
+    /// was posted since, that NOP's completion is the one to wait for.
+    nop_at: Option<u32>,
     flushed: u64,
     queue_resets: u64,
     doorbell_rerings: u64,
@@ -715,6 +718,7 @@ impl<B: TxBuf> TxQueue<B> {
         self.prod.txbbs_since_comp = 0;
         (self.comp.cons, self.comp.marks_tail) = (0, 0);
         self.comp.failed = false;
+        self.recovery.nop_at = None;
         Ok(())
     }
 
@@ -786,7 +790,11 @@ impl<B: TxBuf> TxQueue<B> {
         }
         r.stalled_looks = 0;
         r.doorbell_rerings += 1;
-        self.ask_completion();
+        // Also when the tail asked for a completion: a device that lost it (a card does not)
+        // would otherwise hold the queue for ever. One NOP per stretch without progress.
+        if self.recovery.nop_at != Some(self.prod.prod) && self.ask_completion_even_if_signaled() {
+            self.recovery.nop_at = Some(self.prod.prod);
+        }
         self.hw.doorbell.ring();
         self.prod.doorbells += 1;
         true
@@ -796,7 +804,12 @@ impl<B: TxBuf> TxQueue<B> {
     /// it), so that their execution shows; whether it did. The caller rings.
     fn ask_completion(&mut self) -> bool {
         let unsignaled = self.prod.since_comp > 0 || self.prod.txbbs_since_comp > 0;
-        let ask = unsignaled && self.room() >= 1 && self.marks_free();
+        unsignaled && self.ask_completion_even_if_signaled()
+    }
+
+    /// Posts a signaled NOP if there is room for it; whether it did. The caller rings.
+    fn ask_completion_even_if_signaled(&mut self) -> bool {
+        let ask = self.room() >= 1 && self.marks_free();
         if ask {
             self.post_signaled_nop();
         }

@@ -244,6 +244,42 @@ fn random_traffic_with_repeated_completions() {
     ]);
 }
 
+/// The completion of an idle queue's last request lost: a look without progress (here the
+/// drain at port stop) asks for one more with a NOP, whose completion covers everything. With
+/// only a doorbell rung again, the buffers stayed held and the drain timed out.
+#[test]
+fn an_idle_queue_recovers_from_losing_its_last_completion() {
+    for path in [TxPath::Doorbell, TxPath::BlueFlame] {
+        FREED.with(|f| f.borrow_mut().clear());
+        let mut r = rig(true);
+        let mut q: TxQueue<Pkt> =
+            TxQueue::new(&r.dev, "tx_lost_last", 0, 256, config(path, 104), &[r.mr]).unwrap();
+        let mut rng = Rng(0x1a57);
+        // Gather packets, held until their completion: one burst of 64, which asks for a
+        // completion at its last WQE (one per 64 packets on a ring of 256), and it is lost.
+        let cases: Vec<Case> = (0..64).map(|_| plain_case(&mut rng, 300)).collect();
+        r.hca.set_faults("cqe_drop:1".parse().unwrap());
+        let pkts = send_all(&mut r, &mut q, &cases, cases.len(), 1);
+        r.hca.set_faults(Faults::default());
+        let lost = r.hca.counters().inj_cqe_drops;
+        assert!(lost >= 1, "{path:?}: a completion was lost");
+        FREED.with(|f| assert!(f.borrow().len() < pkts.len(), "{path:?}: buffers held"));
+        assert!(
+            q.drain(&r.dev, std::time::Duration::from_secs(5)),
+            "{path:?}: drained"
+        );
+        FREED.with(|f| {
+            let f = f.borrow();
+            assert_eq!(f.len(), pkts.len(), "{path:?}: every buffer freed");
+            assert!(f.values().all(|&c| c == 1), "{path:?}: once");
+        });
+        let st = q.stats();
+        assert_eq!(st.cqe_mismatches, lost, "{path:?}: {st:?}");
+        assert!(st.doorbell_rerings >= 1, "{path:?}: {st:?}");
+        q.destroy(&r.dev);
+    }
+}
+
 // ---- the capability check -------------------------------------------------------------
 
 fn threaded_hca(wc: bool, bf_reg_size: u32) -> Soft {
