@@ -749,12 +749,21 @@ impl<B: TxBuf> TxQueue<B> {
     /// No room: counted, and a look for a lost doorbell: a full ring whose last doorbell was
     /// lost would otherwise take nothing from every later burst, and so never ring again. An
     /// application spinning on a full ring calls often while the device is merely behind, so
-    /// this rings only after [`FULL_PATIENCE`] calls without progress.
-    #[cold]
-    #[inline(never)]
+    /// this rings only after [`FULL_PATIENCE`] calls without progress. The burst's front found
+    /// no completion waiting and the queue healthy, so the look is only the count.
+    #[inline(always)]
     fn full(&mut self) -> usize {
         self.prod.ring_full += 1;
-        self.look_for_lost_doorbell(FULL_PATIENCE);
+        let cons = self.comp.cons;
+        let r = &mut self.recovery;
+        if r.kick_cons != cons {
+            (r.kick_cons, r.stalled_looks) = (cons, 0);
+        } else {
+            r.stalled_looks += 1;
+            if r.stalled_looks >= FULL_PATIENCE {
+                self.ring_again();
+            }
+        }
         0
     }
 
@@ -762,10 +771,10 @@ impl<B: TxBuf> TxQueue<B> {
     /// doorbell covered), leaving posted WQEs waiting with nothing after them to ring again;
     /// a burst with packets needs none of this, as its doorbell covers everything posted
     /// before. So: if WQEs are outstanding and no completion progressed since the last look,
-    /// ring again, first asking for a completion if the last WQEs did not, so that the next
-    /// look can see progress. Counted in `doorbell_rerings`. Called by `tx_burst` with no
-    /// packets, `tx_done_cleanup` and [`TxQueue::drain`] (a burst that finds no room has its
-    /// own, more patient look); returns whether it rang.
+    /// ring again, first asking for a completion, so that the next look can see progress.
+    /// Counted in `doorbell_rerings`. Called by `tx_burst` with no packets, `tx_done_cleanup`
+    /// and [`TxQueue::drain`] (a burst that finds no room has its own, more patient look);
+    /// returns whether it rang.
     pub fn kick(&mut self) -> bool {
         self.look_for_lost_doorbell(1)
     }
@@ -788,16 +797,23 @@ impl<B: TxBuf> TxQueue<B> {
         if r.stalled_looks < patience {
             return false;
         }
-        r.stalled_looks = 0;
-        r.doorbell_rerings += 1;
-        // Also when the tail asked for a completion: a device that lost it (a card does not)
-        // would otherwise hold the queue for ever. One NOP per stretch without progress.
+        self.ring_again();
+        true
+    }
+
+    /// What a look that saw no progress for long enough does: ring again, first asking for a
+    /// completion. Also when the tail asked for one: a device that lost it (a card does not)
+    /// would otherwise hold the queue for ever; one NOP per stretch without progress.
+    #[cold]
+    #[inline(never)]
+    fn ring_again(&mut self) {
+        self.recovery.stalled_looks = 0;
+        self.recovery.doorbell_rerings += 1;
         if self.recovery.nop_at != Some(self.prod.prod) && self.ask_completion_even_if_signaled() {
             self.recovery.nop_at = Some(self.prod.prod);
         }
         self.hw.doorbell.ring();
         self.prod.doorbells += 1;
-        true
     }
 
     /// Posts a signaled NOP if the last WQEs asked for no completion (and there is room for
