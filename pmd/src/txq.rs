@@ -516,7 +516,7 @@ impl<B: TxBuf> TxQueue<B> {
         }
         if taken == 0 {
             // Too little room for the first packet: as for a full ring (see `full`).
-            self.look_for_lost_doorbell(FULL_PATIENCE);
+            self.look_without_room();
         }
         taken
     }
@@ -746,14 +746,21 @@ impl<B: TxBuf> TxQueue<B> {
         n
     }
 
-    /// No room: counted, and a look for a lost doorbell: a full ring whose last doorbell was
-    /// lost would otherwise take nothing from every later burst, and so never ring again. An
-    /// application spinning on a full ring calls often while the device is merely behind, so
-    /// this rings only after [`FULL_PATIENCE`] calls without progress. The burst's front found
-    /// no completion waiting and the queue healthy, so the look is only the count.
+    /// No room: counted, and a look for a lost doorbell (see [`TxQueue::look_without_room`]).
     #[inline(always)]
     fn full(&mut self) -> usize {
         self.prod.ring_full += 1;
+        self.look_without_room();
+        0
+    }
+
+    /// A burst that found no room looks for a lost doorbell: a full ring whose last doorbell
+    /// was lost would otherwise take nothing from every later burst, and so never ring again.
+    /// An application spinning on a full ring calls often while the device is merely behind,
+    /// so this rings only after [`FULL_PATIENCE`] calls without progress. The burst's front
+    /// found no completion waiting and the queue healthy, so the look is only the count.
+    #[inline(always)]
+    fn look_without_room(&mut self) {
         let cons = self.comp.cons;
         let r = &mut self.recovery;
         if r.kick_cons != cons {
@@ -764,7 +771,6 @@ impl<B: TxBuf> TxQueue<B> {
                 self.ring_again();
             }
         }
-        0
     }
 
     /// For a queue nobody posts on. A doorbell can be lost (the device takes only WQEs a
@@ -775,26 +781,16 @@ impl<B: TxBuf> TxQueue<B> {
     /// Counted in `doorbell_rerings`. Called by `tx_burst` with no packets, `tx_done_cleanup`
     /// and [`TxQueue::drain`] (a burst that finds no room has its own, more patient look);
     /// returns whether it rang.
-    pub fn kick(&mut self) -> bool {
-        self.look_for_lost_doorbell(1)
-    }
-
-    /// Rings again once `patience` looks in a row saw WQEs outstanding and no progress.
     #[cold]
     #[inline(never)]
-    fn look_for_lost_doorbell(&mut self, patience: u32) -> bool {
+    pub fn kick(&mut self) -> bool {
         self.complete();
         let cons = self.comp.cons;
-        let r = &mut self.recovery;
-        if std::mem::replace(&mut r.kick_cons, cons) != cons
+        if std::mem::replace(&mut self.recovery.kick_cons, cons) != cons
             || self.comp.failed
             || cons == self.prod.prod
         {
-            r.stalled_looks = 0;
-            return false;
-        }
-        r.stalled_looks += 1;
-        if r.stalled_looks < patience {
+            self.recovery.stalled_looks = 0;
             return false;
         }
         self.ring_again();

@@ -206,13 +206,14 @@ impl Shape {
             return None;
         }
         let base = slot as usize * TXBB_SIZE;
+        let heads = &self.heads[..self.n.min(MAX_HEADS)];
         let same = if slot + self.hit.txbbs > mask + 1 {
-            self.heads_match(ring, |at| {
+            heads_match(heads, ring, |at| {
                 let txbb = (slot + (at / TXBB_SIZE) as u32) & mask;
                 txbb as usize * TXBB_SIZE + at % TXBB_SIZE
             })
         } else {
-            self.heads_match(ring, |at| base + at)
+            heads_match(heads, ring, |at| base + at)
         };
         if !same {
             return None;
@@ -232,13 +233,6 @@ impl Shape {
             heads: &self.heads[..self.n.min(MAX_HEADS)],
             hit: self.hit,
         })
-    }
-
-    /// Whether ring memory holds the remembered headers, the one at WQE byte `at` being at
-    /// ring byte `off(at)`.
-    #[inline(always)]
-    fn heads_match(&self, ring: &HostMem, off: impl Fn(usize) -> usize) -> bool {
-        heads_match(&self.heads[..self.n.min(MAX_HEADS)], ring, off)
     }
 }
 

@@ -732,7 +732,7 @@ impl Sq {
         done
     }
 
-    /// Execute the run of WQEs of the remembered shape (`hit`) from the consumer on, on a wire
+    /// Execute the run of WQEs of the remembered shape from the consumer on, on a wire
     /// that wants no frame bytes. Each WQE costs the checks of its ownership, control segment
     /// and headers: nothing is fetched or decoded, and the run's counts are added once. The run
     /// ends before the first WQE that needs more (not yet owned, of another shape, marked by a
@@ -780,7 +780,7 @@ impl Sq {
         } else {
             (cnt, 0)
         };
-        let Some(last_slot) = ((end << shift).min(cnt << shift)).checked_sub(hit.txbbs) else {
+        let Some(last_slot) = (end << shift).checked_sub(hit.txbbs) else {
             return (0, false);
         };
         let last_slot = last_slot >> shift;
@@ -809,6 +809,8 @@ impl Sq {
                 if !credit.take(cx.cq) {
                     break;
                 }
+                // The plain write of `push_send_cqe`: runs are off while a fault loses or
+                // repeats completions, and its fault checks here cost the loop registers.
                 let solicited = ctrl[11] & SOLICIT_BYTE != 0;
                 if cx.cq.push(tx_cqe(qpn, ci as u16, op, 0, 0), solicited) {
                     t.events += 1;
