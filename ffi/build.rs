@@ -1,8 +1,15 @@
-//! Generates bindings over the installed DPDK and the driver-SDK headers of the same version.
+//! Finds the installed DPDK with pkg-config, generates bindings over its public headers, and
+//! picks the committed driver-SDK bindings of the same release (`sdk/vYY_MM.rs`).
 //!
-//! The SDK headers (`ethdev_driver.h`, `bus_vdev_driver.h`, ...) are not installed by Debian;
-//! `scripts/setup.sh` unpacks the matching source package. The internal structs they declare
-//! must match the runtime exactly, so a version mismatch is a hard error, not a warning.
+//! Debian installs the public headers but not the driver SDK (`ethdev_driver.h`,
+//! `bus_vdev_driver.h`, ...). The SDK's structs are generated once per release from its tagged
+//! headers (`scripts/gen-sdk-bindings.sh`) and committed; everything they use from the public
+//! headers resolves against this build's own bindings of the installed copy, and a test holds
+//! the two against each other (`sdk_public_types_match_the_installed_headers`).
+//!
+//! `MLX4RS_DPDK_INCLUDE` (a directory of headers laid out as DPDK installs them) with
+//! `MLX4RS_DPDK_VERSION` replaces pkg-config, for `cargo check` against a release that is not
+//! installed (`scripts/check-release.sh`).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -26,68 +33,74 @@ fn pkg_config(args: &[&str]) -> String {
         .to_owned()
 }
 
-fn sdk_dir(version: &str) -> PathBuf {
-    let dir = match env::var_os("MLX4RS_DPDK_SRC") {
-        Some(d) => PathBuf::from(d),
-        None => {
-            let cache = env::var_os("MLX4RS_CACHE").unwrap_or_else(|| "/var/cache/mlx4rs".into());
-            Path::new(&cache).join(format!("dpdk-stable-{version}"))
-        }
-    };
-    let needed = [
-        "lib/ethdev/ethdev_driver.h",
-        "lib/ethdev/ethdev_vdev.h",
-        "drivers/bus/vdev/bus_vdev_driver.h",
-        "drivers/bus/pci/bus_pci_driver.h",
-        "lib/eal/include/dev_driver.h",
-        "lib/eal/include/bus_driver.h",
-    ];
-    for f in needed {
-        if !dir.join(f).is_file() {
-            panic!(
-                "dpdk-sys: driver-SDK header {f} not found under {}: it must come from the DPDK {version} \
-                 source package; run scripts/setup.sh (or set MLX4RS_DPDK_SRC)",
-                dir.display()
-            );
-        }
-    }
-    // The source tree states its version in VERSION; it must be the installed runtime's.
-    let src_ver = std::fs::read_to_string(dir.join("VERSION")).unwrap_or_default();
-    if src_ver.trim() != version {
-        panic!(
-            "dpdk-sys: SDK headers in {} are DPDK {:?} but the installed libdpdk is {version}; \
-             the driver structs would not match the runtime",
-            dir.display(),
-            src_ver.trim()
-        );
-    }
-    dir
+/// The releases whose driver-SDK bindings are committed: (series, file under `sdk/`).
+const SUPPORTED: &[(&str, &str)] = &[
+    ("22.11", "v22_11.rs"),
+    ("23.11", "v23_11.rs"),
+    ("24.11", "v24_11.rs"),
+    ("25.11", "v25_11.rs"),
+];
+
+/// Stops the build with one line.
+fn fail(msg: &str) -> ! {
+    eprintln!("dpdk-sys: {msg}");
+    std::process::exit(1)
 }
 
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
     println!("cargo:rerun-if-changed=glue.h");
     println!("cargo:rerun-if-changed=glue.c");
-    println!("cargo:rerun-if-env-changed=MLX4RS_DPDK_SRC");
-    println!("cargo:rerun-if-env-changed=MLX4RS_CACHE");
+    println!("cargo:rerun-if-env-changed=MLX4RS_DPDK_INCLUDE");
+    println!("cargo:rerun-if-env-changed=MLX4RS_DPDK_VERSION");
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
+    let series: Vec<&str> = SUPPORTED.iter().map(|(s, _)| *s).collect();
+    println!(
+        "cargo::rustc-check-cfg=cfg(dpdk, values({}))",
+        series
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 
-    let version = pkg_config(&["--modversion"]);
-    if !version.starts_with("22.11") {
-        panic!("dpdk-sys: DPDK 22.11 is required, found {version}");
-    }
-    let sdk = sdk_dir(&version);
-    let sdk_includes = [
-        sdk.join("lib/ethdev"),
-        sdk.join("drivers/bus/vdev"),
-        sdk.join("drivers/bus/pci"),
-        sdk.join("lib/eal/include"),
-    ];
+    let (version, cflags) = match env::var("MLX4RS_DPDK_INCLUDE") {
+        Ok(dir) => {
+            let v = env::var("MLX4RS_DPDK_VERSION")
+                .unwrap_or_else(|_| fail("MLX4RS_DPDK_INCLUDE needs MLX4RS_DPDK_VERSION"));
+            let flags = vec![
+                format!("-I{dir}"),
+                "-includerte_config.h".to_owned(),
+                "-march=corei7".to_owned(),
+            ];
+            (v, flags)
+        }
+        Err(_) => (
+            pkg_config(&["--modversion"]),
+            shell_split(&pkg_config(&["--cflags"])),
+        ),
+    };
+    let this = version.split('.').take(2).collect::<Vec<_>>().join(".");
+    let Some((_, file)) = SUPPORTED.iter().find(|(s, _)| *s == this) else {
+        fail(&format!(
+            "DPDK {version} is not supported; supported releases: {}",
+            series.join(", ")
+        ))
+    };
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk").join(file);
+    println!("cargo:rerun-if-changed={}", sdk.display());
+    println!("cargo:rustc-env=DPDK_SDK_BINDINGS={}", sdk.display());
+    println!("cargo:rustc-cfg=dpdk=\"{this}\"");
+    // For dependents' build scripts (DEP_RTE_EAL_SERIES): the same cfg in the driver.
+    println!("cargo:series={this}");
 
-    let cflags: Vec<String> = shell_split(&pkg_config(&["--cflags"]));
+    // The public headers declare some SDK structs (`struct rte_eth_dev;`): the SDK's full
+    // definitions must be the only ones.
+    let sdk_text = std::fs::read_to_string(&sdk)
+        .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", sdk.display())));
+    let sdk_items = defined_items(&sdk_text);
+
     let mut clang_args: Vec<String> = cflags.clone();
-    for inc in &sdk_includes {
-        clang_args.push(format!("-I{}", inc.display()));
-    }
     clang_args.push("-DALLOW_INTERNAL_API".into());
     clang_args.push("-DALLOW_EXPERIMENTAL_API".into());
     clang_args.push("-I.".into());
@@ -96,9 +109,10 @@ fn main() {
         .header("wrapper.h")
         .clang_args(&clang_args)
         .allowlist_function("rte_.*|mlx4rs_.*")
-        .allowlist_type("rte_.*|eth_.*")
-        .allowlist_var("RTE_.*|rte_eth_devices|mlx4rs_.*")
+        .allowlist_type("rte_.*|eth_.*|pthread_mutex_t")
+        .allowlist_var("RTE_.*|mlx4rs_.*")
         .blocklist_item("per_lcore_.*")
+        .blocklist_item(format!("^({})$", sdk_items.join("|")))
         .opaque_type("rte_l2tpv2_combined_msg_hdr")
         .opaque_type("rte_gtp_psc_generic_hdr")
         .derive_default(true)
@@ -114,9 +128,6 @@ fn main() {
 
     let mut build = cc::Build::new();
     build.file("glue.c").include(".");
-    for inc in &sdk_includes {
-        build.include(inc);
-    }
     for f in &cflags {
         build.flag(f);
     }
@@ -141,6 +152,33 @@ fn main() {
         println!("cargo:rustc-link-lib=dylib={lib}");
     }
     println!("cargo:version={version}");
+}
+
+/// The names a bindings file defines (structs, unions, types, functions, statics, constants).
+fn defined_items(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("pub") {
+            continue;
+        }
+        let kind = words.next();
+        let name = match kind {
+            Some("struct" | "union" | "type" | "fn" | "const") => words.next(),
+            Some("static") => words.nth(1),
+            _ => None,
+        };
+        if let Some(n) = name {
+            let n: String = n
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !n.is_empty() && !n.starts_with("__Bindgen") {
+                out.push(n);
+            }
+        }
+    }
+    out
 }
 
 /// pkg-config prints flags separated by spaces, with `-include rte_config.h` as two words.

@@ -3,19 +3,12 @@
 #ifndef MLX4RS_GLUE_H
 #define MLX4RS_GLUE_H
 #include <stdint.h>
-struct rte_vdev_device;
-struct rte_eth_dev;
-struct rte_eth_link;
 struct rte_mempool;
 struct rte_mbuf;
 
 unsigned mlx4rs_lcore_id(void);
 int mlx4rs_errno(void);
 void mlx4rs_set_errno(int e);
-const char *mlx4rs_vdev_name(const struct rte_vdev_device *dev);
-const char *mlx4rs_vdev_args(const struct rte_vdev_device *dev);
-int mlx4rs_vdev_numa_node(const struct rte_vdev_device *dev);
-int mlx4rs_linkstatus_set(struct rte_eth_dev *dev, const struct rte_eth_link *link);
 struct rte_mbuf *mlx4rs_pktmbuf_alloc(struct rte_mempool *mp);
 int mlx4rs_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count);
 void mlx4rs_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned n);

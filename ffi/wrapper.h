@@ -1,4 +1,5 @@
-/* Everything the driver and its apps use from DPDK, public API and driver SDK. */
+/* Everything the driver and its apps use from DPDK's installed (public) headers. The driver
+ * SDK's items come from the committed bindings of the release (sdk.h, sdk/v*.rs). */
 #include <rte_config.h>
 #include <rte_common.h>
 #include <rte_eal.h>
@@ -19,9 +20,7 @@
 #include <rte_ethdev.h>
 #include <rte_bus_vdev.h>
 #include <rte_flow.h>
-#include <ethdev_driver.h>
-#include <rte_flow_driver.h>
-#include <ethdev_vdev.h>
-#include <bus_vdev_driver.h>
-#include <bus_pci_driver.h>
+#include <rte_bus_pci.h>
+#include <rte_devargs.h>
+#include <rte_interrupts.h>
 #include "glue.h"

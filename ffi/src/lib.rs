@@ -1,5 +1,9 @@
-//! `dpdk-sys`: raw bindings to the installed DPDK 22.11 (public headers plus the driver SDK),
-//! generated at build time, and the C glue for `static inline` functions used on the control path.
+//! `dpdk-sys`: raw bindings to the installed DPDK: its public headers, generated at build time,
+//! and the driver SDK of the same release, committed (`sdk/vYY_MM.rs`, chosen by `build.rs`);
+//! plus the C glue for `static inline` functions used on the control path.
+//!
+//! The supported releases are 22.11, 23.11, 24.11 and 25.11; `cfg(dpdk = "24.11")` and the like
+//! name the one this build is for.
 //!
 //! Nothing here is safe to call without reading the DPDK documentation of the function;
 //! the driver wraps what it needs in its `ethdev` module.
@@ -15,6 +19,15 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+
+/// The driver SDK of the installed release. Its own bindgen helpers (bitfield units) shadow the
+/// public ones inside it; everything else it names resolves against the public bindings above.
+#[macro_use]
+mod sdk {
+    use super::*;
+    include!(env!("DPDK_SDK_BINDINGS"));
+}
+pub use sdk::*;
 
 /// Constants DPDK defines through `RTE_BIT32`/`RTE_BIT64` macros, which bindgen cannot expand.
 /// Values from the 22.11 headers (`rte_ethdev.h`, `rte_mbuf_core.h`).
@@ -75,6 +88,29 @@ pub mod bits {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+
+    /// The committed SDK bindings embed public types by name; the sizes those types had when the
+    /// bindings were generated must be what the installed headers give them here, or every
+    /// offset after them in `rte_eth_dev_data` (say) would be wrong at run time.
+    #[test]
+    fn sdk_public_types_match_the_installed_headers() {
+        let mut wrong = Vec::new();
+        macro_rules! check {
+            ($t:ident, $n:expr) => {
+                if std::mem::size_of::<super::$t>() != $n {
+                    wrong.push(format!(
+                        "{}: {} bytes when {} was generated, {} in the installed headers",
+                        stringify!($t),
+                        $n,
+                        super::SDK_TAG,
+                        std::mem::size_of::<super::$t>()
+                    ));
+                }
+            };
+        }
+        sdk_public_sizes!(check);
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
     use std::ffi::CStr;
 
     /// Every constant of `bits`, by name.

@@ -11,6 +11,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dpdk_sys as sys;
 
@@ -70,22 +71,33 @@ pub(super) unsafe fn dev_of(port_id: u16) -> *mut sys::rte_eth_dev {
     }
 }
 
-/// Publishes the link state of `dev` (ethdev stores it atomically, so any thread may).
+/// Publishes the link state of `dev`. ethdev keeps `dev_link` as one 64-bit word that any
+/// thread may read, and stores it with an atomic exchange; so do we.
 ///
 /// # Safety
 /// `dev` is a live port of this driver.
 pub(super) unsafe fn publish_link(dev: *mut sys::rte_eth_dev, up: bool) {
-    let mut link = sys::rte_eth_link::default();
-    if up {
-        link.link_speed = crate::port::LINK_SPEED_MBPS;
-        link.set_link_duplex(sys::RTE_ETH_LINK_FULL_DUPLEX as u16);
-        link.set_link_autoneg(sys::RTE_ETH_LINK_AUTONEG as u16);
-        link.set_link_status(sys::RTE_ETH_LINK_UP as u16);
-    } else {
-        link.set_link_status(sys::RTE_ETH_LINK_DOWN as u16);
+    let word = link_word(up);
+    // SAFETY: a live port has its data attached; `dev_link` is an 8-byte, 8-aligned word in
+    // every supported release (a union with `val64` from 24.11), only ever accessed whole and
+    // atomically by ethdev.
+    unsafe {
+        let link = ptr::addr_of_mut!((*(*dev).data).dev_link).cast::<u64>();
+        AtomicU64::from_ptr(link).swap(word, Ordering::AcqRel);
     }
-    // SAFETY: live port (the caller's promise); the glue only reads `link`.
-    unsafe { sys::mlx4rs_linkstatus_set(dev, &link) };
+}
+
+/// `rte_eth_link` as its 64-bit word: the speed in Mb/s in the low 32 bits, then the duplex,
+/// autonegotiation and status bits (the same positions in every supported release).
+fn link_word(up: bool) -> u64 {
+    const _: () = assert!(std::mem::size_of::<sys::rte_eth_link>() == 8);
+    if !up {
+        return u64::from(sys::RTE_ETH_LINK_DOWN) << 34;
+    }
+    u64::from(crate::port::LINK_SPEED_MBPS)
+        | u64::from(sys::RTE_ETH_LINK_FULL_DUPLEX) << 32
+        | u64::from(sys::RTE_ETH_LINK_AUTONEG) << 33
+        | u64::from(sys::RTE_ETH_LINK_UP) << 34
 }
 
 /// Held (shared) while the IPC thread answers a secondary about a port, and (exclusive) while

@@ -14,7 +14,8 @@
 //! - [`filter`]: more unicast addresses, the multicast list, the VLAN filter, flow control,
 //!   the firmware version;
 //! - [`intr`]: link status and removal events, link up/down, receive interrupts;
-//! - [`mp`]: secondary processes: attaching to the primary's ports, and what they ask it.
+//! - [`mp`]: secondary processes: attaching to the primary's ports, and what they ask it;
+//! - [`release`]: what differs between the supported DPDK releases, and nothing else.
 //!
 //! `unsafe` lives at the edge only: converting the raw pointers DPDK passes in `probe`, `eth`
 //! and the `extern "C"` functions; everything they call is ordinary Rust.
@@ -36,6 +37,7 @@ mod pmdinfo;
 mod probe;
 mod qctl;
 mod queue;
+mod release;
 mod rss;
 mod stats;
 

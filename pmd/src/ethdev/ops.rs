@@ -8,7 +8,7 @@ use std::time::Duration;
 use dpdk_sys as sys;
 
 use super::eth::{self, Eth};
-use super::{filter, flow, fmt_mac, intr, invalid, qctl, queue, rss, stats, Error};
+use super::{filter, flow, fmt_mac, intr, invalid, qctl, queue, release, rss, stats, Error};
 use crate::hw::Caps;
 use crate::pmd_log;
 use crate::port::{self, RxState};
@@ -21,7 +21,7 @@ pub(super) static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_de
     dev_close: Some(dev_close),
     dev_infos_get: Some(dev_infos_get),
     link_update: Some(link_update),
-    stats_get: Some(stats::stats_get),
+    stats_get: Some(release::stats_get),
     stats_reset: Some(stats::stats_reset),
     promiscuous_enable: Some(promiscuous_enable),
     promiscuous_disable: Some(promiscuous_disable),
@@ -56,7 +56,7 @@ pub(super) static OPS: LazyLock<sys::eth_dev_ops> = LazyLock::new(|| sys::eth_de
     flow_ctrl_get: Some(filter::flow_ctrl_get),
     flow_ctrl_set: Some(filter::flow_ctrl_set),
     fw_version_get: Some(filter::fw_version_get),
-    dev_supported_ptypes_get: Some(supported_ptypes),
+    dev_supported_ptypes_get: Some(release::supported_ptypes),
     rx_queue_start: Some(qctl::rx_queue_start),
     rx_queue_stop: Some(qctl::rx_queue_stop),
     tx_queue_start: Some(qctl::tx_queue_start),
@@ -311,14 +311,15 @@ static PTYPES_TUNNEL: [u32; 13] = {
     ]
 };
 
-unsafe extern "C" fn supported_ptypes(dev: *mut sys::rte_eth_dev) -> *const u32 {
+/// The packet types the port's receive path recognises, ending with `RTE_PTYPE_UNKNOWN` (0);
+/// None for a port that is gone.
+///
+/// # Safety
+/// As for every op.
+pub(super) unsafe fn supported_ptypes(dev: *mut sys::rte_eth_dev) -> Option<&'static [u32]> {
     // SAFETY: as for every op.
-    let tunnel = unsafe { eth::query(dev, |e| e.port.caps.tunnel_offloads) };
-    match tunnel {
-        Some(true) => PTYPES_TUNNEL.as_ptr(),
-        Some(false) => PTYPES.as_ptr(),
-        None => std::ptr::null(),
-    }
+    let tunnel = unsafe { eth::query(dev, |e| e.port.caps.tunnel_offloads) }?;
+    Some(if tunnel { &PTYPES_TUNNEL } else { &PTYPES })
 }
 
 unsafe extern "C" fn link_update(dev: *mut sys::rte_eth_dev, _wait: c_int) -> c_int {

@@ -119,12 +119,18 @@ fn c_str<'a>(p: *const c_char) -> &'a str {
 }
 
 unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
-    // SAFETY: EAL passes a live vdev device.
+    // SAFETY: EAL passes a live vdev device; its devargs, when set, are EAL's parsed copy,
+    // alive as long as the device.
     let (name, args, socket) = unsafe {
+        let d = &(*vdev).device;
+        let args = d
+            .devargs
+            .as_ref()
+            .map_or(std::ptr::null(), |a| a.__bindgen_anon_1.args);
         (
-            c_str(sys::mlx4rs_vdev_name(vdev)).to_owned(),
-            c_str(sys::mlx4rs_vdev_args(vdev)).to_owned(),
-            sys::mlx4rs_vdev_numa_node(vdev),
+            c_str(d.name).to_owned(),
+            c_str(args).to_owned(),
+            d.numa_node,
         )
     };
     let devargs: Devargs = match args
@@ -307,7 +313,7 @@ fn memseg_ranges() -> Vec<DmaRange> {
 
 unsafe extern "C" fn vdev_remove(vdev: *mut sys::rte_vdev_device) -> c_int {
     // SAFETY: EAL passes a live vdev device.
-    let name = unsafe { sys::mlx4rs_vdev_name(vdev) };
+    let name = unsafe { (*vdev).device.name };
     // SAFETY: lookup by name; NULL when the primary released the port. A secondary's lookup
     // still finds a port it closed (shared data outlives its per-process state): its state
     // says so.

@@ -9,48 +9,43 @@ use std::ffi::{c_char, c_int};
 use dpdk_sys as sys;
 
 use super::eth::{self, Eth};
+use super::release::QueueStats;
 
-pub(super) unsafe extern "C" fn stats_get(
-    dev: *mut sys::rte_eth_dev,
-    st: *mut sys::rte_eth_stats,
-) -> c_int {
-    // SAFETY: ethdev passes a zeroed stats struct of its own.
-    let st = unsafe { &mut *st };
-    // SAFETY: as for every op.
-    unsafe {
-        eth::run(dev, "stats", |e| {
-            fill(e, st);
-            Ok(())
-        })
-    }
-}
-
-fn fill(e: &mut Eth<'_>, st: &mut sys::rte_eth_stats) {
-    let n = sys::RTE_ETHDEV_QUEUE_STAT_CNTRS as usize;
+/// The port's totals (`stats_get` through [`super::release`]).
+pub(super) fn fill_totals(e: &mut Eth<'_>, st: &mut sys::rte_eth_stats) {
     // Frames the port received and lost before any queue took them, as a NIC counts them.
     st.imissed = e.dev.missed();
-    e.for_each_txq(|i, q| {
+    e.for_each_txq(|_, q| {
         let s = q.stats();
-        let i = usize::from(i);
         st.opackets += s.packets;
         st.obytes += s.bytes;
         st.oerrors += s.errors;
-        if i < n {
-            st.q_opackets[i] = s.packets;
-            st.q_obytes[i] = s.bytes;
-        }
     });
-    e.for_each_rxq(|i, q| {
+    e.for_each_rxq(|_, q| {
         let s = q.stats();
-        let i = usize::from(i);
         st.ipackets += s.packets;
         st.ibytes += s.bytes;
         st.ierrors += s.errors;
         st.rx_nombuf += s.nombuf;
+    });
+}
+
+/// Each queue's counters, for as many queues as ethdev keeps them.
+pub(super) fn fill_queues(e: &mut Eth<'_>, q: &mut QueueStats) {
+    let n = q.q_opackets.len();
+    e.for_each_txq(|i, t| {
+        let (s, i) = (t.stats(), usize::from(i));
         if i < n {
-            st.q_ipackets[i] = s.packets;
-            st.q_ibytes[i] = s.bytes;
-            st.q_errors[i] = s.errors;
+            q.q_opackets[i] = s.packets;
+            q.q_obytes[i] = s.bytes;
+        }
+    });
+    e.for_each_rxq(|i, r| {
+        let (s, i) = (r.stats(), usize::from(i));
+        if i < n {
+            q.q_ipackets[i] = s.packets;
+            q.q_ibytes[i] = s.bytes;
+            q.q_errors[i] = s.errors;
         }
     });
 }
