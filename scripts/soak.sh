@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soak (issue 15, item 5): random TX traffic through the driver's TX queue and the software
+# The soak: random TX traffic through the driver's TX queue and the software
 # HCA in step mode, every frame checked byte for byte and every buffer freed exactly once; then
 # the same with faults injected (error completions, lost doorbells, link flaps), where the
 # frames missing from the wire must be exactly those counted lost. No EAL, no hugepages.

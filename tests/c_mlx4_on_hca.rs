@@ -1,6 +1,6 @@
 //! DPDK's own C mlx4 driver (Debian's unmodified `librte_net_mlx4.so`) on the software HCA,
 //! through the verbs stand-in (`pmd/verbs`), under `dpdk-testpmd`: the strongest check that the
-//! model is a ConnectX-3 as another driver sees one (issue 14).
+//! model is a ConnectX-3 as another driver sees one (doc/c-mlx4.md).
 //!
 //! The device is presented as `c_mlx4` describes (a sysfs tree of the test's own, the stand-in
 //! first on `LD_LIBRARY_PATH`, `MLX4RS_VERBS`). Where the C driver cannot run, the failure

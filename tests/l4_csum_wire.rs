@@ -1,4 +1,4 @@
-//! TCP and UDP checksum offload proven on the wire (issue 15): `csumcheck` sends IPv4 TCP and UDP
+//! TCP and UDP checksum offload proven on the wire: `csumcheck` sends IPv4 TCP and UDP
 //! frames prepared as DPDK specifies for offload, in every size class and segment count, through
 //! each TX path and inline threshold onto a pcap wire, and checks every byte itself; tshark then
 //! decodes the same file with IPv4, TCP and UDP checksum validation on, an independent verdict.

@@ -1,7 +1,7 @@
-//! Secondary processes on our ports (issue 18), with real DPDK programs: `dpdk-proc-info` shows
-//! the primary testpmd's live counters, `dpdk-dumpcap` captures the frames testpmd sends, and
-//! DPDK's `multi_process` examples (built here from the cached DPDK source, outside the
-//! project tree) run a primary and a secondary over our ports.
+//! Secondary processes on our ports (doc/multi-process.md), with real DPDK programs:
+//! `dpdk-proc-info` shows the primary testpmd's live counters, `dpdk-dumpcap` captures the frames
+//! testpmd sends, and DPDK's `multi_process` examples (built here from the cached DPDK source,
+//! outside the project tree) run a primary and a secondary over our ports.
 //!
 //! Secondary processes need hugepages (DPDK shares no `--no-huge` memory between processes):
 //! each test reserves what it needs in `/proc/sys/vm/nr_hugepages` (hugetlbfs on

@@ -1,9 +1,9 @@
-//! Faults injected by the software HCA (`faults=` devarg) while testpmd forwards (issue 15,
-//! item 4): an error completion every N send WQEs, a receive buffer error every N frames, the
-//! link going down and up, lost doorbells, lost or repeated send completions. After each, the queues work again (the fault fires
-//! again only on WQEs or frames the recovered queue handled), the counters say what happened
-//! and conserve frames, and once the ports are stopped the mbufs in use are exactly the RX
-//! rings' (nothing leaked; a double free would corrupt the pool's counts or crash).
+//! Faults injected by the software HCA (`faults=` devarg) while testpmd forwards: an error
+//! completion every N send WQEs, a receive buffer error every N frames, the link going down and up,
+//! lost doorbells, lost or repeated send completions. After each, the queues work again (the fault
+//! fires again only on WQEs or frames the recovered queue handled), the counters say what happened
+//! and conserve frames, and once the ports are stopped the mbufs in use are exactly the RX rings'
+//! (nothing leaked; a double free would corrupt the pool's counts or crash).
 //!
 //! Conservation, per direction of a cable from port A to port B, read after `port stop all`
 //! (the transmit queues are drained, the receivers have taken what reached them):

@@ -1,5 +1,5 @@
-//! The rows of DPDK's mlx4 feature matrix (issue 17) through real `dpdk-testpmd`, each with its
-//! effect checked in the counters or on the wire: link events, removal, queue start/stop,
+//! The rows of DPDK's mlx4 feature matrix (doc/features.md) through real `dpdk-testpmd`, each with
+//! its effect checked in the counters or on the wire: link events, removal, queue start/stop,
 //! unicast and multicast MAC filters, the VLAN filter, flow control, the firmware version.
 
 mod common;

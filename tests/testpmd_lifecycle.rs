@@ -1,4 +1,4 @@
-//! Port lifecycle through testpmd (issue 15): receive and transmit keep working after every
+//! Port lifecycle through testpmd: receive and transmit keep working after every
 //! stop/start, queue and ring reconfiguration, MTU and promiscuous change, and after attaching
 //! and detaching ports; no mbuf is leaked or lost, and the process does not grow.
 //!

@@ -198,7 +198,7 @@ fn an_unpolled_receiver_counts_missed_frames_then_receives_in_every_mode() {
     }
 }
 
-/// BlueFlame under sustained load (issue 11, item 4): txonly with the default settings, so
+/// BlueFlame under sustained load: txonly with the default settings, so
 /// every burst ends with a BlueFlame copy of its last WQE and no doorbell. Every copy the device
 /// saw is accounted for: executed from the copy, superseded by a newer write before the walk
 /// reached it, torn, or ignored. Where the device runs in the polling lcore it looks right after

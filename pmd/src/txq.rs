@@ -9,7 +9,7 @@
 //!
 //! Under testpmd against a device that drains slowly, `tx_burst` is called tens of times per
 //! packet sent, and at burst 32 anything done per packet is paid 32 times. So the burst does
-//! once what does not depend on the packet (DESIGN, "The transmit path"):
+//! once what does not depend on the packet (`doc/design.md`, "The transmit path"):
 //! - a call with nothing to send leaves at once; on a full ring it leaves after the
 //!   completion poll (which is what makes room: one load and a compare when no CQE waits),
 //!   before any set-up. [`TxQueue::burst`] is that front, inline; the rest is out of line;

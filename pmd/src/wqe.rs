@@ -188,7 +188,7 @@ pub fn set_signaled(w: &mut WqeMut<'_>) {
     w.put_be32(at, w.get_be32(at) | srcrb::CQ_UPDATE);
 }
 
-/// Offset of `srcrb_flags` in the control segment (spec 1.2), checked against the prm view
+/// Offset of `srcrb_flags` in the control segment (doc/prm.md 1.2), checked against the prm view
 /// in the tests below.
 const CTRL_SRCRB: usize = 8;
 
@@ -278,7 +278,7 @@ fn put_data_seg<const T: usize>(w: &mut WqeMut<'_, T>, at: usize, addr: u64, len
     d.set_lkey(lkey);
     d.set_addr(addr);
     d.set_byte_count(len);
-    // The byte count is the segment's first dword (spec 1.3).
+    // The byte count is the segment's first dword (doc/prm.md 1.3).
     w.put_bytes(at + 4, &seg[4..]);
     io_wmb();
     w.put_bytes(at, &seg[..4]);
@@ -400,7 +400,7 @@ mod tests {
 
     #[test]
     fn inline_sizes_match_mlx4_en() {
-        // One segment: ALIGN(len + 16 + 4, 16); two: ALIGN(len + 16 + 8, 16) (spec 1.4).
+        // One segment: ALIGN(len + 16 + 4, 16); two: ALIGN(len + 16 + 8, 16) (doc/prm.md 1.4).
         assert_eq!(ds_of(inline_wqe_bytes(44)), 4);
         assert_eq!(ds_of(inline_wqe_bytes(17)), 3);
         assert_eq!(ds_of(inline_wqe_bytes(45)), 5);

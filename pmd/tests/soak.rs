@@ -1,4 +1,4 @@
-//! Soak (issue 15, item 5): random TX traffic in step mode (the generator of `tx_step`:
+//! Soak (doc/faults.md): random TX traffic in step mode (the generator of `tx_step`:
 //! random sizes, segment counts, offloads and burst sizes; the device run at random moments so
 //! the ring fills and wraps) for `SOAK_PACKETS` packets (10^6 by default; `scripts/soak.sh`
 //! runs 10^8). Every frame on the wire is checked byte for byte, in order, against what a NIC

@@ -71,7 +71,7 @@ counters! {
     /// TXBBs consumed.
     txbbs,
     /// Executed WQEs with a stamp value (0x7fffffff / 0xffffffff) as the first dword of a later
-    /// TXBB: a hint that the driver published the owner before the rest (spec 10.1), or just
+    /// TXBB: a hint that the driver published the owner before the rest (doc/prm.md 10.1), or just
     /// payload bytes that happen to look like one.
     wqe_stamp_seen,
     /// Frames put on the wire.

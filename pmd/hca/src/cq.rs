@@ -1,6 +1,6 @@
 //! The device side of a completion queue: the producer of CQEs on a ring of driver memory
-//! (spec 5, section 10 rule 4), and its arming: one completion event per arming, on the
-//! completion channel the CQ is bound to (spec 5.3).
+//! (doc/prm.md 5, section 10 rule 4), and its arming: one completion event per arming, on the
+//! completion channel the CQ is bound to (doc/prm.md 5.3).
 
 use std::sync::Arc;
 

@@ -618,14 +618,14 @@ impl DevState {
 
     /// The doorbells of the `i`th UAR page in use: a send doorbell is taken with a swap (read
     /// first, so the driver's cache line is not stolen while none is there) and routed by the
-    /// QPN it names to that queue, whichever page it landed on (spec 3.2: the device routes by
-    /// QPN).
+    /// QPN it names to that queue, whichever page it landed on (doc/prm.md 3.2: the device routes
+    /// by QPN).
     fn poll_uar(&mut self, i: usize) -> usize {
         self.poll_cq_db(i) + self.poll_send_db(i)
     }
 
     /// A CQ arm doorbell on the `i`th UAR page in use: the 64-bit BE store of
-    /// `(sn << 28 | cmd | cqn) << 32 | ci` (spec 5.3), taken whole with a swap.
+    /// `(sn << 28 | cmd | cqn) << 32 | ci` (doc/prm.md 5.3), taken whole with a swap.
     fn poll_cq_db(&mut self, i: usize) -> usize {
         let db = &self.uars[i].page.cq_db;
         let Some(q) = db.load_bytes8(0) else {

@@ -1,13 +1,13 @@
 //! A software mlx4 (ConnectX-3) HCA: the hardware the mlx4rs driver runs on when no card is
 //! attached.
 //!
-//! The driver and this model meet only where a driver and a real HCA meet (DESIGN.md, "The
+//! The driver and this model meet only where a driver and a real HCA meet (`doc/design.md`, "The
 //! hardware boundary"): device pages (a UAR page per send queue with the send doorbell at 0x14, a
 //! BlueFlame register of two halves), host memory the driver hands over at queue creation (SQ
 //! ring, CQ ring, RQ ring, CQ consumer index and RQ doorbell records), packet buffers named by
 //! virtual address and lkey, and a control channel playing the firmware (this crate's [`Hca`]
 //! methods). The data path never calls into the model: the device loop polls the doorbell words
-//! and BlueFlame halves and follows the rules of `mlx4-prm.md` section 10, including producing
+//! and BlueFlame halves and follows the rules of `doc/prm.md` section 10, including producing
 //! error CQEs for malformed WQEs rather than trusting them.
 //!
 //! # Who runs the device

@@ -327,7 +327,8 @@ pub(crate) fn for_each_tso_segment(
     }
 }
 
-/// RX classification: the CQE status word (spec 6.3) and the value for the CQE checksum field.
+/// RX classification: the CQE status word (doc/prm.md 6.3) and the value for the CQE checksum
+/// field.
 pub(crate) fn rx_status(frame: &[u8]) -> (u32, u16) {
     let Some(lay) = parse(frame) else {
         return (0, 0);

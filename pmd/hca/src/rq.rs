@@ -1,5 +1,5 @@
 //! The receive engine: a receive queue's WQEs, scattering a frame into the buffers they name and
-//! completing it (spec 6, section 10 rule 5).
+//! completing it (doc/prm.md 6, section 10 rule 5).
 
 use std::time::{Duration, Instant};
 

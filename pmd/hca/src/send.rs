@@ -1,4 +1,4 @@
-//! What a send WQE asks for: decoding and validating its segments (spec 1.2-1.5, section 10's
+//! What a send WQE asks for: decoding and validating its segments (doc/prm.md 1.2-1.5, section 10's
 //! error rules) and assembling the frame(s) it puts on the wire.
 //!
 //! Decoding runs once per WQE and is most of the device's cost on the null wire, so it walks

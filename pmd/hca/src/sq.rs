@@ -1,5 +1,6 @@
 //! The send engine: a send queue's doorbells (routed to it by QPN from any UAR page) and
-//! BlueFlame arrivals, and the walk that executes its WQEs in order (spec section 10 rules 1-4).
+//! BlueFlame arrivals, and the walk that executes its WQEs in order (doc/prm.md section 10
+//! rules 1-4).
 //!
 //! The ring is `cnt` slots of `1 << stride_shift` bytes (64 for DPDK and mlx4_en, larger for
 //! libmlx4 QPs with inline or LSO caps). A WQE starts at a slot and takes
@@ -980,8 +981,8 @@ impl Sq {
     }
 }
 
-/// Whether a later TXBB of the WQE starts with a stamp (spec 10.1's optional check): the driver
-/// published the owner before the rest, or payload bytes just look like one.
+/// Whether a later TXBB of the WQE starts with a stamp (doc/prm.md 10.1's optional check): the
+/// driver published the owner before the rest, or payload bytes just look like one.
 fn stamp_inside(wqe: &WqeBuf, txbbs: u32) -> bool {
     (1..txbbs as usize).any(|k| {
         let u = &wqe[k * UNITS_PER_TXBB];

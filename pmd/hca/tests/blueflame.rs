@@ -162,7 +162,7 @@ fn blueflame_copies_are_taken_whenever_the_device_keeps_up() {
 /// minus `bf_bursts`). A copy is torn only if it stayed incomplete while the device re-read it,
 /// which on this shared machine happens when the writing thread is preempted between two
 /// 64-byte stores of one copy: then the write really did arrive in pieces. That must stay rare;
-/// the old model counted whole copies torn by the thousand (issue 11).
+/// an earlier model counted whole copies torn by the thousand under sustained load.
 #[test]
 fn sustained_blueflame_counts_replaced_copies_as_superseded_not_torn() {
     for store in BfStore::available() {

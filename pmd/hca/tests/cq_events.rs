@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use mlx4_hca::{Hca, HcaConfig, Wire};
 
-/// The CQ doorbell commands (spec 5.3).
+/// The CQ doorbell commands (doc/prm.md 5.3).
 const REQ_NOT_SOL: u32 = 1 << 24;
 const REQ_NOT: u32 = 2 << 24;
 /// srcrb SOLICIT (bit 1) with a completion requested.

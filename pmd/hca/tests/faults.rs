@@ -1,4 +1,4 @@
-//! Faults injected on purpose (issue 15 item 4): error CQEs every N WQEs, RX buffer errors,
+//! Faults injected on purpose (doc/faults.md): error CQEs every N WQEs, RX buffer errors,
 //! lost doorbells, link flaps, lost or repeated send completions; chosen in the configuration
 //! or at run time, and counted.
 

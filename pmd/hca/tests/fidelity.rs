@@ -1,6 +1,6 @@
-//! The fidelity fixes of issue 14: queue states, doorbells routed by QPN from any UAR page, send
-//! queues with a stride above 64 bytes, aligned QPN ranges, and the BlueFlame page one page
-//! after its UAR page. Driven as a driver would, with hand-made WQEs.
+//! The fidelity fixes (doc/c-mlx4.md, items 1-8): queue states, doorbells routed by QPN from any
+//! UAR page, send queues with a stride above 64 bytes, aligned QPN ranges, and the BlueFlame page
+//! one page after its UAR page. Driven as a driver would, with hand-made WQEs.
 
 mod common;
 

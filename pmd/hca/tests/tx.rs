@@ -1,4 +1,4 @@
-//! Send side of the device model, driven by hand-made WQEs (spec sections 1-5 and 10).
+//! Send side of the device model, driven by hand-made WQEs (doc/prm.md sections 1-5 and 10).
 
 mod common;
 

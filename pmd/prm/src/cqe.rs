@@ -1,4 +1,4 @@
-//! The 32-byte completion queue entry (spec 5.2), normal and error views over the same bytes.
+//! The 32-byte completion queue entry (doc/prm.md 5.2), normal and error views over the same bytes.
 
 use crate::{cqe_owner, cqe_vlan, Error};
 
@@ -72,7 +72,7 @@ impl<T: AsRef<[u8]>> Cqe<T> {
         self.vlan_my_qpn() & cqe_vlan::QPN_MASK
     }
 
-    /// RX: RSS hash (host order; DPDK copies the raw bytes, see spec 6.3).
+    /// RX: RSS hash (host order; DPDK copies the raw bytes, see doc/prm.md 6.3).
     pub fn immed_rss_invalid(&self) -> u32 {
         get32(self.buffer.as_ref(), field::IMMED_RSS_INVALID)
     }

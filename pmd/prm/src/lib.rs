@@ -3,7 +3,7 @@
 //! Everything here is a typed view over bytes, in the shape of smoltcp's `wire` module: a
 //! `View<T: AsRef<[u8]>>` with big-endian accessors over a private `field` map of byte ranges.
 //! The driver encodes with these views and the software HCA decodes with them, so the layouts are
-//! pinned by tests over literal byte arrays (spec `mlx4-prm.md` sections 1-6) rather than by either
+//! pinned by tests over literal byte arrays (`doc/prm.md` sections 1-6) rather than by either
 //! user.
 //!
 //! All multi-byte fields are big-endian on the device side; accessors take and return host values.
@@ -52,7 +52,7 @@ pub const SQ_HEADROOM_BYTES: usize = 2048;
 /// Longest L2-L4 header an LSO segment carries (DPDK mlx4's `MLX4_MAX_TSO_HEADER`).
 pub const LSO_MAX_HEADER: usize = 192;
 
-/// The LSO segment after the control segment (spec 1.5): `mss_hdr_size` (BE32, `mss << 16 |
+/// The LSO segment after the control segment (doc/prm.md 1.5): `mss_hdr_size` (BE32, `mss << 16 |
 /// header length`), then the header bytes, padded to 16 bytes. Its length in the WQE.
 pub const fn lso_seg_len(hdr_len: usize) -> usize {
     (4 + hdr_len).div_ceil(DS_SIZE) * DS_SIZE
@@ -212,7 +212,7 @@ pub mod syndrome {
     pub const REMOTE_ABORTED: u8 = 0x22;
 }
 
-/// Bits of the RX CQE status word at offset 16, in DPDK's 32-bit host-order view (spec 6.3).
+/// Bits of the RX CQE status word at offset 16, in DPDK's 32-bit host-order view (doc/prm.md 6.3).
 pub mod rx_status {
     /// L4 (TCP/UDP) checksum verified.
     pub const TCP_UDP_CSUM_OK: u32 = 1 << 2;
@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn status_bits_match_kernel_view() {
-        // The kernel's 16-bit status bit b is DPDK's bit b + 16 (spec 6.3).
+        // The kernel's 16-bit status bit b is DPDK's bit b + 16 (doc/prm.md 6.3).
         assert_eq!(rx_status::IPV4, (1 << 6) << 16);
         assert_eq!(rx_status::IP_HDR_CSUM_OK, (1 << 12) << 16);
     }

@@ -25,7 +25,7 @@ mod ctrl_field {
     pub const LEN: usize = 16;
 }
 
-/// The 16-byte control segment that starts every send WQE (spec 1.2).
+/// The 16-byte control segment that starts every send WQE (doc/prm.md 1.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CtrlSeg<T: AsRef<[u8]>> {
     buffer: T,
@@ -160,8 +160,8 @@ mod data_field {
     pub const LEN: usize = 16;
 }
 
-/// A 16-byte data segment: a gather entry in a send WQE, a scatter entry in an RX WQE (spec 1.3,
-/// 6.1).
+/// A 16-byte data segment: a gather entry in a send WQE, a scatter entry in an RX WQE
+/// (doc/prm.md 1.3, 6.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataSeg<T: AsRef<[u8]>> {
     buffer: T,
@@ -236,7 +236,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DataSeg<T> {
     }
 }
 
-/// Host-order header of an inline segment carrying `len` bytes (spec 1.4).
+/// Host-order header of an inline segment carrying `len` bytes (doc/prm.md 1.4).
 pub const fn inline_header(len: usize) -> u32 {
     INLINE_SEG_FLAG | (len as u32 & !INLINE_SEG_FLAG)
 }

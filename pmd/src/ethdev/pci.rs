@@ -6,7 +6,7 @@
 //! EAL loads after every `-d` plugin: so `-d librte_net_mlx4rs.so` makes this driver the one
 //! that probes a ConnectX-3, and `-d` of Debian's `librte_net_mlx4.so` before ours gives the card
 //! to the C driver. With both only in the driver directory the order is the directory's (see
-//! the README).
+//! doc/rdma-core.md).
 
 use std::ffi::{c_int, CStr};
 use std::ptr;

@@ -1,6 +1,6 @@
 //! The hardware boundary, control side: what the driver asks of a device besides the stores of
 //! the data path. One trait, [`Device`], with one implementation per backend: [`soft`] over the
-//! software HCA today, rdma-core (verbs + mlx4dv) later.
+//! software HCA, and [`verbs`] over rdma-core (verbs + mlx4dv) for a real ConnectX-3.
 //!
 //! Queue memory fits both kinds of device because the backend owns it: a create call returns a
 //! descriptor of the rings, records and registers ([`SqDesc`], [`CqDesc`], [`RqDesc`]), which

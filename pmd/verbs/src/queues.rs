@@ -132,7 +132,7 @@ pub unsafe extern "C" fn mlx4rs_verbs__ibv_reg_mr(
     unsafe { reg_mr(pd, addr, len) }
 }
 
-/// Memory is named by process virtual address (DESIGN.md: never by IOVA), so an `iova` other
+/// Memory is named by process virtual address (`doc/design.md`: never by IOVA), so an `iova` other
 /// than the address cannot be honoured.
 #[no_mangle]
 pub unsafe extern "C" fn mlx4rs_verbs__ibv_reg_mr_iova2(
@@ -301,7 +301,7 @@ pub unsafe extern "C" fn mlx4rs_verbs__ibv_destroy_cq(p: *mut sys::ibv_cq) -> c_
     0
 }
 
-/// CQ doorbell commands (spec 5.3): the next solicited completion, or the next one.
+/// CQ doorbell commands (doc/prm.md 5.3): the next solicited completion, or the next one.
 const ARM_SOLICITED: u32 = 1 << 24;
 const ARM_NEXT: u32 = 2 << 24;
 

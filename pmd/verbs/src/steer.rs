@@ -5,7 +5,8 @@
 //! application).
 //!
 //! Where verbs asks for more than the model has, the plan says so in `notes`: the stand-in logs
-//! them, and the README's fidelity list names each with the spec section that decides it.
+//! them, and the fidelity list of doc/c-mlx4.md names each with the doc/prm.md section that
+//! decides it.
 
 use mlx4_hca::{EthMatch, FlowPattern, Ipv4Match, L4Match, L4Proto, Masked, RssFields, VlanMatch};
 

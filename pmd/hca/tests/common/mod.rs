@@ -1,6 +1,6 @@
 //! A hand-rolled driver for tests: page-aligned memory, rings and WQEs written byte by byte from
-//! the spec with tiny big-endian helpers. Deliberately independent of `mlx4_prm`'s encoders so
-//! the device model is checked against the spec, not against our own code.
+//! the spec (doc/prm.md) with tiny big-endian helpers. Deliberately independent of `mlx4_prm`'s
+//! encoders so the device model is checked against the spec, not against our own code.
 #![allow(dead_code)]
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
@@ -87,7 +87,7 @@ impl Drop for Mem {
     }
 }
 
-// ------------------------------------------------------------------ WQE bytes (spec 1.2-1.4)
+// ------------------------------------------------------------------ WQE bytes (doc/prm.md 1.2-1.4)
 
 /// owner_opcode dword: OWNER bit 31, opcode bits 4:0.
 pub const NOP: u8 = 0x00;
