@@ -1,3 +1,4 @@
+#include <stddef.h>
 #include <rte_config.h>
 #include <rte_errno.h>
 #include <rte_lcore.h>
@@ -88,3 +89,18 @@ const struct mlx4rs_named_bit mlx4rs_header_bits[] = {
 	MLX4RS_BIT(RTE_MBUF_F_TX_VLAN),
 };
 const unsigned mlx4rs_header_bits_n = sizeof(mlx4rs_header_bits) / sizeof(mlx4rs_header_bits[0]);
+
+/* Where the installed headers put each field of struct rte_mbuf, for the test of the flat
+ * definition in src/mbuf.rs. */
+#define MLX4RS_MBUF(field) { #field, offsetof(struct rte_mbuf, field) }
+const struct mlx4rs_named_bit mlx4rs_mbuf_offsets[] = {
+	MLX4RS_MBUF(buf_addr), MLX4RS_MBUF(buf_iova), MLX4RS_MBUF(data_off),
+	MLX4RS_MBUF(refcnt), MLX4RS_MBUF(nb_segs), MLX4RS_MBUF(port), MLX4RS_MBUF(ol_flags),
+	MLX4RS_MBUF(packet_type), MLX4RS_MBUF(pkt_len), MLX4RS_MBUF(data_len),
+	MLX4RS_MBUF(vlan_tci), MLX4RS_MBUF(hash), MLX4RS_MBUF(vlan_tci_outer),
+	MLX4RS_MBUF(buf_len), MLX4RS_MBUF(pool), MLX4RS_MBUF(next), MLX4RS_MBUF(tx_offload),
+	MLX4RS_MBUF(shinfo), MLX4RS_MBUF(priv_size), MLX4RS_MBUF(timesync),
+	MLX4RS_MBUF(dynfield1),
+	{ "sizeof", sizeof(struct rte_mbuf) },
+};
+const unsigned mlx4rs_mbuf_offsets_n = sizeof(mlx4rs_mbuf_offsets) / sizeof(mlx4rs_mbuf_offsets[0]);

@@ -22,4 +22,6 @@ struct mlx4rs_named_bit {
 };
 extern const struct mlx4rs_named_bit mlx4rs_header_bits[];
 extern const unsigned mlx4rs_header_bits_n;
+extern const struct mlx4rs_named_bit mlx4rs_mbuf_offsets[];
+extern const unsigned mlx4rs_mbuf_offsets_n;
 #endif

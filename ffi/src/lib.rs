@@ -17,6 +17,8 @@
 // Generated code: its unsafe blocks (layout tests, bitfield accessors) carry no comments.
 #![allow(clippy::undocumented_unsafe_blocks)]
 #![allow(unsafe_op_in_unsafe_fn)]
+// bindgen casts some releases' bit fields through transmutes that rustc finds unnecessary.
+#![allow(unknown_lints, unnecessary_transmutes)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
@@ -28,6 +30,9 @@ mod sdk {
     include!(env!("DPDK_SDK_BINDINGS"));
 }
 pub use sdk::*;
+
+mod mbuf;
+pub use mbuf::{rte_mbuf, rte_mbuf_hash};
 
 /// Constants DPDK defines through `RTE_BIT32`/`RTE_BIT64` macros, which bindgen cannot expand.
 /// Values from the 22.11 headers (`rte_ethdev.h`, `rte_mbuf_core.h`).

@@ -102,8 +102,7 @@ impl TxBuf for Mbuf {
         let ip = fl & bits::RTE_MBUF_F_TX_IP_CKSUM != 0;
         let l4 = fl & bits::RTE_MBUF_F_TX_L4_MASK != 0;
         let tunnel = fl & bits::RTE_MBUF_F_TX_TUNNEL_MASK != 0;
-        // SAFETY: tx_offload is a plain u64 view of the l2/l3/l4/tso_segsz bit fields.
-        let lens = unsafe { m.__bindgen_anon_3.tx_offload };
+        let lens = m.tx_offload;
         // l2_len:7 l3_len:9 l4_len:8 tso_segsz:16 outer_l3_len:9 outer_l2_len:7.
         let field = |shift: u32, bits: u32| ((lens >> shift) & ((1 << bits) - 1)) as u16;
         let tso = (fl & bits::RTE_MBUF_F_TX_TCP_SEG != 0).then(|| {
@@ -224,8 +223,8 @@ unsafe impl RxBuf for Mbuf {
             m.nb_segs = nb_segs;
             m.port = port;
             m.ol_flags = meta.ol_flags;
-            m.__bindgen_anon_1.packet_type = meta.packet_type;
-            m.__bindgen_anon_2.hash.rss = meta.rss_hash;
+            m.packet_type = meta.packet_type;
+            m.hash.rss = meta.rss_hash;
         }
     }
 }

@@ -87,7 +87,7 @@ pub fn chain(pool: Pool, spec: &Spec, frame: &[u8]) -> Result<*mut sys::rte_mbuf
         (*head).pkt_len = frame.len() as u32;
         (*head).ol_flags = bits::RTE_MBUF_F_TX_IPV4 | bits::RTE_MBUF_F_TX_IP_CKSUM | l4;
         // tx_offload: l2_len (7 bits), l3_len (9 bits), l4_len (8 bits).
-        (*head).__bindgen_anon_3.tx_offload =
+        (*head).tx_offload =
             crate::frames::ETH as u64 | (spec.l3_len() as u64) << 7 | (spec.l4_hdr() as u64) << 16;
     }
     Ok(head)
