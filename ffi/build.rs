@@ -113,6 +113,10 @@ fn main() {
         .allowlist_var("RTE_.*|mlx4rs_.*")
         .blocklist_item("per_lcore_.*")
         .blocklist_item(format!("^({})$", sdk_items.join("|")))
+        // Written out in src/mbuf.rs, the same for every release.
+        .blocklist_type("rte_mbuf")
+        // Packed structs that embed an aligned rte_ether_addr (24.11 on) are not valid Rust.
+        .opaque_type("rte_arp_ipv4|rte_arp_hdr")
         .opaque_type("rte_l2tpv2_combined_msg_hdr")
         .opaque_type("rte_gtp_psc_generic_hdr")
         .derive_default(true)
@@ -150,6 +154,10 @@ fn main() {
         "rte_telemetry",
     ] {
         println!("cargo:rustc-link-lib=dylib={lib}");
+    }
+    // Logging moved out of EAL into a library of its own in 23.11.
+    if this.as_str() >= "23.11" {
+        println!("cargo:rustc-link-lib=dylib=rte_log");
     }
     println!("cargo:version={version}");
 }

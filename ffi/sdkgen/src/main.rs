@@ -138,6 +138,8 @@ fn main() {
         .clang_args(&cargs)
         .allowlist_type("rte_.*|eth_.*")
         .blocklist_file(SDK_FILES)
+        // Packed structs that embed an aligned rte_ether_addr (24.11 on) are not valid Rust.
+        .opaque_type("rte_arp_ipv4|rte_arp_hdr")
         .opaque_type("rte_l2tpv2_combined_msg_hdr")
         .opaque_type("rte_gtp_psc_generic_hdr")
         .layout_tests(true)
