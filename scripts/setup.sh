@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Installs what building, running and testing mlx4rs needs on a Debian bookworm machine.
-# Idempotent and quick when everything is present. Never writes a host name anywhere:
-# deb-src is enabled by adding it to the Types: lines of the existing Debian sources.
+# Installs what building, running and testing mlx4rs needs on a Debian machine: 12 bookworm
+# (DPDK 22.11), 13 trixie (24.11) or 14 forky (25.11). Idempotent and quick when everything is
+# present. Never writes a host name anywhere: deb-src is enabled by adding it to the Types:
+# lines of the existing Debian sources.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# The driver-SDK headers live in the Debian source package; keep it outside the work tree
-# so a clean clone stays clean, but in a fixed place so it is fetched once per machine.
+# The build needs no DPDK source: the driver-SDK bindings are committed (ffi/sdk/). Only the
+# tests that build DPDK's example programs need the source package, which Debian serves for
+# bookworm's DPDK; keep it outside the work tree so a clean clone stays clean, but in a fixed
+# place so it is fetched once per machine.
 cache=${MLX4RS_CACHE:-/var/cache/mlx4rs}
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-unknown}")
 
 say() { echo "setup: $*"; }
 
@@ -48,7 +52,9 @@ fi
 
 ver=$(pkg-config --modversion libdpdk)
 src="$cache/dpdk-stable-$ver"
-if [ ! -f "$src/lib/ethdev/ethdev_driver.h" ]; then
+if [ "$codename" != bookworm ]; then
+  src="(none: DPDK's example programs are built on bookworm only, where its source package is served)"
+elif [ ! -f "$src/examples/l3fwd-power/main.c" ]; then
   need_root "dpdk source package"
   # Enable deb-src on the existing Debian entries (deb822 format), once.
   for f in /etc/apt/sources.list.d/*.sources; do
@@ -67,11 +73,11 @@ if [ ! -f "$src/lib/ethdev/ethdev_driver.h" ]; then
   mkdir -p "$cache"
   tmp=$(mktemp -d "$cache/fetch.XXXXXX")
   chmod 755 "$tmp"  # apt-get source downloads as _apt
-  say "fetching the dpdk $ver source package for the driver-SDK headers"
+  say "fetching the dpdk $ver source package for DPDK's example programs"
   (cd "$tmp" && apt-get source -qq --download-only "dpdk=$(dpkg-query -W -f='${Version}' libdpdk-dev)" >/dev/null)
   (cd "$tmp" && dpkg-source -x --no-check ./*.dsc src >/dev/null)
-  if [ ! -f "$tmp/src/lib/ethdev/ethdev_driver.h" ]; then
-    echo "setup: the dpdk source package did not contain lib/ethdev/ethdev_driver.h" >&2
+  if [ ! -f "$tmp/src/examples/l3fwd-power/main.c" ]; then
+    echo "setup: the dpdk source package did not contain examples/l3fwd-power/main.c" >&2
     exit 1
   fi
   rm -rf "$src"
@@ -85,4 +91,4 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 
 
-say "ok (DPDK $ver, SDK headers in $src)"
+say "ok (Debian $codename, DPDK $ver; DPDK examples source: $src)"
