@@ -25,5 +25,9 @@ stage_headers() {
   sed -e "s/^#define RTE_VER_YEAR .*/#define RTE_VER_YEAR $y/" \
       -e "s/^#define RTE_VER_MONTH .*/#define RTE_VER_MONTH $((10#$m))/" \
       -e "s/^#define RTE_VER_MINOR .*/#define RTE_VER_MINOR $n/" "$cfg" >"$dest/rte_build_config.h"
+  # 23.11 renamed RTE_IOVA_AS_PA, which a 22.11 configuration still sets, to RTE_IOVA_IN_MBUF.
+  if ! grep -q RTE_IOVA_IN_MBUF "$dest/rte_build_config.h"; then
+    echo '#define RTE_IOVA_IN_MBUF 1' >>"$dest/rte_build_config.h"
+  fi
   rm -rf "$src"
 }
