@@ -64,22 +64,30 @@ fn read_symbols(path: &Path) -> Vec<Export> {
 }
 
 /// `IBVERBS_1.10` -> ("IBVERBS", 1, 10), for ordering the nodes of one family.
-fn version_key(v: &str) -> (String, u32, u32) {
-    let (family, num) = v
-        .rsplit_once('_')
-        .unwrap_or_else(|| panic!("symbol version {v:?} is not FAMILY_MAJOR.MINOR"));
-    let (maj, min) = num.split_once('.').unwrap_or((num, "0"));
-    let p = |s: &str| {
-        s.parse::<u32>()
-            .unwrap_or_else(|_| panic!("symbol version {v:?} is not FAMILY_MAJOR.MINOR"))
+fn version_key(v: &str) -> (String, u32, u32, u32) {
+    let bad = || -> ! { panic!("symbol version {v:?} is not FAMILY_MAJOR[.MINOR[.PATCH]]") };
+    let Some((family, num)) = v.rsplit_once('_') else {
+        bad()
     };
-    (family.to_owned(), p(maj), p(min))
+    let mut n = num
+        .split('.')
+        .map(|s| s.parse::<u32>().unwrap_or_else(|_| bad()));
+    let key = (
+        family.to_owned(),
+        n.next().unwrap_or_else(|| bad()),
+        n.next().unwrap_or(0),
+        n.next().unwrap_or(0),
+    );
+    if n.next().is_some() {
+        bad();
+    }
+    key
 }
 
 /// The version script: one node per version, each inheriting the previous one of its family,
 /// as rdma-core's own maps do.
 fn version_script(exports: &[Export]) -> String {
-    let mut nodes: BTreeMap<(String, u32, u32), (String, Vec<&str>)> = BTreeMap::new();
+    let mut nodes: BTreeMap<(String, u32, u32, u32), (String, Vec<&str>)> = BTreeMap::new();
     for e in exports {
         nodes
             .entry(version_key(&e.version))
