@@ -410,17 +410,13 @@ fn dumpcap_captures_what_testpmd_sends() {
     // processes number their mempool drivers differently, and testpmd copies every captured
     // packet into dumpcap's pool with the wrong driver (all counted dropped, for net_null too).
     let count = 300;
-    let dpaa = "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_mempool_dpaa.so.23";
-    assert!(
-        Path::new(dpaa).is_file(),
-        "{dpaa} missing (Debian's dpdk package)"
-    );
+    let dpaa = installed_pmd("librte_mempool_dpaa.so");
     let out = Command::new("dpdk-dumpcap")
         .current_dir(std::env::temp_dir())
         .env("LD_LIBRARY_PATH", plugin_dir())
         .env(
             "LD_PRELOAD",
-            format!("{} {dpaa}", plugin_dir().join(PLUGIN).display()),
+            format!("{} {}", plugin_dir().join(PLUGIN).display(), dpaa.display()),
         )
         .arg(format!("--file-prefix={prefix}"))
         .args(["-i", "net_mlx4rs0", "-c", &count.to_string(), "-q", "-w"])
@@ -490,6 +486,29 @@ fn dumpcap_captures_what_testpmd_sends() {
         );
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The installed DPDK's copy of the driver `name` (`librte_X.so`), in its plugin directory
+/// (`pmds-23.0` on 22.11, `pmds-25.0` on 24.11, ...).
+fn installed_pmd(name: &str) -> PathBuf {
+    let out = Command::new("pkg-config")
+        .args(["--variable=libdir", "libdpdk"])
+        .output()
+        .expect("pkg-config not found: run scripts/setup.sh");
+    let dpdk = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("dpdk");
+    let found = std::fs::read_dir(&dpdk)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|d| d.file_name().to_string_lossy().starts_with("pmds-"))
+        .map(|d| d.path().join(name))
+        .find(|p| p.is_file());
+    found.unwrap_or_else(|| {
+        panic!(
+            "{name} missing under {} (Debian's dpdk package)",
+            dpdk.display()
+        )
+    })
 }
 
 /// Builds one of DPDK's multi_process examples from the cached source, in `dir`.
