@@ -64,7 +64,10 @@ fn read_symbols(path: &Path) -> Vec<Export> {
 }
 
 /// `IBVERBS_1.10` -> ("IBVERBS", 1, 10), for ordering the nodes of one family.
-fn version_key(v: &str) -> (String, u32, u32, u32) {
+/// A symbol version's family and number, in the order rdma-core's maps chain them.
+type VersionKey = (String, u32, u32, u32);
+
+fn version_key(v: &str) -> VersionKey {
     let bad = || -> ! { panic!("symbol version {v:?} is not FAMILY_MAJOR[.MINOR[.PATCH]]") };
     let Some((family, num)) = v.rsplit_once('_') else {
         bad()
@@ -87,7 +90,7 @@ fn version_key(v: &str) -> (String, u32, u32, u32) {
 /// The version script: one node per version, each inheriting the previous one of its family,
 /// as rdma-core's own maps do.
 fn version_script(exports: &[Export]) -> String {
-    let mut nodes: BTreeMap<(String, u32, u32, u32), (String, Vec<&str>)> = BTreeMap::new();
+    let mut nodes: BTreeMap<VersionKey, (String, Vec<&str>)> = BTreeMap::new();
     for e in exports {
         nodes
             .entry(version_key(&e.version))
