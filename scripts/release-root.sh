@@ -63,6 +63,11 @@ EOF
   # Valid-Until date that such a snapshot outlives.
   echo 'Acquire::Check-Valid-Until "false";' >"$root.tmp/etc/apt/apt.conf.d/99mlx4rs-snapshot"
   touch "$root.tmp/.mlx4rs-base"
+  # Never remove a root that still has something mounted in it (test-release.sh binds /dev).
+  if grep -q " $root/" /proc/mounts; then
+    echo "release-root: $root has mounts left; unmount them (umount -R $root/...) first" >&2
+    exit 1
+  fi
   rm -rf "$root"
   mv "$root.tmp" "$root"
 fi
