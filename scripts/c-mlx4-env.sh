@@ -6,7 +6,8 @@
 #             vendor/device/class/resource/uevent, a driver link to mlx4_core and
 #             net/NETDEV/dev_port, and the verbs device class/infiniband/mlx4_0 whose `device`
 #             is that function (where the C driver reads its PCI address and its netdev);
-#   DIR/lib   libibverbs.so.1, libmlx4.so.1 and libmlx5.so.1, all the stand-in.
+#   DIR/lib   libibverbs.so.1, libmlx4.so.1, libmlx5.so.1 and libmana.so.1, all the stand-in
+#             (from 24.11 EAL also loads the MANA driver, which links libmana).
 #
 # Prints the environment to use (eval it), then run testpmd with `-a PCI`:
 #
@@ -54,7 +55,7 @@ ln -s "$sys/bus/pci/drivers/mlx4_core" "$func/driver"
 ln -s "$func" "$func/infiniband/mlx4_0/device"
 ln -s "$func" "$sys/bus/pci/devices/$pci"
 ln -s "$func/infiniband/mlx4_0" "$sys/class/infiniband/mlx4_0"
-for name in libibverbs.so.1 libmlx4.so.1 libmlx5.so.1; do
+for name in libibverbs.so.1 libmlx4.so.1 libmlx5.so.1 libmana.so.1; do
   ln -s "$lib" "$dir/lib/$name"
 done
 

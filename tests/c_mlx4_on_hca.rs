@@ -52,7 +52,7 @@ fn stand_in_exports_every_rdma_core_symbol_dpdk_links() {
         for l in nm(&["-D", "--undefined-only"], c).lines() {
             let sym = l.split_whitespace().last().unwrap_or("");
             if let Some((name, ver)) = sym.split_once('@') {
-                if ["IBVERBS_", "MLX4_", "MLX5_"]
+                if ["IBVERBS_", "MLX4_", "MLX5_", "MANA_"]
                     .iter()
                     .any(|p| ver.starts_with(p))
                 {

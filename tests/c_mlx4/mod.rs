@@ -6,7 +6,7 @@
 //!   EAL scans through `SYSFS_PCI_DEVICES`, and the verbs device `class/infiniband/mlx4_0`
 //!   whose `device` is that PCI function (rdma-core's `ibdev_path`, where the C driver finds its
 //!   PCI address and netdev);
-//! - a library directory where `libibverbs.so.1`, `libmlx4.so.1` and `libmlx5.so.1` are the
+//! - a library directory where `libibverbs.so.1`, `libmlx4.so.1`, `libmlx5.so.1` and `libmana.so.1` are the
 //!   stand-in (`pmd/verbs`), first on `LD_LIBRARY_PATH`;
 //! - `MLX4RS_VERBS` naming the device, its wire and where the model's counters go.
 #![allow(dead_code)]
