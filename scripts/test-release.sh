@@ -38,6 +38,10 @@ cleanup() {
   for m in "${mounts[@]}"; do umount -R "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
 }
 trap cleanup EXIT
+# The root is a mount point of its own, so that `ip netns exec` can make its mounts slaves.
+mount --bind "$root" "$root"
+mounts=("$root")
+mount --make-private "$root"
 mount_in /proc /proc
 mount_in /sys /sys rbind
 mount_in /dev /dev rbind
