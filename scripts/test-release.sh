@@ -26,7 +26,7 @@ done
 # Tests that build DPDK's example programs need bookworm's DPDK source package and stay there.
 tests=(testpmd_tx testpmd_rx testpmd_features testpmd_flow testpmd_faults meson_install
        multiprocess testpmd_verbs c_mlx4_on_hca)
-skips=(--skip rx_interrupts_wake_l3fwd_power --skip simple_mp_ --skip symmetric_mp_)
+. "$top/scripts/example-tests.sh"
 
 mounts=()
 mount_in() { # SRC DEST [bind|rbind]
@@ -58,7 +58,7 @@ else
   run="cargo build --workspace
     cargo clippy --workspace --all-targets -- -D warnings
     cargo test -p dpdk-sys -p mlx4rs --lib
-    cargo test --no-fail-fast ${test_args[*]} -- --test-threads=2 ${skips[*]}"
+    cargo test --no-fail-fast ${test_args[*]} -- --test-threads=2 ${example_skips[*]}"
 fi
 
 echo "test-release($suite): in $root"
