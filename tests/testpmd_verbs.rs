@@ -91,6 +91,8 @@ impl Cards {
         cmd.args(load)
             .args(eal)
             .arg("--log-level=pmd.net.mlx4rs:info")
+            // EAL's "Probe PCI driver" line: bus.pci's own INFO from 24.11 (EAL's before).
+            .arg("--log-level=bus.pci:info")
             .arg("--")
             .arg("-i")
             .args(app);
