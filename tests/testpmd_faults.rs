@@ -136,7 +136,7 @@ fn cable_run(
         Step::Cmd("stop"),
         Step::Quick("port stop all"),
         Step::Quick("show port xstats all"),
-        Step::Quick("dump_mempool"),
+        Step::Quick(common::dump_mempool()),
         Step::Cmd("quit"),
     ];
     let out = testpmd_in(
@@ -374,7 +374,7 @@ fn testpmd_set_link_down_and_up() {
         Step::Cmd("stop"),
         Step::Quick("port stop all"),
         Step::Quick("show port xstats 0"),
-        Step::Quick("dump_mempool"),
+        Step::Quick(common::dump_mempool()),
         Step::Cmd("quit"),
     ];
     let out = testpmd_in(

@@ -105,7 +105,7 @@ fn two_hundred_restarts_keep_receive_and_transmit_alive() {
         script.push("#wait".into());
         script.push("stop".into());
         script.push("port stop all".into());
-        script.push("dump_mempool".into());
+        script.push(common::dump_mempool().into());
         expect_rings.push((rxq, rxd));
         script.push("port start all".into());
         if c == 20 || c == CYCLES - 1 {
@@ -199,7 +199,7 @@ fn a_hundred_attach_detach_cycles_with_traffic() {
         script.push("port close 1".into());
         script.push(format!("device detach {name}"));
         script.push("port stop 0".into());
-        script.push("dump_mempool".into());
+        script.push(common::dump_mempool().into());
         script.push("port start 0".into());
         if c == 10 || c == CYCLES - 1 {
             script.push("#rss".into());

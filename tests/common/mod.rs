@@ -325,6 +325,31 @@ pub fn xstat(text: &str, name: &str) -> Option<u64> {
     })
 }
 
+/// testpmd's command that prints every mempool: `dump_mempool` up to 24.11, `dump mempool` from
+/// 25.11 (testpmd's dump commands took spaces then).
+pub fn dump_mempool() -> &'static str {
+    static CMD: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    CMD.get_or_init(|| {
+        let out = std::process::Command::new("pkg-config")
+            .args(["--modversion", "libdpdk"])
+            .output()
+            .expect("pkg-config not found: run scripts/setup.sh");
+        let v = String::from_utf8_lossy(&out.stdout);
+        let year: u32 = v
+            .split('.')
+            .next()
+            .and_then(|y| y.trim().parse().ok())
+            .unwrap_or_else(|| {
+                panic!("pkg-config --modversion libdpdk said {v:?}: run scripts/setup.sh")
+            });
+        if year >= 25 {
+            "dump mempool"
+        } else {
+            "dump_mempool"
+        }
+    })
+}
+
 /// mbufs in use in each `dump_mempool` of the session (populated less the cached and the free).
 pub fn in_use(text: &str) -> Vec<u64> {
     let pop = numbers_after(text, "populated_size=");
