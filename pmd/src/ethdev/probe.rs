@@ -7,7 +7,7 @@ use std::ptr;
 use dpdk_sys as sys;
 
 use super::eth::Proc;
-use super::{errno, fmt_mac, mp, ops, queue, Error};
+use super::{errno, fmt_mac, mp, ops, queue, release, Error};
 use crate::devargs::Devargs;
 use crate::hw::Device;
 use crate::mem::{DmaBox, DmaRange, MemSource};
@@ -216,6 +216,7 @@ fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), E
         (*dev).device = ptr::addr_of_mut!((*vdev).device);
         (*dev).dev_ops = &*ops::OPS;
         queue::set_bursts(&mut *dev, queue::Bursts::Secondary);
+        release::fill_secondary_fast_path(&mut *dev);
         sys::rte_eth_dev_probing_finish(dev);
     }
     pmd_log!(NOTICE, "{name}: attached to the primary's port {port_id}");

@@ -5,7 +5,8 @@
 //! headers (`ffi/sdk/`), and the driver names fields, never offsets. What is left are the ops
 //! whose C signatures changed (doc/dpdk-releases.md):
 //! - `dev_supported_ptypes_get` returns the list's length through a pointer from 24.03 on;
-//! - `stats_get` hands the per-queue counters over in a struct of their own from 25.11 on.
+//! - `stats_get` hands the per-queue counters over in a struct of their own from 25.11 on;
+//! - 25.11's ethdev leaves a secondary's queue-count slots NULL.
 //!
 //! Both run once per call of a control op, never on the data path.
 
@@ -83,4 +84,18 @@ pub(super) unsafe extern "C" fn supported_ptypes(
     } else {
         std::ptr::null()
     }
+}
+
+/// Fills the fast-path slots that 25.11's ethdev gives a primary's new port (functions that
+/// answer "not supported") but leaves NULL on a port a secondary attaches to: there,
+/// `rte_eth_rx_queue_count` (which `dpdk-proc-info --show-port` calls) would jump to NULL.
+/// Earlier releases check for NULL in ethdev.
+pub(super) fn fill_secondary_fast_path(dev: &mut sys::rte_eth_dev) {
+    #[cfg(dpdk = "25.11")]
+    {
+        dev.rx_queue_count = dev.rx_queue_count.or(Some(sys::rte_eth_queue_count_dummy));
+        dev.tx_queue_count = dev.tx_queue_count.or(Some(sys::rte_eth_queue_count_dummy));
+    }
+    #[cfg(not(dpdk = "25.11"))]
+    let _ = dev;
 }
