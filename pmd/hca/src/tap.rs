@@ -7,6 +7,12 @@
 //! now, `TUNGETDEVNETNS` for the namespace it is in now, and a control socket made in that
 //! namespace for its flags and MTU. The device side of the link is the TAP's carrier
 //! (`TUNSETCARRIER`): off while the port is down, so the kernel queues nothing for it.
+//!
+//! An interface outlives the wire that made it, to the end of the process: a wire dropped
+//! (its port closed: Open vSwitch's `del-port` detaches the device) leaves its descriptor in
+//! a process-wide list, the interface without carrier, and the next TAP wire of the same name
+//! in this process takes it back, in whatever namespace, with its addresses and routes. The
+//! kernel removes it when the process exits.
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
@@ -14,6 +20,11 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
+
+use parking_lot::Mutex;
+
+/// Descriptors of interfaces whose wire was dropped, by the name the wire was opened with.
+static KEPT: Mutex<Vec<(String, File)>> = parking_lot::const_mutex(Vec::new());
 
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
@@ -132,14 +143,28 @@ impl Tap {
                 ),
             ));
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open("/dev/net/tun")?;
-        let mut req = IfReq::named(bytes);
-        req.set_short(IFF_TAP | IFF_NO_PI);
-        ioctl_ptr(file.as_raw_fd(), TUNSETIFF, &mut req)?;
+        let kept = {
+            let mut kept = KEPT.lock();
+            kept.iter()
+                .position(|(n, _)| n == ifname)
+                .map(|i| kept.swap_remove(i).1)
+        };
+        let mut req = IfReq::named(&[]);
+        // One the operator deleted meanwhile has no interface any more: made anew.
+        let file = match kept.filter(|f| ioctl_ptr(f.as_raw_fd(), TUNGETIFF, &mut req).is_ok()) {
+            Some(f) => f,
+            None => {
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+                    .open("/dev/net/tun")?;
+                let mut req = IfReq::named(bytes);
+                req.set_short(IFF_TAP | IFF_NO_PI);
+                ioctl_ptr(file.as_raw_fd(), TUNSETIFF, &mut req)?;
+                file
+            }
+        };
         let mut tap = Tap {
             file,
             name: ifname.to_owned(),
@@ -243,6 +268,17 @@ impl Tap {
         match self.file.read(&mut self.buf) {
             Ok(n) if n > 0 => Some((&self.buf[..], n)),
             _ => None,
+        }
+    }
+}
+
+impl Drop for Tap {
+    /// The interface stays (see the module documentation): no carrier, nothing queued.
+    fn drop(&mut self) {
+        self.set_carrier(false);
+        self.drain();
+        if let Ok(f) = self.file.try_clone() {
+            KEPT.lock().push((self.name.clone(), f));
         }
     }
 }
