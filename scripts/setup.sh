@@ -28,7 +28,7 @@ need_root() {
 # builds DPDK's example applications from the source package (tests/dpdk_examples.rs).
 pkgs=(dpdk dpdk-dev libdpdk-dev clang libclang-dev pkg-config dpkg-dev make
       iproute2 meson ninja-build gcc libc6-dev valgrind python3 fonts-dejavu-core
-      tshark python3-pyelftools libibverbs-dev ibverbs-providers)
+      tshark python3-pyelftools libibverbs-dev ibverbs-providers openvswitch-switch-dpdk socat iputils-ping)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -195,7 +195,17 @@ impl Default for RxState {
     }
 }
 
-/// Every hash type the device computes.
+/// The IPv6 types with extension headers (`RTE_ETH_RSS_IPV6_EX`, `_IPV6_TCP_EX`,
+/// `_IPV6_UDP_EX`; `RTE_BIT64` values from 22.11's `rte_ethdev.h`, which bindgen cannot expand).
+pub const RSS_IPV6_EX: u64 = 1 << 15;
+pub const RSS_IPV6_TCP_EX: u64 = 1 << 16;
+pub const RSS_IPV6_UDP_EX: u64 = 1 << 17;
+
+/// Every hash type the device computes: what DPDK's C mlx4 offers on ConnectX-3
+/// (`mlx4_conv_rss_types`), so an application asking for `RTE_ETH_RSS_IP` (0xa38c) without
+/// masking it by `dev_info` is accepted on both. The `_EX` types hash as their plain IPv6
+/// counterparts (the device finds the ports past hop-by-hop, routing, destination-options and
+/// fragment headers either way).
 pub const RSS_HF_ALL: u64 = RSS_IPV4
     | RSS_FRAG_IPV4
     | RSS_NONFRAG_IPV4_TCP
@@ -205,7 +215,10 @@ pub const RSS_HF_ALL: u64 = RSS_IPV4
     | RSS_FRAG_IPV6
     | RSS_NONFRAG_IPV6_TCP
     | RSS_NONFRAG_IPV6_UDP
-    | RSS_NONFRAG_IPV6_OTHER;
+    | RSS_NONFRAG_IPV6_OTHER
+    | RSS_IPV6_EX
+    | RSS_IPV6_TCP_EX
+    | RSS_IPV6_UDP_EX;
 
 /// The device's field sets for DPDK hash types.
 pub fn rss_hash(hf: u64) -> RssHash {
@@ -218,11 +231,11 @@ pub fn rss_hash(hf: u64) -> RssHash {
         (RSS_NONFRAG_IPV4_TCP, RssHash::IPV4_TCP),
         (RSS_NONFRAG_IPV4_UDP, RssHash::IPV4_UDP),
         (
-            RSS_IPV6 | RSS_FRAG_IPV6 | RSS_NONFRAG_IPV6_OTHER,
+            RSS_IPV6 | RSS_FRAG_IPV6 | RSS_NONFRAG_IPV6_OTHER | RSS_IPV6_EX,
             RssHash::IPV6,
         ),
-        (RSS_NONFRAG_IPV6_TCP, RssHash::IPV6_TCP),
-        (RSS_NONFRAG_IPV6_UDP, RssHash::IPV6_UDP),
+        (RSS_NONFRAG_IPV6_TCP | RSS_IPV6_TCP_EX, RssHash::IPV6_TCP),
+        (RSS_NONFRAG_IPV6_UDP | RSS_IPV6_UDP_EX, RssHash::IPV6_UDP),
     ] {
         if hf & types != 0 {
             h |= fields;
@@ -436,6 +449,18 @@ pub fn default_mac(name: &str) -> [u8; 6] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rss_types_as_the_c_mlx4_offers_them() {
+        // RTE_ETH_RSS_IP, what dpdk-test-flow-perf asks for unmasked.
+        const RSS_IP: u64 = 0xa38c;
+        assert_eq!(RSS_HF_ALL, 0x3afbc);
+        assert_eq!(RSS_IP & !RSS_HF_ALL, 0);
+        assert_eq!(rss_hash(RSS_IP), RssHash::IPV4 | RssHash::IPV6);
+        assert_eq!(rss_hash(RSS_IPV6_EX), RssHash::IPV6);
+        assert_eq!(rss_hash(RSS_IPV6_TCP_EX), RssHash::IPV6_TCP);
+        assert_eq!(rss_hash(RSS_IPV6_UDP_EX), RssHash::IPV6_UDP);
+    }
 
     #[test]
     fn a_port_is_plain_data() {

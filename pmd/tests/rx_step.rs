@@ -189,7 +189,7 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
     hca.set_wire(Wire::Loop).unwrap();
     hca.start().unwrap();
     hca.set_port_up(true);
-    hca.set_mtu(9000);
+    hca.set_mtu(9000).unwrap();
     let (start, end) = POOL.with(|p| {
         let a = &p.borrow().arena;
         (a.as_ptr() as usize, a.as_ptr() as usize + registered * BUF)

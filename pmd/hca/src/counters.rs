@@ -128,6 +128,46 @@ counters! {
     rx_drops_vlan,
     /// Received frames a flow rule with the drop action matched.
     rx_drops_flow,
+    /// Port counters, as a card's MAC keeps them (RMON): frames received into an RX queue
+    /// (those in `rx_frames`) to the broadcast address.
+    rx_broadcast,
+    /// Received frames (of `rx_frames`) to a multicast address other than broadcast.
+    rx_multicast,
+    /// Received frames (of `rx_frames`) by their length on the wire, with the 4-byte FCS and
+    /// padded to the 64-byte minimum as the sending MAC does: 64 bytes.
+    rx_size_64,
+    /// ... 65 to 127 bytes.
+    rx_size_65_to_127,
+    /// ... 128 to 255 bytes.
+    rx_size_128_to_255,
+    /// ... 256 to 511 bytes.
+    rx_size_256_to_511,
+    /// ... 512 to 1023 bytes.
+    rx_size_512_to_1023,
+    /// ... 1024 to 1522 bytes (1522: a VLAN-tagged frame of MTU 1500).
+    rx_size_1024_to_1522,
+    /// ... 1523 bytes and more (jumbo frames).
+    rx_size_1523_to_max,
+    /// Frames put on the wire (those in `tx_frames`) to the broadcast address. The null wire
+    /// does not look at frames' bytes: there this and `tx_multicast` stay 0.
+    tx_broadcast,
+    /// Frames put on the wire to a multicast address other than broadcast.
+    tx_multicast,
+    /// Frames put on the wire by length on the wire (as `rx_size_64`): 64 bytes. On the null
+    /// wire the segments of a large send count at their average length.
+    tx_size_64,
+    /// ... 65 to 127 bytes.
+    tx_size_65_to_127,
+    /// ... 128 to 255 bytes.
+    tx_size_128_to_255,
+    /// ... 256 to 511 bytes.
+    tx_size_256_to_511,
+    /// ... 512 to 1023 bytes.
+    tx_size_512_to_1023,
+    /// ... 1024 to 1522 bytes.
+    tx_size_1024_to_1522,
+    /// ... 1523 bytes and more.
+    tx_size_1523_to_max,
     /// Send WQEs completed in error on purpose (`Faults::tx_error_every`).
     inj_tx_errors,
     /// Received frames given a buffer error on purpose (`Faults::rx_error_every`).
@@ -172,6 +212,93 @@ impl Counters {
     }
 }
 
+/// The RMON size bucket (0 for 64 bytes ... 6 for 1523 and more) of a frame of `len` bytes
+/// without its FCS: 4 bytes of FCS added, and short frames padded to the 64-byte minimum.
+#[inline(always)]
+pub(crate) fn size_bucket(len: usize) -> usize {
+    match len + 4 {
+        ..=64 => 0,
+        65..=127 => 1,
+        128..=255 => 2,
+        256..=511 => 3,
+        512..=1023 => 4,
+        1024..=1522 => 5,
+        _ => 6,
+    }
+}
+
+impl Counters {
+    /// The port counters of one frame received into an RX queue.
+    #[inline(always)]
+    pub(crate) fn count_rx_mac(&mut self, frame: &[u8]) {
+        if let Some(dst) = frame.get(..6) {
+            if dst == [0xff; 6] {
+                self.rx_broadcast += 1;
+            } else if dst[0] & 1 != 0 {
+                self.rx_multicast += 1;
+            }
+        }
+        *[
+            &mut self.rx_size_64,
+            &mut self.rx_size_65_to_127,
+            &mut self.rx_size_128_to_255,
+            &mut self.rx_size_256_to_511,
+            &mut self.rx_size_512_to_1023,
+            &mut self.rx_size_1024_to_1522,
+            &mut self.rx_size_1523_to_max,
+        ][size_bucket(frame.len())] += 1;
+    }
+}
+
+/// What a port's MAC counts of frames going one way: broadcast, multicast and the size
+/// buckets.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct MacTally {
+    pub(crate) broadcast: u64,
+    pub(crate) multicast: u64,
+    pub(crate) sizes: [u64; 7],
+}
+
+impl MacTally {
+    /// One frame, with its bytes.
+    #[inline(always)]
+    pub(crate) fn frame(&mut self, frame: &[u8]) {
+        if let Some(dst) = frame.get(..6) {
+            if dst == [0xff; 6] {
+                self.broadcast += 1;
+            } else if dst[0] & 1 != 0 {
+                self.multicast += 1;
+            }
+        }
+        self.sizes[size_bucket(frame.len())] += 1;
+    }
+
+    /// `n` frames of `len` bytes whose bytes were not looked at.
+    #[inline(always)]
+    pub(crate) fn sized(&mut self, len: usize, n: u64) {
+        self.sizes[size_bucket(len)] += n;
+    }
+
+    pub(crate) fn add_tx(&self, c: &mut Counters) {
+        c.tx_broadcast += self.broadcast;
+        c.tx_multicast += self.multicast;
+        for (d, s) in [
+            &mut c.tx_size_64,
+            &mut c.tx_size_65_to_127,
+            &mut c.tx_size_128_to_255,
+            &mut c.tx_size_256_to_511,
+            &mut c.tx_size_512_to_1023,
+            &mut c.tx_size_1024_to_1522,
+            &mut c.tx_size_1523_to_max,
+        ]
+        .into_iter()
+        .zip(self.sizes)
+        {
+            *d += s;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +320,40 @@ mod tests {
         assert_eq!(v[mtu], ("rx_drops_mtu", 7));
         let values: Vec<u64> = v.iter().map(|&(_, x)| x).collect();
         assert_eq!(Counters::from_values(&values), c);
+    }
+
+    #[test]
+    fn size_buckets_count_the_fcs_and_the_padding() {
+        for (len, b) in [
+            (0, 0),
+            (42, 0),
+            (60, 0),
+            (61, 1),
+            (123, 1),
+            (124, 2),
+            (251, 2),
+            (252, 3),
+            (1019, 4),
+            (1020, 5),
+            (1518, 5),
+            (1519, 6),
+            (9018, 6),
+        ] {
+            assert_eq!(size_bucket(len), b, "{len}");
+        }
+        let mut t = MacTally::default();
+        t.frame(&[0xff; 64]);
+        t.frame(&[0x01, 0, 0x5e, 0, 0, 1, 0, 0]);
+        t.frame(&[0x02; 200]);
+        t.sized(1500, 3);
+        let mut c = Counters::default();
+        t.add_tx(&mut c);
+        assert_eq!((c.tx_broadcast, c.tx_multicast), (1, 1));
+        assert_eq!(
+            (c.tx_size_64, c.tx_size_65_to_127, c.tx_size_128_to_255),
+            (1, 1, 1)
+        );
+        assert_eq!(c.tx_size_1024_to_1522, 3);
+        assert_eq!(c.rx_size_64, 0);
     }
 }

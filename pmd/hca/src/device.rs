@@ -519,8 +519,10 @@ impl DevState {
         self.flow_control
     }
 
-    pub(crate) fn set_mtu(&mut self, mtu: u16) {
+    /// The port's MTU; a TAP interface takes it too.
+    pub(crate) fn set_mtu(&mut self, mtu: u16) -> std::io::Result<()> {
         self.rx.mtu = mtu;
+        self.wire.set_mtu(mtu)
     }
 
     pub(crate) fn mtu(&self) -> u16 {
@@ -788,6 +790,9 @@ impl DevState {
         if let Some(c) = self.wire.cable() {
             c.rx.set_up(up);
         }
+        self.counters.rx_drops_wire += self.wire.set_port_up(up);
+        // Best effort: a TAP interface the kernel will not give this MTU keeps its own.
+        let _ = self.wire.set_mtu(self.rx.mtu);
         self.check_link();
     }
 
@@ -852,6 +857,7 @@ impl DevState {
                 self.counters.rx_drops_wire += c.rx.clear();
             }
         }
+        self.counters.rx_drops_wire += self.wire.set_port_up(up);
         self.check_link();
     }
 

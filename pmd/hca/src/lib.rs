@@ -1001,8 +1001,13 @@ impl Hca {
     /// Transmitted frames are not checked: what the driver may post is the driver's concern
     /// (it knows its MTU, and LSO frames are far above it by design), and a device that
     /// silently dropped them would only hide a driver bug behind a successful completion.
-    pub fn set_mtu(&self, mtu: u16) {
-        self.state().set_mtu(mtu);
+    ///
+    /// A TAP wire's interface takes the same MTU, wherever it is now; the error is the
+    /// kernel's refusal (the port's own MTU is set all the same).
+    pub fn set_mtu(&self, mtu: u16) -> Result<(), HcaError> {
+        self.state()
+            .set_mtu(mtu)
+            .map_err(|e| HcaError::Io(format!("MTU {mtu} on the TAP interface: {e}")))
     }
 
     /// The MTU in use.

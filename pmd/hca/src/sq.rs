@@ -12,6 +12,7 @@ use mlx4_prm::{
     DS_SIZE, STAMP_DWORD, TXBB_SIZE,
 };
 
+use crate::counters::MacTally;
 use crate::cq::{Cq, CqCredit};
 use crate::dma::HostMem;
 use crate::fault::{FaultState, INJECTED_VENDOR_ERR};
@@ -836,6 +837,8 @@ impl Sq {
                 if out.link_up {
                     t.frames += n64 * u64::from(v.frames);
                     t.bytes += n64 * u64::from(v.len);
+                    t.mac
+                        .sized((v.len / v.frames) as usize, n64 * u64::from(v.frames));
                 } else {
                     t.drops += n64 * u64::from(v.frames);
                 }
@@ -1061,6 +1064,8 @@ struct Tally {
     cqe_drops: u64,
     cqe_dups: u64,
     events: u64,
+    /// The port counters of the frames put on the wire.
+    mac: MacTally,
 }
 
 impl Tally {
@@ -1080,6 +1085,7 @@ impl Tally {
         c.inj_cqe_drops += self.cqe_drops;
         c.inj_cqe_dups += self.cqe_dups;
         c.cq_events += self.events;
+        self.mac.add_tx(c);
     }
 }
 
@@ -1092,6 +1098,8 @@ fn transmit(v: Verdict, bf_posted: bool, out: &Out, t: &mut Tally, cx: &mut TxCt
     } else if !out.bytes {
         t.frames += u64::from(v.frames);
         t.bytes += u64::from(v.len);
+        t.mac
+            .sized((v.len / v.frames) as usize, u64::from(v.frames));
     } else {
         put_on_wire(bf_posted, t, cx);
     }
@@ -1106,6 +1114,7 @@ fn put_on_wire(bf_posted: bool, t: &mut Tally, cx: &mut TxCtx<'_>) {
         TxOutcome::Sent => {
             t.frames += 1;
             t.bytes += frame.len() as u64;
+            t.mac.frame(frame);
         }
         TxOutcome::Dropped => t.drops += 1,
     };

@@ -351,6 +351,30 @@ impl WirePort {
         }
     }
 
+    /// The port went down or up: a TAP's carrier follows (the kernel queues nothing for a port
+    /// that is down), and what it had queued is discarded going down. Returns the frames
+    /// discarded.
+    pub(crate) fn set_port_up(&mut self, up: bool) -> u64 {
+        let Link::Tap(t) = &mut self.link else {
+            return 0;
+        };
+        t.set_carrier(up);
+        if up {
+            0
+        } else {
+            t.drain()
+        }
+    }
+
+    /// The port's MTU changed: a TAP interface takes it too (wherever it is now), so the
+    /// kernel side sends and takes frames of the same size.
+    pub(crate) fn set_mtu(&mut self, mtu: u16) -> io::Result<()> {
+        match &mut self.link {
+            Link::Tap(t) => t.set_mtu(mtu),
+            _ => Ok(()),
+        }
+    }
+
     /// The cable end frames from outside arrive on, if this wire is a cable.
     pub(crate) fn cable(&mut self) -> Option<&mut Cable> {
         match &mut self.link {

@@ -141,7 +141,7 @@ fn a_cabled_pair_conserves_frames_through_every_kind_of_drop() {
             ..step_cfg()
         },
     );
-    b.hca.set_mtu(1000);
+    b.hca.set_mtu(1000).unwrap();
     b.hca.set_rx_filter([0x02, 0, 0, 0, 0, 0x02], false, false);
     a.post_rx(128);
     b.post_rx(40);

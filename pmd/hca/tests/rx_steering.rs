@@ -315,13 +315,13 @@ fn mtu_drops_and_counts_longer_frames() {
     assert_eq!((k.rx_drops_mtu, k.rx_frames), (2, 3));
     assert_eq!(k.tx_frames, 5, "transmit is not checked against the MTU");
 
-    rig.hca.set_mtu(9000);
+    rig.hca.set_mtu(9000).unwrap();
     assert_eq!(rig.hca.mtu(), 9000);
     let (_, cqe) = rig.roundtrip(&l3(9000)).expect("jumbo frame");
     assert_eq!(be32(&cqe, 20), 9014, "byte_cnt");
     assert!(rig.roundtrip(&l3(9001)).is_none());
 
-    rig.hca.set_mtu(68);
+    rig.hca.set_mtu(68).unwrap();
     assert!(rig.roundtrip(&l3(68)).is_some());
     assert!(rig.roundtrip(&l3(69)).is_none());
     assert_eq!(rig.hca.counters().rx_drops_mtu, 4);

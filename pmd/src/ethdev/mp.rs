@@ -69,7 +69,15 @@ pub(super) fn serve() {
         let rc = unsafe { sys::rte_mp_action_register(ACTION.as_ptr(), Some(handle)) };
         // SAFETY: reads EAL's per-thread errno.
         let errno = unsafe { sys::mlx4rs_errno() };
-        if rc < 0 && errno != libc::EEXIST {
+        if rc < 0 && errno == libc::ENOTSUP {
+            // EAL refuses IPC actions where it has no multi-process channel by configuration
+            // (`--in-memory`, `--no-shconf`, as Open vSwitch always runs): there are no
+            // secondary processes to serve, so nothing is lost.
+            pmd_log!(
+                INFO,
+                "no secondary processes in this EAL configuration (multi-process IPC is off): none to serve"
+            );
+        } else if rc < 0 && errno != libc::EEXIST {
             pmd_log!(
                 WARNING,
                 "cannot serve secondary processes (rte_mp_action_register: errno {errno}); they will see no device counters"

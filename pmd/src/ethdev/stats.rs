@@ -78,7 +78,64 @@ fn xstats(e: &mut Eth<'_>) -> Vec<(String, u64)> {
     e.for_each_txq(|_, q| txqs.push(q.stats()));
     let mut rxqs = Vec::new();
     e.for_each_rxq(|_, q| rxqs.push(q.stats()));
-    e.port.xstats(e.dev, &txqs, &rxqs)
+    let mut x = e.port.xstats(e.dev, &txqs, &rxqs);
+    let std = standard(&x);
+    x.extend(std);
+    x
+}
+
+/// The port counters under the names other DPDK drivers give them and applications (Open
+/// vSwitch) read by name, where the device keeps them (the software HCA's `hca_*` port
+/// counters): `rx/tx_broadcast_packets`, `rx/tx_multicast_packets`, the seven size buckets
+/// each way (`rx_size_64_packets` ... `rx_size_1523_to_max_packets`, lengths with the FCS),
+/// and the RMON receive errors. `rx_oversize_errors` are frames longer than the MTU allows
+/// (`hca_rx_drops_mtu`); the model's wires carry no frame with a bad FCS, and short frames
+/// count as padded to 64 bytes by the sender, so `rx_undersized_errors`,
+/// `rx_fragmented_errors` and `rx_jabber_errors` stay 0. A device without these counters
+/// gets none of the names.
+pub(crate) fn standard(x: &[(String, u64)]) -> Vec<(String, u64)> {
+    const MAC: [&str; 18] = [
+        "rx_broadcast",
+        "rx_multicast",
+        "rx_size_64",
+        "rx_size_65_to_127",
+        "rx_size_128_to_255",
+        "rx_size_256_to_511",
+        "rx_size_512_to_1023",
+        "rx_size_1024_to_1522",
+        "rx_size_1523_to_max",
+        "tx_broadcast",
+        "tx_multicast",
+        "tx_size_64",
+        "tx_size_65_to_127",
+        "tx_size_128_to_255",
+        "tx_size_256_to_511",
+        "tx_size_512_to_1023",
+        "tx_size_1024_to_1522",
+        "tx_size_1523_to_max",
+    ];
+    let get = |name: &str| {
+        x.iter()
+            .find(|(n, _)| n.strip_prefix("hca_") == Some(name))
+            .map(|&(_, v)| v)
+    };
+    if get(MAC[0]).is_none() {
+        return Vec::new();
+    }
+    let mut out: Vec<(String, u64)> = MAC
+        .iter()
+        .map(|m| (format!("{m}_packets"), get(m).unwrap_or(0)))
+        .collect();
+    out.extend([
+        ("rx_undersized_errors".to_owned(), 0),
+        (
+            "rx_oversize_errors".to_owned(),
+            get("rx_drops_mtu").unwrap_or(0),
+        ),
+        ("rx_fragmented_errors".to_owned(), 0),
+        ("rx_jabber_errors".to_owned(), 0),
+    ]);
+    out
 }
 
 pub(super) unsafe extern "C" fn xstats_get_names(
@@ -124,4 +181,40 @@ pub(super) unsafe extern "C" fn xstats_get(
         slot.value = *v;
     }
     x.len() as c_int
+}
+
+#[cfg(test)]
+mod tests {
+    use super::standard;
+
+    #[test]
+    fn standard_names_from_the_port_counters() {
+        let mut x: Vec<(String, u64)> = mlx4_hca::Counters::NAMES
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (format!("hca_{n}"), i as u64 + 1))
+            .collect();
+        let val = |name: &str| {
+            x.iter()
+                .find(|(n, _)| n == &format!("hca_{name}"))
+                .unwrap()
+                .1
+        };
+        let s = standard(&x);
+        assert_eq!(s.len(), 22);
+        let get = |name: &str| s.iter().find(|(n, _)| n == name).map(|&(_, v)| v);
+        assert_eq!(get("rx_broadcast_packets"), Some(val("rx_broadcast")));
+        assert_eq!(
+            get("tx_size_1523_to_max_packets"),
+            Some(val("tx_size_1523_to_max"))
+        );
+        assert_eq!(
+            get("rx_size_1024_to_1522_packets"),
+            Some(val("rx_size_1024_to_1522"))
+        );
+        assert_eq!(get("rx_oversize_errors"), Some(val("rx_drops_mtu")));
+        assert_eq!(get("rx_undersized_errors"), Some(0));
+        x.retain(|(n, _)| !n.starts_with("hca_"));
+        assert!(standard(&x).is_empty(), "no port counters, no names");
+    }
 }

@@ -55,7 +55,8 @@ pub struct Soft {
 
     /// Where queue memory comes from; a `Dpdk` source takes each queue's socket.
     source: MemSource,
-    /// Opened at start, so that a `peer:` partner may be probed after this port.
+    /// The wire plugged at each start, so that a `peer:` partner may be probed after this
+    /// port; `None` for a TAP wire, plugged once at open.
     wire: Option<String>,
     /// Queue memory by kind and number, freed once the model forgot the queue.
     mem: Mutex<QueueMem>,
@@ -128,7 +129,19 @@ impl Soft {
         }
         let mut soft = Soft::new(hca, source);
         soft.bar_mem = bar_mem;
-        soft.wire = Some(args.wire.as_str().to_owned());
+        let spec = args.wire.as_str();
+        // A TAP interface is the operator's to configure (namespace, addresses, up): it lives
+        // from probe to close, as with DPDK's net_tap, and a restart of the port (MTU, queue
+        // count) leaves it where it is. The other wires are plugged at each start.
+        match spec.parse::<Wire>() {
+            Ok(wire @ Wire::Tap(_)) => {
+                let what = format!("wire {}", spec.escape_debug());
+                soft.hca.set_wire(wire).map_err(|e| {
+                    HwError::Device(format!("{what}: {}", e.to_string().escape_debug()))
+                })?;
+            }
+            _ => soft.wire = Some(spec.to_owned()),
+        }
         soft.device_loop = args.device_loop;
         Ok(soft)
     }
@@ -447,8 +460,7 @@ impl Device for Soft {
     }
 
     fn set_mtu(&self, mtu: u16) -> Result<(), HwError> {
-        self.hca.set_mtu(mtu);
-        Ok(())
+        self.hca.set_mtu(mtu).map_err(hw_err("set the MTU"))
     }
 
     fn set_rss(&self, key: &[u8; RSS_KEY_LEN], hash: RssHash) -> Result<(), HwError> {

@@ -416,7 +416,8 @@ impl Adapter {
 /// is up when set up (its carrier is the model's to give); a netdev of the system also needs
 /// its carrier.
 fn follow(hca: &Hca, st: netdev::State, own: bool) {
-    hca.set_mtu(st.mtu.min(u32::from(u16::MAX)) as u16);
+    // Only a TAP wire can refuse an MTU; the port keeps it all the same.
+    let _ = hca.set_mtu(st.mtu.min(u32::from(u16::MAX)) as u16);
     hca.set_port_up(if own { st.admin } else { st.up });
 }
 
