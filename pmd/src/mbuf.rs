@@ -36,9 +36,15 @@ const TX_FLAGS: u64 = bits::RTE_MBUF_F_TX_IP_CKSUM
 
 impl Mbuf {
     /// # Safety
-    /// `m` must point to a valid mbuf (every segment of its chain valid, its data readable),
-    /// owned by the caller, and stay valid until the mbuf is freed, which only `unsafe` code
-    /// (a queue's release, under its own contract) does.
+    /// `m` must point to a valid mbuf owned by the caller, and stay valid until the mbuf is
+    /// freed, which only `unsafe` code (a queue's release, under its own contract) does. Each
+    /// of its first `nb_segs` segments reached through `next` must be a valid mbuf (or NULL),
+    /// with `buf_len` bytes readable from `buf_addr`: DPDK's contract for an mbuf it hands a
+    /// driver. What the driver does not assume, and checks itself on TX: that `data_off +
+    /// data_len` stays within `buf_len`, that `pkt_len` is the segments' sum, that the chain
+    /// has `nb_segs` segments and no cycle ([`TxBuf::check`]). One thing it assumes unchecked
+    /// on the straight-line path: a one-segment mbuf's `next` is NULL (DPDK's own free walks
+    /// it).
     pub unsafe fn from_raw(m: *mut sys::rte_mbuf) -> Mbuf {
         Mbuf(m)
     }
@@ -54,8 +60,27 @@ impl Mbuf {
     }
 }
 
+/// A segment's data, if it lies inside its buffer (`data_off + data_len <= buf_len`).
+#[inline(always)]
+fn seg_data(m: &sys::rte_mbuf) -> Option<&[u8]> {
+    if u32::from(m.data_off) + u32::from(m.data_len) > u32::from(m.buf_len) {
+        return None;
+    }
+    // SAFETY: a valid mbuf's buffer is buf_len bytes from buf_addr, readable until it is freed
+    // (the constructor's contract), and the data lies inside it (checked above). Saying that
+    // the data's address is not NULL (buf_addr is not) spares the caller a test for None.
+    unsafe {
+        let p = (m.buf_addr as *const u8).add(usize::from(m.data_off));
+        std::hint::assert_unchecked(!p.is_null());
+        Some(std::slice::from_raw_parts(p, usize::from(m.data_len)))
+    }
+}
+
+/// The segments of a chain, at most `left` of them (`nb_segs`), in order; a segment whose data
+/// leaves its buffer ends the walk (a chain [`TxBuf::check`] accepted has none).
 struct Segs<'a> {
     m: *const sys::rte_mbuf,
+    left: u16,
     _life: std::marker::PhantomData<&'a ()>,
 }
 
@@ -64,21 +89,94 @@ impl<'a> Iterator for Segs<'a> {
 
     #[inline]
     fn next(&mut self) -> Option<&'a [u8]> {
-        if self.m.is_null() {
+        if self.m.is_null() || self.left == 0 {
             return None;
         }
-        // SAFETY: every segment of a chain handed to tx_burst is a valid mbuf whose data
-        // (buf_addr + data_off, data_len bytes) is readable until the mbuf is freed, which
-        // happens only after the queue is done with it.
-        unsafe {
-            let m = &*self.m;
-            self.m = m.next;
-            Some(std::slice::from_raw_parts(
-                (m.buf_addr as *const u8).add(usize::from(m.data_off)),
-                usize::from(m.data_len),
-            ))
+        self.left -= 1;
+        // SAFETY: one of the first nb_segs segments of a chain handed to tx_burst: a valid
+        // mbuf until the queue is done with the packet (the constructor's contract).
+        let m = unsafe { &*self.m };
+        self.m = m.next;
+        let data = seg_data(m);
+        if data.is_none() {
+            self.left = 0;
         }
+        data
     }
+}
+
+/// How a chain handed to `tx_burst` is malformed, or its length: see [`TxBuf::check`].
+fn check_chain(head: &sys::rte_mbuf) -> Option<u32> {
+    let n = head.nb_segs;
+    if n == 0 {
+        return None;
+    }
+    let mut sum = 0u32;
+    let mut m: *const sys::rte_mbuf = head;
+    for _ in 0..n {
+        if m.is_null() {
+            return None;
+        }
+        // SAFETY: one of the first nb_segs segments (the constructor's contract).
+        let seg = unsafe { &*m };
+        sum += u32::from(seg_data(seg)?.len() as u16);
+        m = seg.next;
+    }
+    // Exactly nb_segs segments: the last one ends the chain (which also rules out a cycle).
+    if !m.is_null() {
+        return None;
+    }
+    if head.ol_flags & TX_FLAGS == 0 && n == 1 {
+        // Plain: the straight-line path sends data_len bytes and never reads pkt_len; the
+        // general path does the same for the same packet.
+        return Some(sum);
+    }
+    (head.pkt_len == sum).then_some(sum)
+}
+
+/// Cuts a chain the queue refused after its first `nb_segs` distinct segments (fewer if it
+/// ends before, or loops back), so that freeing it frees each of those once and stops.
+///
+/// A segment is marked as kept by setting bit 0 of its `next` (mbufs are cache-line aligned),
+/// which a later segment pointing back to it shows; the marks go again before the cut. No
+/// segment past the first `nb_segs` is read.
+///
+/// # Safety
+/// The caller owns the chain (the queue took it), and its first nb_segs segments are valid
+/// mbufs or NULL (the constructor's contract).
+unsafe fn cut_chain(head: *mut sys::rte_mbuf) {
+    let tagged = |p: *mut sys::rte_mbuf| p as usize & 1 != 0;
+    let untag = |p: *mut sys::rte_mbuf| (p as usize & !1) as *mut sys::rte_mbuf;
+    // Below, `head` and every segment dereferenced are among the first `limit` segments of a
+    // chain the caller owns; the walk stops at `limit`.
+    // SAFETY: `head` is a valid mbuf the caller owns.
+    let limit = usize::from(unsafe { (*head).nb_segs }).max(1);
+    let mut m = head;
+    let mut kept = 1;
+    loop {
+        // SAFETY: see above.
+        let nx = unsafe { (*m).next };
+        // SAFETY: see above.
+        unsafe { (*m).next = (nx as usize | 1) as *mut sys::rte_mbuf };
+        // SAFETY: `nx` is segment `kept` (< limit) when it is read.
+        if nx.is_null() || kept == limit || tagged(unsafe { (*nx).next }) {
+            break;
+        }
+        m = nx;
+        kept += 1;
+    }
+    // The marks go, in the order they were made; the last one kept ends the chain.
+    let mut p = head;
+    for _ in 1..kept {
+        // SAFETY: see above.
+        let nx = untag(unsafe { (*p).next });
+        // SAFETY: see above.
+        unsafe { (*p).next = nx };
+        p = nx;
+    }
+    debug_assert!(p == m);
+    // SAFETY: see above.
+    unsafe { (*m).next = ptr::null_mut() };
 }
 
 impl TxBuf for Mbuf {
@@ -91,8 +189,20 @@ impl TxBuf for Mbuf {
     fn segs(&self) -> impl Iterator<Item = &[u8]> {
         Segs {
             m: self.0,
+            left: self.get().nb_segs,
             _life: std::marker::PhantomData,
         }
+    }
+
+    #[inline]
+    fn check(&self) -> Option<u32> {
+        check_chain(self.get())
+    }
+
+    unsafe fn refuse(&self) {
+        // SAFETY: the queue took this chain (the caller's contract); its first nb_segs
+        // segments are valid (the constructor's).
+        unsafe { cut_chain(self.0) }
     }
 
     #[inline]
@@ -137,9 +247,15 @@ impl TxBuf for Mbuf {
         if m.ol_flags & TX_FLAGS != 0 || m.nb_segs != 1 {
             return None;
         }
-        // SAFETY: a valid one-segment mbuf: data_len bytes from buf_addr + data_off are its
-        // readable data.
+        // Data outside the buffer goes the general way, which refuses it: the one look at
+        // lengths on the straight-line path, where data_len is read anyway.
+        if u32::from(m.data_off) + u32::from(m.data_len) > u32::from(m.buf_len) {
+            return None;
+        }
+        // SAFETY: as in seg_data: a valid one-segment mbuf whose data lies in its buffer, and
+        // whose buf_addr is not NULL.
         Some(unsafe {
+            std::hint::assert_unchecked(!m.buf_addr.is_null());
             std::slice::from_raw_parts(
                 (m.buf_addr as *const u8).add(usize::from(m.data_off)),
                 usize::from(m.data_len),

@@ -53,8 +53,11 @@ unsafe impl Sync for DmaBuf {}
 const ALIGN: usize = 4096;
 
 impl DmaBuf {
+    /// `len` bytes (rounded up to whole 64-byte lines), zeroed and page-aligned; None when
+    /// the memory cannot be had, or `len` rounded up does not fit a `usize` (it used to wrap
+    /// to 0, and a zero-sized heap allocation is undefined behaviour).
     pub fn new(len: usize, source: MemSource) -> Option<DmaBuf> {
-        let len = len.max(64).next_multiple_of(64);
+        let len = len.max(64).checked_next_multiple_of(64)?;
         let ptr = match source {
             // SAFETY: plain allocation call; EAL is initialised whenever this source is used.
             MemSource::Dpdk { socket } => unsafe {
@@ -455,6 +458,15 @@ impl Lkeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dma_buf_sizes_that_do_not_round_are_refused() {
+        for len in [usize::MAX, usize::MAX - 62] {
+            assert!(DmaBuf::new(len, MemSource::Heap).is_none(), "{len}");
+        }
+        let b = DmaBuf::new(1, MemSource::Heap).unwrap();
+        assert_eq!((b.len(), b.as_ptr() as usize % ALIGN), (64, 0));
+    }
 
     #[test]
     fn arrays_boxes_and_names_in_heap_memory() {

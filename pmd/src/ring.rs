@@ -530,7 +530,9 @@ impl<const TXBBS: usize> WqeMut<'_, TXBBS> {
 
     #[inline(always)]
     fn span(&self, off: usize, n: usize) -> *mut u8 {
-        assert!(off >= PLAIN_FROM && off <= self.len() && n <= self.len() - off);
+        if !(off >= PLAIN_FROM && off <= self.len() && n <= self.len() - off) {
+            wqe_overrun();
+        }
         // SAFETY: inside the WQE (asserted).
         unsafe { self.base.add(off) }
     }
@@ -613,6 +615,15 @@ impl<const TXBBS: usize> WqeMut<'_, TXBBS> {
             }
         }
     }
+}
+
+/// The one panic on the TX path: a write outside its WQE means the queue sized a WQE for a
+/// length it did not check, a broken invariant of ours (lengths are checked once, before a
+/// WQE is sized: `TxBuf::check`, `TxBuf::plain`), never a bad mbuf.
+#[cold]
+#[inline(never)]
+fn wqe_overrun() -> ! {
+    panic!("broken invariant: a write outside its WQE (a length the TX queue did not check)")
 }
 
 /// # Safety

@@ -81,6 +81,10 @@ counters! {
         /// Of `gather_packets`, those the general path posted (the others: one segment, no
         /// offload, a buffer in the lkey cache's region).
         general_gather: Extended,
+        /// Malformed packets refused (also in `oerrors`): segments whose data leaves their
+        /// buffer, a chain that is not `nb_segs` long (or loops), a `pkt_len` that is not the
+        /// segments' sum, a TSO request a card refuses. Each is freed, once per segment.
+        bad_mbufs: Extended,
         /// Packets posted (so in `opackets`) and then lost with a queue an error completion
         /// stopped: the failed WQE's and those posted after it. Also in `oerrors`. Frames on
         /// the wire are `opackets - flushed`.
@@ -143,7 +147,7 @@ mod tests {
         let ext: Vec<_> = a.extended().collect();
         assert_eq!(
             ext.len(),
-            13,
+            14,
             "every TX counter but packets, bytes, errors: {ext:?}"
         );
         assert_eq!(ext[0], ("doorbells", 1));

@@ -72,9 +72,23 @@ pub trait TxBuf: Copy {
     /// The segments' bytes, in order.
     fn segs(&self) -> impl Iterator<Item = &[u8]>;
     fn offloads(&self) -> TxOffloads;
-    /// The bytes of a plain packet (one segment, no offload requested), or None: the only
-    /// question the straight-line path asks, answered with a few loads.
+    /// The bytes of a plain packet (one segment, no offload requested, its data inside its
+    /// buffer), or None: the only question the straight-line path asks, answered with a few
+    /// loads.
     fn plain(&self) -> Option<&[u8]>;
+    /// The bytes to send, once the general path has checked the buffer's shape (for an mbuf:
+    /// `nb_segs` segments ending the chain, each one's data inside its buffer, `pkt_len` their
+    /// sum unless the packet is plain), or None for a malformed buffer, which is refused and
+    /// counted in `bad_mbufs`. [`TxBuf::segs`] then yields exactly that many bytes.
+    fn check(&self) -> Option<u32> {
+        Some(self.pkt_len())
+    }
+    /// Makes a buffer the queue refused safe to release: for an mbuf chain, cut after its
+    /// first `nb_segs` distinct segments, so that each is freed once.
+    ///
+    /// # Safety
+    /// The queue took `self` (it is released with the burst) and nothing else uses it.
+    unsafe fn refuse(&self) {}
     /// Returns buffers to their pools, once per batch.
     ///
     /// # Safety
@@ -133,6 +147,8 @@ struct Producer {
     /// Packets that went out in gather WQEs; the others went inline.
     gather_packets: u64,
     ring_full: u64,
+    /// Malformed buffers refused (also in `errors`).
+    bad_mbufs: u64,
     /// Counted on the general path only, where they cost nothing that matters.
     general_inline: u64,
     general_gather: u64,
@@ -327,6 +343,7 @@ impl<B: TxBuf> TxQueue<B> {
             cqe_mismatches: self.comp.cqe_mismatches,
             general_inline: p.general_inline,
             general_gather: p.general_gather,
+            bad_mbufs: p.bad_mbufs,
             flushed: self.recovery.flushed,
             queue_resets: self.recovery.queue_resets,
             doorbell_rerings: self.recovery.doorbell_rerings,
@@ -337,7 +354,7 @@ impl<B: TxBuf> TxQueue<B> {
         let p = &mut self.prod;
         (p.packets, p.bytes, p.errors, p.doorbells, p.bf_writes) = (0, 0, 0, 0, 0);
         (p.gather_packets, p.ring_full) = (0, 0);
-        (p.general_inline, p.general_gather) = (0, 0);
+        (p.general_inline, p.general_gather, p.bad_mbufs) = (0, 0, 0);
         (self.comp.completions, self.comp.error_cqes) = (0, 0);
         self.comp.cqe_mismatches = 0;
         let r = &mut self.recovery;
@@ -928,8 +945,8 @@ enum Step {
     /// A gather WQE whose owner word is not a SEND's (LSO, inner checksums): held as
     /// `Gather`, and the burst ends with it ([`Poster::take_last`]).
     GatherLast(u32),
-    /// It can never be sent (empty, too many segments, memory the device cannot reach): taken,
-    /// released and counted, rather than retried forever.
+    /// It can never be sent (empty, too many segments, memory the device cannot reach, or
+    /// malformed: see [`refuse`]): taken, released and counted, rather than retried forever.
     Dropped,
     /// No room for it: the burst ends before it.
     Full,
@@ -1157,7 +1174,7 @@ fn rest_loop<B: TxBuf>(
             Stop::Other if t.n == n0 => {
                 let pkt = pkts[t.n];
                 let room = q.elts_room - t.gathers;
-                let step = post_general(poster, pkt, q.inline_max, &mut q.prod.lkeys, q.segs, room);
+                let step = post_general(poster, pkt, q.inline_max, q.prod, q.segs, room);
                 match step {
                     // It may have several segments: no fast free for what is released with it.
                     Step::Inline(len) => {
@@ -1206,15 +1223,20 @@ fn post_general<B: TxBuf>(
     poster: &mut Poster<'_>,
     pkt: B,
     inline_max: usize,
-    lkeys: &mut Lkeys,
+    prod: &mut Producer,
     segs: &mut [(u64, u32, u32); MAX_GATHER_SEGS],
     gathers_left: u32,
 ) -> Step {
-    let len = pkt.pkt_len() as usize;
+    // The one look at the buffer's shape; from here on its lengths hold.
+    let Some(len) = pkt.check() else {
+        return refuse(prod, pkt);
+    };
+    let lkeys = &mut prod.lkeys;
     let off = pkt.offloads();
     if let Some(bits) = off.owner_bits() {
-        return post_last(poster, pkt, off, bits, lkeys, segs, gathers_left);
+        return post_last(poster, pkt, len, off, bits, prod, segs, gathers_left);
     }
+    let len = len as usize;
     if len > 0 && len <= inline_max {
         let bytes = wqe::inline_wqe_bytes(len);
         let Some(mut w) = poster.take_dyn(txbbs_for(bytes)) else {
@@ -1266,26 +1288,30 @@ fn data_segs<'a>(
 /// it ends the burst.
 #[cold]
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn post_last<B: TxBuf>(
     poster: &mut Poster<'_>,
     pkt: B,
+    len: u32,
     off: TxOffloads,
     bits: u32,
-    lkeys: &mut Lkeys,
+    prod: &mut Producer,
     segs: &mut [(u64, u32, u32); MAX_GATHER_SEGS],
     gathers_left: u32,
 ) -> Step {
-    let len = pkt.pkt_len();
     let hdr_len = off.tso.map_or(0, |t| usize::from(t.hdr_len));
     let mut all = pkt.segs();
     let first = all.next().unwrap_or(&[]);
-    if off.tso.is_some_and(|t| t.mss == 0)
+    // What a card refuses (an error completion that stops the queue): no segment size, no
+    // header, a header it cannot copy, or beyond the first segment, or nothing after it.
+    if off.tso.is_some_and(|t| t.mss == 0 || t.hdr_len == 0)
         || hdr_len > mlx4_prm::LSO_MAX_HEADER
         || hdr_len > first.len()
         || hdr_len == len as usize
     {
-        return Step::Dropped;
+        return refuse(prod, pkt);
     }
+    let lkeys = &mut prod.lkeys;
     let (hdr, rest) = first.split_at(hdr_len);
     // The LSO segment (its header copy) takes DS slots from the gather entries.
     let max = MAX_GATHER_SEGS - mlx4_prm::lso_seg_len(hdr_len) / mlx4_prm::DS_SIZE;
@@ -1308,6 +1334,21 @@ fn post_last<B: TxBuf>(
         None => wqe::write_gather(&mut w, &segs[..nsegs]),
     }
     Step::GatherLast(len)
+}
+
+/// A malformed buffer ([`TxBuf::check`], or a TSO request a card refuses): made safe to
+/// release ([`TxBuf::refuse`]), counted in `bad_mbufs`, and dropped as any packet that can
+/// never be sent (`errors`). Done here, out of the burst's loop: a step of its own there cost
+/// the straight-line gather path 3 instructions a packet.
+#[cold]
+#[inline(never)]
+#[allow(unsafe_code)]
+fn refuse<B: TxBuf>(prod: &mut Producer, pkt: B) -> Step {
+    // SAFETY: `Dropped` makes the burst take this packet and release it with the burst, and
+    // nothing else uses it.
+    unsafe { pkt.refuse() };
+    prod.bad_mbufs += 1;
+    Step::Dropped
 }
 
 /// Keeps packets for the release at the end of the burst, releasing a full batch on the way.

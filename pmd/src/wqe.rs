@@ -285,13 +285,14 @@ fn put_data_seg<const T: usize>(w: &mut WqeMut<'_, T>, at: usize, addr: u64, len
 }
 
 /// Copies the packet's segments into inline chunks. `w` spans the whole WQE (whole TXBBs);
-/// `len` is the sum of the segment lengths.
+/// `len` is the sum of the segment lengths (the queue checked it). Were it not, at most `len`
+/// bytes would be copied and the rest of the WQE left as it is: never a write past it.
 pub fn write_inline<'a>(w: &mut WqeMut<'_>, len: usize, mut segs: impl Iterator<Item = &'a [u8]>) {
     let first_seg = segs.next().unwrap_or(&[]);
     if first_seg.len() == len {
         copy_chunks(w, first_seg);
     } else {
-        copy_pieces(w, std::iter::once(first_seg).chain(segs));
+        copy_pieces(w, len, std::iter::once(first_seg).chain(segs));
     }
     write_inline_headers(w, len);
 }
@@ -309,12 +310,15 @@ fn copy_chunks(w: &mut WqeMut<'_>, pkt: &[u8]) {
     }
 }
 
-/// Any number of segments, split wherever a 64-byte chunk ends.
-fn copy_pieces<'a>(w: &mut WqeMut<'_>, segs: impl Iterator<Item = &'a [u8]>) {
+/// Any number of segments, split wherever a 64-byte chunk ends; `len` bytes at most.
+fn copy_pieces<'a>(w: &mut WqeMut<'_>, len: usize, segs: impl Iterator<Item = &'a [u8]>) {
     // Position of the next data byte and the end of the current chunk.
     let mut pos = CTRL_LEN + 4;
     let mut chunk_end = TXBB_SIZE;
-    for mut s in segs {
+    let mut left = len;
+    for s in segs {
+        let mut s = &s[..s.len().min(left)];
+        left -= s.len();
         while !s.is_empty() {
             if pos == chunk_end {
                 pos += 4; // the next chunk's header, written below

@@ -32,14 +32,169 @@ pub fn plugin_dir() -> PathBuf {
     dir
 }
 
-/// A unique `--file-prefix` so that tests running side by side never share EAL state.
+/// A unique `--file-prefix` so that tests running side by side never share EAL state. Its EAL
+/// runtime directory and hugepage files are removed when the test binary exits, whether its
+/// tests passed or failed ([`cleanup::at_exit`]); [`EalPrefix`] removes them sooner.
 pub fn file_prefix(tag: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
-    format!(
+    let p = format!(
         "mlx4rs-{tag}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
-    )
+    );
+    cleanup::at_exit(cleanup::Leftover::EalPrefix(p.clone()));
+    p
+}
+
+/// A `--file-prefix` whose EAL runtime directory and hugepage files go when the guard drops,
+/// also when the test fails (unwinding drops it). The programs using it must have exited.
+pub struct EalPrefix(pub String);
+
+impl EalPrefix {
+    pub fn new(tag: &str) -> EalPrefix {
+        EalPrefix(file_prefix(tag))
+    }
+
+    /// `--file-prefix=<prefix>`.
+    pub fn arg(&self) -> String {
+        format!("--file-prefix={}", self.0)
+    }
+}
+
+impl Drop for EalPrefix {
+    fn drop(&mut self) {
+        cleanup::remove_eal_prefix(&self.0);
+    }
+}
+
+/// A scratch directory (see [`scratch_dir`]) removed with everything in it when the guard
+/// drops, also when the test fails.
+pub struct ScratchDir(pub PathBuf);
+
+impl ScratchDir {
+    pub fn new(tag: &str) -> ScratchDir {
+        ScratchDir(scratch_dir(tag))
+    }
+}
+
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What tests leave behind, removed at the latest when the test binary exits.
+pub mod cleanup {
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    pub enum Leftover {
+        /// An EAL `--file-prefix`: its runtime directory and hugepage files.
+        EalPrefix(String),
+        /// A file or directory tree.
+        Path(PathBuf),
+        /// A network interface (TAP), deleted with `ip link del`.
+        Link(String),
+        /// A network namespace, deleted with `ip netns del`.
+        Netns(String),
+    }
+
+    static LEFT: Mutex<Vec<Leftover>> = Mutex::new(Vec::new());
+
+    extern "C" {
+        fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+    }
+
+    extern "C" fn on_exit() {
+        let left = match LEFT.lock() {
+            Ok(mut l) => std::mem::take(&mut *l),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for l in left {
+            remove(&l);
+        }
+    }
+
+    /// Removes `what` when the test binary exits. The test harness ends the process with
+    /// `exit` whether tests passed or failed, which runs the handler; only a kill skips it.
+    pub fn at_exit(what: Leftover) {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: registers a plain `extern "C"` function that only takes a lock and
+            // removes files; `atexit` has no other precondition.
+            let rc = unsafe { atexit(on_exit) };
+            assert_eq!(rc, 0, "atexit");
+        });
+        LEFT.lock().unwrap_or_else(|p| p.into_inner()).push(what);
+    }
+
+    pub fn remove(what: &Leftover) {
+        match what {
+            Leftover::EalPrefix(p) => remove_eal_prefix(p),
+            Leftover::Path(p) => {
+                let _ = std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p));
+            }
+            Leftover::Link(name) => {
+                if Path::new("/sys/class/net").join(name).exists() {
+                    let _ = std::process::Command::new("ip")
+                        .args(["link", "del", name])
+                        .status();
+                }
+            }
+            Leftover::Netns(name) => {
+                if Path::new("/run/netns").join(name).exists() {
+                    let _ = std::process::Command::new("ip")
+                        .args(["netns", "del", name])
+                        .status();
+                }
+            }
+        }
+    }
+
+    /// EAL's runtime directory for `prefix` (as root `/var/run/dpdk/<prefix>`; otherwise under
+    /// `XDG_RUNTIME_DIR`, else `/tmp`), and every `<prefix>map_*` file in a hugetlbfs mount.
+    pub fn remove_eal_prefix(prefix: &str) {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc_geteuid() } == 0;
+        let base = if root {
+            PathBuf::from("/var/run/dpdk")
+        } else {
+            std::env::var_os("XDG_RUNTIME_DIR")
+                .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from)
+                .join("dpdk")
+        };
+        let _ = std::fs::remove_dir_all(base.join(prefix));
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        for m in mounts
+            .lines()
+            .filter(|l| l.split(' ').nth(2) == Some("hugetlbfs"))
+        {
+            let Some(dir) = m.split(' ').nth(1) else {
+                continue;
+            };
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            let mine = format!("{prefix}map_");
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with(&mine) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+
+    extern "C" {
+        #[link_name = "geteuid"]
+        fn libc_geteuid() -> u32;
+    }
 }
 
 pub struct Output {
@@ -149,7 +304,8 @@ fn without_events(text: &str) -> String {
 /// Runs `dpdk-testpmd` with the plugin and `vdevs`, feeding `steps` to its `-i` prompt over a
 /// pipe, and waits for it to exit (at most `limit`).
 pub fn testpmd(vdevs: &[&str], app_args: &[&str], steps: &[Step], limit: Duration) -> Output {
-    testpmd_in(&file_prefix("testpmd"), 512, vdevs, app_args, steps, limit)
+    let prefix = EalPrefix::new("testpmd");
+    testpmd_in(&prefix.0, 512, vdevs, app_args, steps, limit)
 }
 
 /// As [`testpmd`], with a chosen `--file-prefix` (so a test can find the process by it) and
@@ -162,6 +318,8 @@ pub fn testpmd_in(
     steps: &[Step],
     limit: Duration,
 ) -> Output {
+    // The runtime directory goes once testpmd has exited, even if the session panics.
+    let _prefix = EalPrefix(prefix.to_owned());
     let dir = plugin_dir();
     // Line-buffered stdout: testpmd prints with stdio but its prompt with write(2), so a
     // block-buffered pipe would splice prompts into the middle of lines.
@@ -186,13 +344,40 @@ pub fn testpmd_in(
     run_interactive(cmd, steps, limit)
 }
 
+/// A child process killed (and reaped) when the guard drops without it having exited: a test
+/// that fails in the middle of a session leaves no program running.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("dpdk-testpmd not found: run scripts/setup.sh");
+    let mut child = KillOnDrop(
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{cmd:?} cannot start ({e}): run scripts/setup.sh")),
+    );
     let mut stdin = child.stdin.take().unwrap();
     let out_pipe = child.stdout.take().unwrap();
     let err_pipe = child.stderr.take().unwrap();
@@ -408,10 +593,12 @@ pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
     out
 }
 
-/// A scratch directory that is not world-writable (EAL and our pcap paths live there).
+/// A scratch directory that is not world-writable (EAL and our pcap paths live there); removed
+/// when the test binary exits at the latest ([`ScratchDir`] removes it sooner).
 pub fn scratch_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("{}-{}", file_prefix(tag), "dir"));
     std::fs::create_dir_all(&d).unwrap();
+    cleanup::at_exit(cleanup::Leftover::Path(d.clone()));
     d
 }
 

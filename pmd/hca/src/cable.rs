@@ -27,6 +27,9 @@ const MAGIC: u64 = u64::from_le_bytes(*b"MLX4CABL");
 const RING_FRAMES: u32 = 4096;
 /// Bytes of records each direction holds.
 const RING_DATA: usize = 8 << 20;
+/// How long plugging in waits for the layout lock.
+const INIT_LOCK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Byte of the file whose lock serialises laying the file out.
 const INIT_LOCK: i64 = 2;
 
@@ -133,7 +136,20 @@ impl Cable {
             .mode(0o600)
             .open(path)
             .map_err(|e| io("open", e))?;
-        ofd_lock(&file, INIT_LOCK, true).map_err(|e| io("lock", e))?;
+        // The layout lock is held only while a side is claimed and the file laid out, a few
+        // system calls: one held for seconds belongs to a stuck or hostile process, and port
+        // start fails rather than waits for ever.
+        let start = std::time::Instant::now();
+        while !ofd_lock(&file, INIT_LOCK, false).map_err(|e| io("lock", e))? {
+            if start.elapsed() >= INIT_LOCK_DEADLINE {
+                return Err(HcaError::Io(format!(
+                    "cable {}: another process has held the layout lock for {:?}",
+                    path.display(),
+                    INIT_LOCK_DEADLINE
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         Cable::plug(path, file)
     }
 
@@ -212,7 +228,9 @@ impl Cable {
             )));
         };
         // Side s sends on ring s and receives on the other.
-        let (tx, rx) = if side == 0 { (r0, r1) } else { (r1, r0) };
+        let (tx, mut rx) = if side == 0 { (r0, r1) } else { (r1, r0) };
+        // The other end writes what this one receives: read it as a peer's.
+        rx.guard_reads();
         // Only this end sends on `tx`: a lock a dead process left is ours to break.
         tx.break_lock();
         rx.set_up(true);

@@ -53,12 +53,30 @@ pub(crate) const fn region_len(data: usize) -> usize {
 ///
 /// Invariant: `[region + off, region + off + region_len(cap))` lies inside `region`, is 8-byte
 /// aligned and holds an initialised header; only this protocol touches it.
+///
+/// The header's counters and the records may be written by another process at any time (a
+/// cable's peer): every index read from them is checked before use (8-aligned, at most `cap`
+/// bytes apart, records inside what was published), so a bogus one costs frames, never a
+/// store or a read outside the ring, or an unbounded loop.
 #[derive(Clone)]
 pub(crate) struct FrameRing {
     /// Keeps the memory alive.
     region: Arc<Region>,
     base: *mut u8,
     cap: usize,
+    /// Records are copied out with atomic loads before the consumer sees them: the producer
+    /// is another program, which may rewrite them while they are read.
+    guarded: bool,
+}
+
+/// How long a producer waits for the lock before it gives up on the batch (refusing its
+/// frames): a peer that holds it longer is dead or hostile.
+const LOCK_DEADLINE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether `head` and `tail` (free-running byte counters read from the header) can be a ring
+/// of `cap` bytes' positions: 8-aligned, and no more than `cap` apart.
+fn positions_ok(head: u64, tail: u64, cap: usize) -> bool {
+    head % 8 == 0 && tail % 8 == 0 && head.wrapping_sub(tail) <= cap as u64
 }
 
 // SAFETY: the ring is shared memory accessed through atomics (header) and a single-producer
@@ -97,6 +115,7 @@ impl FrameRing {
             region,
             base,
             cap: data,
+            guarded: false,
         };
         for at in (0..hdr::LEN).step_by(8) {
             ring.word(at).store(0, Ordering::Relaxed);
@@ -121,6 +140,7 @@ impl FrameRing {
             region,
             base,
             cap: 0,
+            guarded: false,
         };
         if ring.half(hdr::MAGIC).load(Ordering::Acquire) != MAGIC
             || ring.half(hdr::VERSION).load(Ordering::Acquire) != VERSION
@@ -133,6 +153,12 @@ impl FrameRing {
         }
         ring.cap = cap;
         Some(ring)
+    }
+
+    /// This ring's records come from another program: copy them out atomically before
+    /// handing them on (see [`FrameRing::consume`]).
+    pub(crate) fn guard_reads(&mut self) {
+        self.guarded = true;
     }
 
     fn word(&self, at: usize) -> &AtomicU64 {
@@ -179,10 +205,14 @@ impl FrameRing {
         self.producer().dropped = 0;
     }
 
-    /// Take the producer lock (spinning, then yielding, while another producer holds it).
+    /// Take the producer lock (spinning, then yielding, while another producer holds it, for
+    /// at most [`LOCK_DEADLINE`]). A producer that did not get the lock, or found the
+    /// header's positions bogus, refuses every frame and writes nothing back.
     pub(crate) fn producer(&self) -> Producer {
         let lock = self.half(hdr::LOCK);
         let mut spins = 0u32;
+        let mut since: Option<std::time::Instant> = None;
+        let mut locked = true;
         while lock
             .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
@@ -191,18 +221,27 @@ impl FrameRing {
             if spins < 128 {
                 std::hint::spin_loop();
             } else {
+                let t = *since.get_or_insert_with(std::time::Instant::now);
+                if t.elapsed() >= LOCK_DEADLINE {
+                    locked = false;
+                    break;
+                }
                 std::thread::yield_now();
             }
         }
+        let head = self.word(hdr::HEAD).load(Ordering::Relaxed);
+        let tail = self.word(hdr::TAIL).load(Ordering::Acquire);
         Producer {
             ring: self.clone(),
-            head: self.word(hdr::HEAD).load(Ordering::Relaxed),
+            head,
             pushed: self.word(hdr::PUSHED).load(Ordering::Relaxed),
             dropped: self.word(hdr::DROPPED).load(Ordering::Relaxed),
-            tail: self.word(hdr::TAIL).load(Ordering::Acquire),
+            tail,
             popped: self.word(hdr::POPPED).load(Ordering::Acquire),
             up: self.up(),
             max_frames: self.word(hdr::MAX_FRAMES).load(Ordering::Relaxed),
+            locked,
+            valid: locked && positions_ok(head, tail, self.cap),
         }
     }
 
@@ -215,12 +254,22 @@ impl FrameRing {
     /// Offer up to `budget` frames, oldest first, to `f`; a frame is consumed when `f` returns
     /// true, and the first it refuses (to be offered again later) ends the call. Returns the
     /// frames consumed. The caller must be the ring's only consumer.
+    /// Each record moves the tail on by 8 bytes at least and never past the head, which is
+    /// at most `cap` bytes ahead: at most `cap / 8` records a call, whatever the header says.
     pub(crate) fn consume(&self, budget: usize, mut f: impl FnMut(&[u8]) -> bool) -> usize {
         let head = self.word(hdr::HEAD).load(Ordering::Acquire);
         let mut tail = self.word(hdr::TAIL).load(Ordering::Relaxed);
         let mut n = 0;
+        if !positions_ok(head, tail, self.cap) {
+            // A foreign writer broke the header: give up on everything published.
+            tail = head;
+        }
+        let mut scratch = Vec::new();
         while n < budget && tail != head {
-            let Some((frame, next)) = self.record(tail) else {
+            let rec = self
+                .record(tail, &mut scratch)
+                .filter(|&(_, next)| next.wrapping_sub(tail) <= head.wrapping_sub(tail));
+            let Some((frame, next)) = rec else {
                 // A corrupt record (a foreign writer): give up on everything published.
                 tail = head;
                 break;
@@ -247,26 +296,49 @@ impl FrameRing {
         self.consume(usize::MAX, |_| true) as u64
     }
 
-    /// The record at free-running offset `at`: its frame (`None` for a wrap marker) and the
-    /// offset after it; `None` if it is malformed.
-    fn record(&self, at: u64) -> Option<(Option<&[u8]>, u64)> {
+    /// The record at free-running offset `at` (8-aligned): its frame (`None` for a wrap
+    /// marker) and the offset after it; `None` if it is malformed. On a guarded ring the frame
+    /// is copied into `scratch` by atomic loads: the peer may be rewriting it.
+    fn record<'s>(&'s self, at: u64, scratch: &'s mut Vec<u8>) -> Option<(Option<&'s [u8]>, u64)> {
         let pos = (at % self.cap as u64) as usize;
-        if pos + REC_HDR > self.cap {
+        if pos % 8 != 0 || pos + REC_HDR > self.cap {
             return None;
         }
-        // SAFETY: `pos + 8 <= cap`, 8-aligned, inside the data area; records between tail and
-        // head belong to the consumer, and the producer wrote them before publishing head.
-        let len = unsafe { self.data().add(pos).cast::<u32>().read() };
+        // SAFETY: `pos + 8 <= cap`, 8-aligned, inside the data area; read atomically, as the
+        // producer may be another program.
+        let len =
+            unsafe { AtomicU32::from_ptr(self.data().add(pos).cast()) }.load(Ordering::Relaxed);
         if len == WRAP {
-            return Some((None, at + (self.cap - pos) as u64));
+            return Some((None, at.wrapping_add((self.cap - pos) as u64)));
         }
         let len = len as usize;
-        if pos + REC_HDR + len > self.cap {
+        if len > self.cap || pos + REC_HDR + len > self.cap {
             return None;
         }
-        // SAFETY: in range (checked); see above for why nobody writes it meanwhile.
-        let frame = unsafe { std::slice::from_raw_parts(self.data().add(pos + REC_HDR), len) };
-        Some((Some(frame), at + (REC_HDR + len.next_multiple_of(8)) as u64))
+        let next = at.wrapping_add((REC_HDR + len.next_multiple_of(8)) as u64);
+        let from = pos + REC_HDR;
+        if self.guarded {
+            // Whole 8-byte words (records are 8-aligned and padded to 8, inside the ring).
+            let words = len.div_ceil(8);
+            if from + words * 8 > self.cap {
+                return None;
+            }
+            scratch.clear();
+            scratch.reserve(words * 8);
+            for w in 0..words {
+                // SAFETY: 8-aligned, inside the data area (checked above); atomic, so a
+                // concurrent write by the peer is no data race.
+                let v = unsafe { AtomicU64::from_ptr(self.data().add(from + 8 * w).cast()) }
+                    .load(Ordering::Relaxed);
+                scratch.extend_from_slice(&v.to_ne_bytes());
+            }
+            scratch.truncate(len);
+            return Some((Some(&scratch[..]), next));
+        }
+        // SAFETY: in range (checked); records between tail and head belong to the consumer,
+        // and a producer in this program wrote them before publishing head.
+        let frame = unsafe { std::slice::from_raw_parts(self.data().add(from), len) };
+        Some((Some(frame), next))
     }
 
     /// Largest frame the ring can ever hold.
@@ -287,6 +359,10 @@ pub(crate) struct Producer {
     popped: u64,
     up: bool,
     max_frames: u64,
+    /// The lock was taken (else nothing is written back).
+    locked: bool,
+    /// The lock was taken and the header's positions are sound: frames may be pushed.
+    valid: bool,
 }
 
 impl Producer {
@@ -299,7 +375,7 @@ impl Producer {
         let to_end = cap - pos;
         let waste = if to_end < need { to_end } else { 0 };
         let full = |p: &Self| {
-            p.head.wrapping_sub(p.tail) + waste + need > cap
+            p.head.wrapping_sub(p.tail).saturating_add(waste + need) > cap
                 || p.pushed.wrapping_sub(p.popped) >= p.max_frames
         };
         if self.up && frame.len() <= self.ring.max_frame() && full(self) {
@@ -307,8 +383,12 @@ impl Producer {
             self.tail = self.ring.word(hdr::TAIL).load(Ordering::Acquire);
             self.popped = self.ring.word(hdr::POPPED).load(Ordering::Acquire);
         }
-        if !self.up || frame.len() > self.ring.max_frame() || full(self) {
-            self.dropped += 1;
+        if self.up && self.valid && !positions_ok(self.head, self.tail, self.ring.cap) {
+            // The consumer's tail, just read again, is bogus.
+            self.valid = false;
+        }
+        if !self.valid || !self.up || frame.len() > self.ring.max_frame() || full(self) {
+            self.dropped = self.dropped.wrapping_add(1);
             return false;
         }
         let data = self.ring.data();
@@ -316,7 +396,7 @@ impl Producer {
             // SAFETY: `pos + 4 <= cap` (records are 8-aligned, so to_end >= 8); the bytes from
             // head up to tail + cap are the producer's.
             unsafe { data.add(pos as usize).cast::<u32>().write(WRAP) };
-            self.head += waste;
+            self.head = self.head.wrapping_add(waste);
         }
         let pos = (self.head % cap) as usize;
         // SAFETY: `pos + need <= cap` (no wrap needed, or wrapped to 0 with room checked); the
@@ -325,18 +405,24 @@ impl Producer {
             data.add(pos).cast::<u32>().write(frame.len() as u32);
             std::ptr::copy_nonoverlapping(frame.as_ptr(), data.add(pos + REC_HDR), frame.len());
         }
-        self.head += need;
-        self.pushed += 1;
+        self.head = self.head.wrapping_add(need);
+        self.pushed = self.pushed.wrapping_add(1);
         true
     }
 }
 
 impl Drop for Producer {
     fn drop(&mut self) {
+        if !self.locked {
+            // Not ours to write: the frames it refused go uncounted in the header.
+            return;
+        }
         let r = &self.ring;
         r.word(hdr::DROPPED).store(self.dropped, Ordering::Relaxed);
-        r.word(hdr::HEAD).store(self.head, Ordering::Release);
-        r.word(hdr::PUSHED).store(self.pushed, Ordering::Release);
+        if self.valid {
+            r.word(hdr::HEAD).store(self.head, Ordering::Release);
+            r.word(hdr::PUSHED).store(self.pushed, Ordering::Release);
+        }
         r.half(hdr::LOCK).store(0, Ordering::Release);
     }
 }
@@ -368,6 +454,115 @@ mod tests {
         }
         assert_eq!(seen, next);
         assert_eq!(r.pending(), 0);
+    }
+
+    /// A seeded, bounded fuzz of what a hostile peer can write into a shared ring (issue 26,
+    /// "cable-file headers"): random positions (unaligned, huge, behind or ahead), random
+    /// record lengths, a held lock. Frames may be lost, but every push and consume returns
+    /// at once (a consume handles at most cap / 8 records), nothing is written outside the
+    /// ring, and every frame handed on lies inside it.
+    #[test]
+    fn a_hostile_peer_costs_frames_never_memory_or_time() {
+        const DATA: usize = 512;
+        const GUARD: usize = 256;
+        let region = Arc::new(Region::heap(region_len(DATA) + GUARD));
+        let mut r = FrameRing::init(region.clone(), 0, DATA, 64);
+        r.guard_reads();
+        let guard = |v: Option<u8>| {
+            let p = region.as_ptr().wrapping_add(region_len(DATA));
+            for i in 0..GUARD {
+                // SAFETY: inside the region, past the ring; only this test touches it.
+                unsafe {
+                    let b = p.add(i);
+                    match v {
+                        Some(v) => b.write_volatile(v),
+                        None => assert_eq!(b.read_volatile(), 0xab, "byte {i} past the ring"),
+                    }
+                }
+            }
+        };
+        guard(Some(0xab));
+        let mut x = 0x5afe_cab1e_u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let start = std::time::Instant::now();
+        let (mut pushed, mut seen) = (0u64, 0u64);
+        for round in 0..20_000 {
+            match rnd() % 40 {
+                0..=14 => {
+                    let mut p = r.producer();
+                    for _ in 0..1 + rnd() % 4 {
+                        let len = (rnd() % 300) as usize;
+                        pushed += u64::from(p.push(&vec![round as u8; len]));
+                    }
+                }
+                15..=29 => {
+                    r.consume((rnd() % 8) as usize, |f| {
+                        assert!(f.len() <= r.max_frame());
+                        seen += 1;
+                        true
+                    });
+                }
+                30..=32 => {
+                    r.clear();
+                }
+                33..=36 => {
+                    // A position or count rewritten.
+                    let at = [hdr::HEAD, hdr::TAIL, hdr::PUSHED, hdr::POPPED][(rnd() % 4) as usize];
+                    let v = match rnd() % 4 {
+                        0 => rnd(),
+                        1 => r.word(at).load(Ordering::Relaxed).wrapping_add(rnd() % 17),
+                        2 => r
+                            .word(at)
+                            .load(Ordering::Relaxed)
+                            .wrapping_sub(rnd() % 1024),
+                        _ => rnd() % 4096,
+                    };
+                    r.word(at).store(v, Ordering::Relaxed);
+                }
+                _ => {
+                    // A record length rewritten.
+                    let pos = (rnd() % (DATA as u64 / 4)) as usize * 4;
+                    let v = if rnd() % 4 == 0 { WRAP } else { rnd() as u32 };
+                    // SAFETY: a 4-aligned word inside the data area, written atomically.
+                    unsafe { AtomicU32::from_ptr(r.data().add(pos).cast()) }
+                        .store(v, Ordering::Relaxed);
+                }
+            }
+            if round % 200 == 199 {
+                // A peer may also set things right again: the ring recovers.
+                let h = r.word(hdr::HEAD).load(Ordering::Relaxed) & !7;
+                r.word(hdr::HEAD).store(h, Ordering::Relaxed);
+                r.word(hdr::TAIL).store(h, Ordering::Relaxed);
+            }
+        }
+        guard(None);
+        assert!(pushed > 0 && seen > 0, "{pushed} pushed, {seen} seen");
+        // A lock the peer never gives back: the producer gives up after its deadline.
+        r.half(hdr::LOCK).store(1, Ordering::Relaxed);
+        let t = std::time::Instant::now();
+        assert!(!r.producer().push(&[1; 10]));
+        assert!(t.elapsed() >= LOCK_DEADLINE && t.elapsed() < 10 * LOCK_DEADLINE);
+        assert_eq!(
+            r.half(hdr::LOCK).load(Ordering::Relaxed),
+            1,
+            "not ours to release"
+        );
+        r.break_lock();
+        let h = r.word(hdr::HEAD).load(Ordering::Relaxed) & !7;
+        r.word(hdr::HEAD).store(h, Ordering::Relaxed);
+        r.word(hdr::TAIL).store(h, Ordering::Relaxed);
+        let n = r.word(hdr::PUSHED).load(Ordering::Relaxed);
+        r.word(hdr::POPPED).store(n, Ordering::Relaxed);
+        assert!(
+            r.producer().push(&[2; 10]),
+            "works again once the header is sound"
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(20));
     }
 
     #[test]

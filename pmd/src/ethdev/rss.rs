@@ -109,20 +109,37 @@ pub(super) unsafe extern "C" fn rss_hash_conf_get(
     dev: *mut sys::rte_eth_dev,
     conf: *mut sys::rte_eth_rss_conf,
 ) -> c_int {
-    // SAFETY: ethdev passes a valid conf whose key, if any, has room for hash_key_size bytes
-    // (it checked rss_key_len against it).
-    let (conf, key) = unsafe {
-        let c = &mut *conf;
-        let key =
-            (!c.rss_key.is_null()).then(|| std::slice::from_raw_parts_mut(c.rss_key, RSS_KEY_LEN));
-        (c, key)
+    // DPDK 22.11's ethdev passes the application's conf as it is, and the key buffer holds
+    // `rss_key_len` bytes, nothing more is known: a buffer smaller than the key is refused, as
+    // DPDK 23.11's ethdev does itself (issue 26 #1), and at most the key is written.
+    // SAFETY: ethdev passes a valid conf.
+    let c = unsafe { &mut *conf };
+    let (key, key_room) = (c.rss_key, usize::from(c.rss_key_len));
+    let key = if key.is_null() {
+        None
+    } else if key_room < RSS_KEY_LEN {
+        Some(None)
+    } else {
+        // SAFETY: the application's key buffer holds rss_key_len >= RSS_KEY_LEN bytes.
+        Some(Some(unsafe {
+            std::slice::from_raw_parts_mut(key, RSS_KEY_LEN)
+        }))
     };
+    let conf = c;
     // SAFETY: as for every op.
     unsafe {
         eth::run(dev, "RSS hash query", |e| {
-            if let Some(out) = key {
-                out.copy_from_slice(&e.port.rx.rss_key);
-                conf.rss_key_len = RSS_KEY_LEN as u8;
+            match key {
+                None => {}
+                Some(None) => {
+                    return Err(invalid!(
+                    "RSS key buffer of {key_room} bytes (rss_key_len), the key has {RSS_KEY_LEN}"
+                ))
+                }
+                Some(Some(out)) => {
+                    out.copy_from_slice(&e.port.rx.rss_key);
+                    conf.rss_key_len = RSS_KEY_LEN as u8;
+                }
             }
             conf.rss_hf = e.port.rx.rss_hf;
             Ok(())

@@ -1,0 +1,169 @@
+//! What a careless C application can do to the driver (issue 26, items 1-5), tried from a small
+//! C program (`tests/c_safety/badmbuf.c`, built here against the installed DPDK) on one port
+//! with a pcap wire: an RSS key buffer smaller than the key, and bad mbufs among good ones.
+//! Every bad mbuf must be refused and counted (`oerrors`, `tx_bad_mbufs`), its buffers freed
+//! once, and the good frames around it must reach the wire byte for byte; nothing may abort or
+//! hang (a run that does shows here as a kill after the limit, without a PASS line).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::{plugin_dir, read_pcap, run_interactive, EalPrefix, ScratchDir, PLUGIN};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The C program, built once per test binary into a scratch directory.
+fn badmbuf() -> &'static Path {
+    static BIN: OnceLock<(ScratchDir, PathBuf)> = OnceLock::new();
+    let (_, bin) = BIN.get_or_init(|| {
+        let dir = ScratchDir::new("badmbuf-build");
+        let bin = dir.join("badmbuf");
+        let flags = Command::new("pkg-config")
+            .args(["--cflags", "--libs", "libdpdk"])
+            .output()
+            .expect("pkg-config not found: run scripts/setup.sh");
+        assert!(
+            flags.status.success(),
+            "pkg-config finds no libdpdk (DPDK 22.11 installed? run scripts/setup.sh): {}",
+            String::from_utf8_lossy(&flags.stderr)
+        );
+        let flags = String::from_utf8(flags.stdout).unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c_safety/badmbuf.c");
+        let out = Command::new("cc")
+            .args(["-O1", "-Wall", "-Werror", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .args(flags.split_whitespace())
+            .output()
+            .expect("cc not found");
+        assert!(
+            out.status.success(),
+            "building {}:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // A static is never dropped: the directory stays for the binary's whole run, and
+        // goes at its exit (scratch_dir registered it).
+        (dir, bin)
+    });
+    bin
+}
+
+struct Run {
+    text: String,
+    /// The frames the program sent as good ones, in order.
+    sent: Vec<Vec<u8>>,
+    /// What reached the wire.
+    wire: Vec<Vec<u8>>,
+}
+
+fn run_case(case: &str) -> Run {
+    let bin = badmbuf();
+    let dir = ScratchDir::new(&format!("badmbuf-{case}"));
+    let pcap = dir.join("wire.pcap");
+    let prefix = EalPrefix::new(&format!("safety-{case}"));
+    let mut cmd = Command::new(bin);
+    cmd.current_dir(&*dir)
+        .env("LD_LIBRARY_PATH", plugin_dir())
+        .args(["-l", "0", "--no-huge", "-m", "256", "--no-pci"])
+        .arg(prefix.arg())
+        .args(["-d", PLUGIN, "--vdev"])
+        .arg(format!("net_mlx4rs0,wire=pcap:{}", pcap.display()))
+        .args(["--", case]);
+    let out = run_interactive(cmd, &[], LIMIT);
+    let text = out.all();
+    assert!(
+        text.contains(&format!("badmbuf: PASS {case}")),
+        "{case}: no PASS line (exit {:?}; an abort or a hang the limit killed shows so):\n{text}",
+        out.status
+    );
+    assert!(
+        out.status.success(),
+        "{case}: exit {:?}:\n{text}",
+        out.status
+    );
+    let sent = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("frame "))
+        .map(|h| {
+            (0..h.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+                .collect()
+        })
+        .collect();
+    let wire = if pcap.exists() {
+        read_pcap(&pcap)
+    } else {
+        Vec::new()
+    };
+    Run { text, sent, wire }
+}
+
+/// A TX case: the good frames around the bad mbuf, exactly, and the counts (the program
+/// checks opackets 2, oerrors 1, tx_bad_mbufs 1 and the pool's counts itself).
+fn tx_case(case: &str) {
+    let r = run_case(case);
+    assert_eq!(
+        r.sent.len(),
+        2,
+        "{case}: two good frames printed:\n{}",
+        r.text
+    );
+    assert_eq!(
+        r.wire, r.sent,
+        "{case}: the wire holds exactly the two good frames, in order:\n{}",
+        r.text
+    );
+    assert!(
+        r.text.contains("tx_bad_mbufs 1"),
+        "{case}: counted as a bad mbuf:\n{}",
+        r.text
+    );
+}
+
+#[test]
+fn rss_key_query_never_writes_past_rss_key_len() {
+    let r = run_case("rss");
+    assert!(
+        r.text
+            .contains("RSS key buffer of 16 bytes (rss_key_len), the key has 40"),
+        "the refusal is logged:\n{}",
+        r.text
+    );
+}
+
+#[test]
+fn ip_checksum_with_pkt_len_below_data_len_is_refused() {
+    tx_case("csum_len");
+}
+
+#[test]
+fn segment_cycle_is_refused_and_each_segment_freed_once() {
+    tx_case("cycle");
+    tx_case("cycle3");
+}
+
+#[test]
+fn data_past_the_buffer_is_refused() {
+    tx_case("oob");
+    tx_case("oob_seg");
+}
+
+#[test]
+fn pkt_len_and_chain_length_must_match_the_segments() {
+    tx_case("pkt_len");
+    tx_case("short_chain");
+    tx_case("long_chain");
+}
+
+#[test]
+fn tso_requests_a_card_refuses_are_refused() {
+    tx_case("tso_mss0");
+    tx_case("tso_hdr");
+}
