@@ -185,8 +185,7 @@ fn judge(mbufs: &[sys::rte_mbuf], inline_max: usize) -> (Fate, Vec<usize>) {
     let frame = data.concat();
     let len = frame.len();
     if flags & bits::RTE_MBUF_F_TX_TCP_SEG != 0 {
-        // SAFETY: plain u64 view of the length bit fields.
-        let lens = unsafe { head.__bindgen_anon_3.tx_offload };
+        let lens = head.tx_offload;
         let f = |shift: u32, n: u32| ((lens >> shift) & ((1 << n) - 1)) as usize;
         let (hdr, mss) = (f(0, 7) + f(7, 9) + f(16, 8), f(24, 16));
         if mss == 0 || hdr == 0 || hdr > LSO_MAX_HEADER || hdr > data[0].len() || hdr == len {
@@ -305,7 +304,7 @@ fn random_chain(rng: &mut Rng, arena: &mut [u8], at: &mut usize, inline_max: usi
         (l2, l3, l4) = (rng.below(128), rng.below(512), rng.below(256));
     }
     head.ol_flags = flags;
-    head.__bindgen_anon_3.tx_offload = tx_offload(l2, l3, l4, mss);
+    head.tx_offload = tx_offload(l2, l3, l4, mss);
     let mut mbufs = mbufs.into_boxed_slice();
     // Link in order (the box holds the addresses).
     for i in 0..n - 1 {
