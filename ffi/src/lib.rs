@@ -90,9 +90,33 @@ pub mod bits {
     pub const RTE_MBUF_F_TX_VLAN: u64 = 1 << 57;
 }
 
+/// A table of `(name, value)` that glue.c fills from the headers, by name.
+///
+/// # Safety
+/// `table` points to `n` entries whose names are static NUL-terminated strings.
+#[cfg(test)]
+unsafe fn named_values(
+    table: *const mlx4rs_named_bit,
+    n: u32,
+) -> std::collections::HashMap<&'static str, u64> {
+    // SAFETY: the caller's promise.
+    unsafe { std::slice::from_raw_parts(table, n as usize) }
+        .iter()
+        // SAFETY: as above.
+        .map(|b| {
+            (
+                unsafe { std::ffi::CStr::from_ptr(b.name) }
+                    .to_str()
+                    .unwrap(),
+                b.value,
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
+    use super::named_values;
 
     /// The committed SDK bindings embed public types by name; the sizes those types had when the
     /// bindings were generated must be what the installed headers give them here, or every
@@ -116,7 +140,6 @@ mod tests {
         sdk_public_sizes!(check);
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
-    use std::ffi::CStr;
 
     /// Every constant of `bits`, by name.
     macro_rules! restated {
@@ -127,18 +150,13 @@ mod tests {
 
     #[test]
     fn restated_bits_match_the_headers() {
-        // SAFETY: a constant array of `mlx4rs_header_bits_n` entries whose names are static
-        // NUL-terminated strings (glue.c).
-        let header: HashMap<&str, u64> = unsafe {
-            std::slice::from_raw_parts(
+        // SAFETY: glue.c's table and its length.
+        let header = unsafe {
+            named_values(
                 super::mlx4rs_header_bits.as_ptr(),
-                super::mlx4rs_header_bits_n as usize,
+                super::mlx4rs_header_bits_n,
             )
-        }
-        .iter()
-        // SAFETY: as above.
-        .map(|b| (unsafe { CStr::from_ptr(b.name) }.to_str().unwrap(), b.value))
-        .collect();
+        };
         let ours = restated!(
             RTE_ETH_LINK_SPEED_40G,
             RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS,

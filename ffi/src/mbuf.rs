@@ -60,26 +60,19 @@ const _: () = assert!(std::mem::size_of::<rte_mbuf>() == 128);
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-    use std::ffi::CStr;
     use std::mem::offset_of;
 
     use super::rte_mbuf;
 
     #[test]
     fn mbuf_fields_sit_where_the_installed_headers_put_them() {
-        // SAFETY: a constant array of `mlx4rs_mbuf_offsets_n` entries whose names are static
-        // NUL-terminated strings (glue.c).
-        let header: HashMap<&str, u64> = unsafe {
-            std::slice::from_raw_parts(
+        // SAFETY: glue.c's table and its length.
+        let header = unsafe {
+            crate::named_values(
                 crate::mlx4rs_mbuf_offsets.as_ptr(),
-                crate::mlx4rs_mbuf_offsets_n as usize,
+                crate::mlx4rs_mbuf_offsets_n,
             )
-        }
-        .iter()
-        // SAFETY: as above.
-        .map(|b| (unsafe { CStr::from_ptr(b.name) }.to_str().unwrap(), b.value))
-        .collect();
+        };
         let ours = [
             ("buf_addr", offset_of!(rte_mbuf, buf_addr)),
             ("buf_iova", offset_of!(rte_mbuf, buf_iova)),
