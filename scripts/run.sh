@@ -20,7 +20,7 @@ bash "$top/scripts/setup.sh"
 # EAL refuses -d paths under world-writable directories: pass a bare name found through
 # LD_LIBRARY_PATH, from a directory that does not hold the library.
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "/var/run/dpdk/mlx4rs-run-$$"' EXIT
 cd "$work"
 
 # Nanoseconds the forwarding lcore (testpmd's only worker thread, rte-worker-1) has run so far:
