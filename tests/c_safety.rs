@@ -130,9 +130,12 @@ fn tx_case(case: &str) {
 #[test]
 fn rss_key_query_never_writes_past_rss_key_len() {
     let r = run_case("rss");
+    // From 23.11 ethdev refuses the short buffer itself, before the driver sees it; before,
+    // the driver does.
     assert!(
         r.text
-            .contains("RSS key buffer of 16 bytes (rss_key_len), the key has 40"),
+            .contains("RSS key buffer of 16 bytes (rss_key_len), the key has 40")
+            || r.text.contains("invalid RSS key len: 16"),
         "the refusal is logged:\n{}",
         r.text
     );
