@@ -5,8 +5,10 @@
 //!   driver calls, resolved with `dlopen`/`dlsym` at run time (bindgen's dynamic-library mode),
 //!   so the plugin has no link-time dependency on rdma-core and loads on a machine without it.
 //!
-//! The tests compare bindgen's layout of the direct-verbs structs with the C compiler's: the
-//! table of `offsetof`/`sizeof` is the stand-in's (`pmd/verbs/layout.c`), compiled here too.
+//! The types are shared by the two users of rdma-core's ABI: the driver's rdma-core backend,
+//! which calls the libraries, and the verbs stand-in (`pmd/verbs`), which implements them over
+//! the software HCA. The tests compare bindgen's layout of the structs they exchange with the C
+//! compiler's: `layout.c` is the table of `offsetof`/`sizeof`, compiled here.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -60,7 +62,7 @@ fn functions(out: &Path, file: &str, library: &str, names: &[&str]) {
 
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
-    println!("cargo:rerun-if-changed=../../pmd/verbs/layout.c");
+    println!("cargo:rerun-if-changed=layout.c");
     for h in ["verbs.h", "mlx4dv.h"] {
         let p = Path::new("/usr/include/infiniband").join(h);
         if !p.is_file() {
@@ -75,7 +77,9 @@ fn main() {
     bindgen::Builder::default()
         .header("wrapper.h")
         .allowlist_type("ibv_.*|_ibv_.*|verbs_context|_compat_ibv_port_attr|mlx4dv_.*")
-        .allowlist_var("IBV_.*|MLX4DV_.*")
+        // The WQE and CQE structs of mlx4dv.h: the stand-in checks its formats against them.
+        .allowlist_type("mlx4_wqe_.*|mlx4_cqe|mlx4_err_cqe")
+        .allowlist_var("IBV_.*|MLX4DV_.*|MLX4_.*")
         .blocklist_function(".*")
         .derive_default(true)
         .derive_debug(false)
@@ -92,7 +96,7 @@ fn main() {
 
     // Only the tests reference the table, so nothing of it reaches the plugin.
     cc::Build::new()
-        .file("../../pmd/verbs/layout.c")
+        .file("layout.c")
         .warnings(true)
         .compile("rdma_sys_layout");
 }

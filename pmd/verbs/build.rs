@@ -1,10 +1,7 @@
-//! Generates three things:
-//! - Rust bindings over the installed rdma-core headers (`infiniband/verbs.h`, `mlx4dv.h`), so the
-//!   ABI structs the stand-in fills are the ones the C driver was compiled against;
-//! - from `symbols.txt`, the linker version script and the `.symver` aliases that give every
-//!   export rdma-core's symbol version (`ibv_open_device@@IBVERBS_1.1`, ...), plus the stubs;
-//! - a C table of `offsetof`/`sizeof` for the direct-verbs structs, compiled by the C compiler
-//!   from the same headers, which a unit test holds bindgen's layout against.
+//! Generates, from `symbols.txt`, the linker version script and the `.symver` aliases that give
+//! every export rdma-core's symbol version (`ibv_open_device@@IBVERBS_1.1`, ...), plus the stubs.
+//! The ABI structs come from `rdma-sys` (`ffi/rdma`), bindgen over the installed headers, so
+//! the stand-in fills the ones the C driver was compiled against.
 //!
 //! rustc gives a cdylib an anonymous version script of its own, and a second script cannot
 //! re-version a symbol that one already lists; so each export is defined under an internal name
@@ -152,52 +149,15 @@ fn exports_rs(exports: &[Export]) -> String {
     s
 }
 
-fn bindings(out: &Path) {
-    let b = bindgen::Builder::default()
-        .header("wrapper.h")
-        .allowlist_type("ibv_.*|_ibv_.*|verbs_context|_compat_ibv_port_attr|mlx4dv_.*")
-        .allowlist_type("mlx4_wqe_.*|mlx4_cqe|mlx4_err_cqe")
-        .allowlist_var("IBV_.*|MLX4DV_.*|MLX4_.*")
-        .blocklist_function(".*")
-        .derive_default(true)
-        .prepend_enum_name(false)
-        .derive_debug(false)
-        .layout_tests(true)
-        .generate_comments(false)
-        .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
-        .generate()
-        .expect(
-            "mlx4-verbs: bindgen over infiniband/verbs.h and mlx4dv.h failed; \
-             install libibverbs-dev (scripts/setup.sh)",
-        );
-    b.write_to_file(out.join("verbs_sys.rs"))
-        .expect("writing verbs_sys.rs");
-}
-
 fn main() {
     println!("cargo:rerun-if-changed=symbols.txt");
-    println!("cargo:rerun-if-changed=wrapper.h");
-    println!("cargo:rerun-if-changed=layout.c");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir"));
-
-    if !Path::new("/usr/include/infiniband/mlx4dv.h").is_file() {
-        panic!(
-            "mlx4-verbs: /usr/include/infiniband/mlx4dv.h is missing; install libibverbs-dev \
-             (scripts/setup.sh)"
-        );
-    }
-    bindings(&out);
 
     let exports = read_symbols(&manifest.join("symbols.txt"));
     let map = out.join("exports.map");
     fs::write(&map, version_script(&exports)).expect("writing exports.map");
     fs::write(out.join("exports.rs"), exports_rs(&exports)).expect("writing exports.rs");
-
-    cc::Build::new()
-        .file("layout.c")
-        .warnings(true)
-        .compile("mlx4_verbs_layout");
 
     println!(
         "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",

@@ -1,6 +1,7 @@
 //! bindgen reads the headers through libclang, the C compiler through its own front end; the
 //! two views of every struct the driver exchanges with libmlx4 must agree. The C side is the
-//! stand-in's table (`pmd/verbs/layout.c`), compiled by this crate's build script.
+//! table in `layout.c`, compiled by this crate's build script. It covers what the driver
+//! gets back from libmlx4 and what the verbs stand-in hands to DPDK's C driver.
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
 use std::mem::{offset_of, size_of};
@@ -92,6 +93,7 @@ fn bindgen_agrees_with_the_c_compiler_on_what_mlx4dv_hands_back() {
         field!(mlx4dv_obj.qp.out),
         field!(mlx4dv_obj.cq.in_),
         field!(mlx4dv_obj.cq.out),
+        field!(mlx4dv_obj.srq.in_),
         field!(mlx4dv_obj.rwq.in_),
         field!(mlx4dv_obj.rwq.out),
         whole!(mlx4dv_ctx_allocators),
@@ -99,6 +101,7 @@ fn bindgen_agrees_with_the_c_compiler_on_what_mlx4dv_hands_back() {
         field!(mlx4dv_ctx_allocators.free),
         field!(mlx4dv_ctx_allocators.data),
         whole!(verbs_context),
+        field!(verbs_context.query_port),
         field!(verbs_context.create_rwq_ind_table),
         field!(verbs_context.destroy_rwq_ind_table),
         field!(verbs_context.create_wq),
@@ -112,11 +115,18 @@ fn bindgen_agrees_with_the_c_compiler_on_what_mlx4dv_hands_back() {
         field!(verbs_context.context),
         whole!(ibv_context),
         field!(ibv_context.device),
+        field!(ibv_context.ops),
         field!(ibv_context.cmd_fd),
+        field!(ibv_context.async_fd),
+        field!(ibv_context.num_comp_vectors),
         field!(ibv_context.abi_compat),
         whole!(ibv_device),
         field!(ibv_device.name),
         field!(ibv_device.ibdev_path),
+        whole!(ibv_device_attr_ex),
+        field!(ibv_device_attr_ex.tso_caps),
+        field!(ibv_device_attr_ex.rss_caps),
+        field!(ibv_device_attr_ex.raw_packet_caps),
         whole!(ibv_qp_init_attr_ex),
         field!(ibv_qp_init_attr_ex.rwq_ind_tbl),
         field!(ibv_qp_init_attr_ex.rx_hash_conf),
@@ -129,7 +139,7 @@ fn bindgen_agrees_with_the_c_compiler_on_what_mlx4dv_hands_back() {
         // layout.c names the union members `in`, a Rust keyword bindgen renames `in_`.
         let c_name = name.replace(".in_", ".in");
         let Some(&(c_off, c_size)) = c.get(&c_name) else {
-            panic!("{c_name} is not in pmd/verbs/layout.c");
+            panic!("{c_name} is not in ffi/rdma/layout.c");
         };
         assert_eq!(
             (off, size),
@@ -138,11 +148,15 @@ fn bindgen_agrees_with_the_c_compiler_on_what_mlx4dv_hands_back() {
         );
         names.push(c_name);
     }
+    let mut missing: Vec<_> = c.keys().filter(|n| !names.contains(n)).collect();
+    missing.sort();
     assert!(
-        names.len() >= 60,
-        "the comparison covers {} fields",
-        names.len()
+        missing.is_empty(),
+        "layout.c lists fields this test does not compare: {missing:?}"
     );
+    // The two a wrong view would hurt most: they hand over the rings.
+    assert_eq!(size_of::<mlx4dv_qp>(), 80);
+    assert_eq!(size_of::<mlx4dv_cq>(), 64);
 }
 
 #[test]
