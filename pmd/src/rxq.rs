@@ -9,7 +9,7 @@
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 
-use mlx4_prm::{cqe_opcode, rx_status, DataSeg};
+use mlx4_prm::{cqe_opcode, rx_status, Cqe, DataSeg};
 
 use crate::hw::{Device, HwError, QueueState};
 use crate::mbuf::{alloc_dma, alloc_into};
@@ -441,13 +441,56 @@ impl<B: RxBuf> RxQueue<B> {
             return 0;
         }
         let got = if self.cfg.sges == 1 {
-            self.burst_single(out)
+            if let [one] = out {
+                self.burst_one(one)
+            } else {
+                self.burst_single(out)
+            }
         } else {
             self.burst_scattered(out)
         };
         self.cq.update_ci();
         self.post_all();
         got
+    }
+
+    /// A burst of one on a single-buffer queue (`burst` saw its CQE ready): no count of the
+    /// ready CQEs, no run.
+    fn burst_one(&mut self, out: &mut B) -> usize {
+        let mut fresh_room = [MaybeUninit::uninit()];
+        let fresh = alloc_into(self.pool, &mut fresh_room).map(|f| f[0]);
+        let c = self.cq.next_view().expect("burst saw it ready");
+        let slot = (self.rq_ci & (self.wqe_cnt - 1)) as usize;
+        self.rq_ci = self.rq_ci.wrapping_add(1);
+        if c.opcode() == cqe_opcode::ERROR {
+            let why = (c.syndrome(), c.vendor_err());
+            if let Some(b) = fresh {
+                release(&[b]);
+            }
+            self.stats.errors += 1;
+            self.on_error_cqe(why.0, why.1);
+            return 0;
+        }
+        let Some(fresh) = fresh else {
+            // The pool ran dry: the frame is dropped and counted, and its buffer stays posted.
+            self.stats.nombuf += 1;
+            return 0;
+        };
+        let len = c.byte_cnt();
+        let mut errors = 0;
+        let mut cx = Refill {
+            region: self.lkeys.cached(),
+            elts: &mut self.elts,
+            entries: self.rq.scatter_entries(),
+            lkeys: &mut self.lkeys,
+            cfg: self.cfg,
+        };
+        *out = cx.frame(&c, len, slot, fresh, &mut errors);
+        let st = &mut self.stats;
+        st.packets += 1;
+        st.bytes += u64::from(len);
+        st.errors += errors;
+        1
     }
 
     /// One buffer per frame (RX scatter off): no segment arithmetic, CQEs read in place.
@@ -457,20 +500,14 @@ impl<B: RxBuf> RxQueue<B> {
         let tunnel = self.cfg.tunnel;
         let region = self.lkeys.cached();
         let (mut got, mut bytes, mut errors, mut nombuf) = (0usize, 0u64, 0u64, 0u64);
-        let mut first = true;
-        loop {
+        let (mut error_cqes, mut why) = (0u64, None);
+        let mut rq_ci = self.rq_ci;
+        // A burst of more than FRESH frames takes them a chunk at a time; each chunk ends the
+        // loop when the CQ had fewer than it asked for.
+        while got < out.len() {
             let want = (out.len() - got).min(FRESH);
-            // A full `out` (every burst of one does) asks the CQ nothing more.
-            if want == 0 {
-                break;
-            }
-            // `burst` saw the first CQE ready: a burst of one need not count it again.
-            let n = if want == 1 && first {
-                1
-            } else {
-                self.cq.ready(want)
-            };
-            first = false;
+            let ready = self.cq.ready_run(want);
+            let n = ready.len();
             if n == 0 {
                 break;
             }
@@ -479,69 +516,70 @@ impl<B: RxBuf> RxQueue<B> {
                 None => {
                     // The pool ran dry: the frames are dropped and counted, and their buffers
                     // stay posted.
-                    for _ in 0..n {
-                        let c = self.cq.next_view().expect("counted as ready");
+                    self.cq.take_ready(ready, |c| {
                         if c.opcode() == cqe_opcode::ERROR {
                             errors += 1;
-                            let why = (c.syndrome(), c.vendor_err());
-                            self.on_error_cqe(why.0, why.1);
+                            error_cqes += 1;
+                            why = Some((c.syndrome(), c.vendor_err()));
                         } else {
                             nombuf += 1;
                         }
-                        self.rq_ci = self.rq_ci.wrapping_add(1);
-                    }
+                    });
+                    rq_ci = rq_ci.wrapping_add(n as u32);
                 }
                 Some(fresh) => {
+                    let elts: &mut [B] = &mut self.elts;
+                    let entries = self.rq.scatter_entries();
+                    let lkeys = &mut self.lkeys;
+                    let dst = &mut out[got..got + n];
                     let mut used = 0;
-                    for _ in 0..n {
-                        let c = self.cq.next_view().expect("counted as ready");
-                        let (err, len) = (c.opcode() == cqe_opcode::ERROR, c.byte_cnt());
-                        let (status, hash) = (c.status(), c.immed_rss_invalid());
-                        let vlan = c.vlan_my_qpn();
-                        let slot = (self.rq_ci & mask) as usize;
-                        self.rq_ci = self.rq_ci.wrapping_add(1);
-                        if err {
+                    self.cq.take_ready(ready, |c| {
+                        let slot = (rq_ci & mask) as usize;
+                        rq_ci = rq_ci.wrapping_add(1);
+                        if c.opcode() == cqe_opcode::ERROR {
                             // Too long for its buffer, or a bad one: the slot keeps it.
                             errors += 1;
-                            let why = (c.syndrome(), c.vendor_err());
-                            self.on_error_cqe(why.0, why.1);
-                            continue;
+                            error_cqes += 1;
+                            why = Some((c.syndrome(), c.vendor_err()));
+                            return;
                         }
-                        let mut head = self.elts[slot];
+                        let len = c.byte_cnt();
+                        let mut meta = parse_rx_cqe(c.status(), c.immed_rss_invalid(), csum, rss);
+                        if tunnel {
+                            meta = with_tunnel(meta, c.vlan_my_qpn(), csum);
+                        }
+                        let mut head = elts[slot];
                         head.set_segment(len, None);
-                        let meta = parse_rx_cqe(status, hash, csum, rss);
-                        let meta = if tunnel {
-                            with_tunnel(meta, vlan, csum)
-                        } else {
-                            meta
-                        };
                         head.set_packet(len, 1, port, &meta);
-                        out[got] = head;
-                        got += 1;
+                        dst[used] = head;
                         bytes += u64::from(len);
                         let b = fresh[used];
                         used += 1;
-                        self.elts[slot] = b;
+                        elts[slot] = b;
                         let (addr, room) = b.data_area();
-                        match region {
+                        let e = &mut entries[slot];
+                        let mut d = DataSeg::new_unchecked(&mut e[..]);
+                        let lkey = match region {
                             // The pool's region, looked up once per burst.
-                            Some(mr) if mr.contains(addr, room as usize) => {
-                                let e = self.rq.scatter_entry(slot);
-                                let mut d = DataSeg::new_unchecked(&mut e[..]);
+                            Some(mr) if mr.contains(addr, room as usize) => Some(mr.lkey),
+                            _ => lkeys.lookup(addr, room as usize),
+                        };
+                        match lkey {
+                            Some(lkey) => {
                                 d.set_addr(addr as u64);
-                                d.set_lkey(mr.lkey);
+                                d.set_lkey(lkey);
                                 d.set_byte_count(room);
                             }
-                            _ => {
-                                if !self.post(slot) {
-                                    // See burst_scattered: an entry that cannot point at
-                                    // the buffer just handed up.
-                                    self.post_empty(slot);
-                                    errors += 1;
-                                }
+                            None => {
+                                // See Refill::frame.
+                                d.set_addr(0);
+                                d.set_lkey(mlx4_prm::INVALID_LKEY);
+                                d.set_byte_count(0);
+                                errors += 1;
                             }
                         }
-                    }
+                    });
+                    got += used;
                     if used < n {
                         release(&fresh[used..]);
                     }
@@ -551,6 +589,11 @@ impl<B: RxBuf> RxQueue<B> {
             if n < want {
                 break;
             }
+        }
+        self.rq_ci = rq_ci;
+        if let Some((syndrome, vendor_err)) = why {
+            self.stats.error_cqes += error_cqes - 1;
+            self.on_error_cqe(syndrome, vendor_err);
         }
         let st = &mut self.stats;
         st.packets += got as u64;
@@ -655,6 +698,56 @@ impl<B: RxBuf> RxQueue<B> {
         if !std::mem::replace(&mut self.released, true) {
             release(&self.elts);
         }
+    }
+}
+
+/// What handing up one frame of a single-buffer queue touches, borrowed once per burst.
+struct Refill<'a, B: RxBuf> {
+    elts: &'a mut [B],
+    entries: &'a mut [[u8; mlx4_prm::DS_SIZE]],
+    lkeys: &'a mut Lkeys,
+    /// The pool's region, looked up once per burst.
+    region: Option<Mr>,
+    cfg: RxConfig,
+}
+
+impl<B: RxBuf> Refill<'_, B> {
+    /// Hands up the frame of CQE `c` (not an error one, `len` bytes) in `slot`'s buffer and posts `fresh`
+    /// in its place; an entry that cannot point at `fresh` is counted in `errors`.
+    #[inline(always)]
+    fn frame(&mut self, c: &Cqe<&[u8]>, len: u32, slot: usize, fresh: B, errors: &mut u64) -> B {
+        let cfg = self.cfg;
+        let mut meta = parse_rx_cqe(c.status(), c.immed_rss_invalid(), cfg.csum, cfg.rss);
+        if cfg.tunnel {
+            meta = with_tunnel(meta, c.vlan_my_qpn(), cfg.csum);
+        }
+        let mut head = self.elts[slot];
+        head.set_segment(len, None);
+        head.set_packet(len, 1, cfg.port_id, &meta);
+        self.elts[slot] = fresh;
+        let (addr, room) = fresh.data_area();
+        let lkey = match self.region {
+            Some(mr) if mr.contains(addr, room as usize) => Some(mr.lkey),
+            _ => self.lkeys.lookup(addr, room as usize),
+        };
+        let mut d = DataSeg::new_unchecked(&mut self.entries[slot][..]);
+        match lkey {
+            Some(lkey) => {
+                d.set_addr(addr as u64);
+                d.set_lkey(lkey);
+                d.set_byte_count(room);
+            }
+            None => {
+                // A buffer outside registered memory (the pool grew into memory we never
+                // saw): the entry must no longer point at the buffer just handed up, so it
+                // becomes an empty one and its frames fail.
+                d.set_addr(0);
+                d.set_lkey(mlx4_prm::INVALID_LKEY);
+                d.set_byte_count(0);
+                *errors += 1;
+            }
+        }
+        head
     }
 }
 
