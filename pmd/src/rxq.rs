@@ -218,6 +218,10 @@ const FRESH: usize = CHUNK * 4;
 pub struct RxQueue<B: RxBuf> {
     /// Next WQE expected to complete (free-running).
     rq_ci: u32,
+    /// Written by the polling lcore only, in a struct the device never writes (its rings and
+    /// records are allocated apart), so no line holds both sides' counters: `apps/lines`
+    /// (`counters` rows) measures a shared line at twice the cycles per packet. A telemetry
+    /// reader still pulls these lines when it reads; it reads rarely.
     stats: RxStats,
     cq: CqRing,
     rq: RqRing,
