@@ -37,6 +37,9 @@ pub(crate) struct Rq {
     pub(crate) scatter_fcs: bool,
     /// The adapter is a ConnectX-3 Pro: VXLAN frames get inner verdicts and tunnel bits.
     pub(crate) tunnels: bool,
+    /// The buffers of the frame being received ([`Rq::scatter_list`]): kept here so that a
+    /// frame does not clear 32 of them on the stack (768 bytes) to use one.
+    pieces: [Piece; MAX_RQ_SGES],
 }
 
 /// What became of a frame offered to an RQ.
@@ -77,6 +80,7 @@ impl Rq {
             full_since: None,
             scatter_fcs: false,
             tunnels: false,
+            pieces: [Piece::default(); MAX_RQ_SGES],
         }
     }
 
@@ -130,7 +134,6 @@ impl Rq {
             return Rx::Done;
         }
         self.full_since = None;
-        let mut pieces = [Piece::default(); MAX_RQ_SGES];
         let mut cqe = [0u8; CQE_SIZE];
         {
             let mut w = Cqe::new_unchecked(&mut cqe[..]);
@@ -152,13 +155,13 @@ impl Rq {
             w.set_vendor_err(INJECTED_VENDOR_ERR);
             Err(syndrome::LOCAL_PROT)
         } else {
-            self.scatter_list(frame.len() + fcs.len(), mrs, &mut pieces)
+            self.scatter_list(frame.len() + fcs.len(), mrs)
         };
         match scattered {
             Ok(n) => {
                 // The frame, then (with SCATTER_FCS) its FCS, across the pieces.
                 let mut at = 0;
-                for p in &pieces[..n] {
+                for p in &self.pieces[..n] {
                     let mem = mrs.mem(p.mr);
                     let end = at + p.len;
                     let body = end.min(frame.len());
@@ -232,15 +235,10 @@ impl Rq {
         (status, csum, 0)
     }
 
-    /// The buffers of the WQE at the consumer that `len` bytes fill, checked before anything is
-    /// written so a bad entry leaves memory as it was. Stops at an `INVALID_LKEY` entry; skips
+    /// The buffers of the WQE at the consumer that `len` bytes fill, into `pieces[..n]` (n is
+    /// returned), checked before anything is written so a bad entry leaves memory as it was. Stops at an `INVALID_LKEY` entry; skips
     /// empty ones.
-    fn scatter_list(
-        &self,
-        len: usize,
-        mrs: &MrTable,
-        out: &mut [Piece; MAX_RQ_SGES],
-    ) -> Result<usize, u8> {
+    fn scatter_list(&mut self, len: usize, mrs: &MrTable) -> Result<usize, u8> {
         let entry = RxDataSeg::<&[u8]>::LEN;
         let base = (self.ci & (self.cnt - 1)) as usize * self.sges as usize * entry;
         let mut raw = [0u8; RxDataSeg::<&[u8]>::LEN];
@@ -262,7 +260,7 @@ impl Rq {
                 .resolve(d.lkey(), d.addr(), cap)
                 .ok_or(syndrome::LOCAL_PROT)?;
             let take = cap.min(len - room);
-            out[n] = Piece { mr, off, len: take };
+            self.pieces[n] = Piece { mr, off, len: take };
             n += 1;
             room += take;
         }
