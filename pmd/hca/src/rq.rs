@@ -30,6 +30,9 @@ pub(crate) struct Rq {
     db: HostMem,
     /// Free-running consumer, in WQEs.
     ci: u32,
+    /// The producer count (16 bits) the doorbell record last showed: the record is a line the
+    /// driver writes, read again only once the WQEs it announced are used up.
+    posted: u32,
     pub(crate) state: QueueState,
     /// Since when frames for this RQ wait for room in its CQ.
     full_since: Option<Instant>,
@@ -76,6 +79,7 @@ impl Rq {
             cqn,
             db,
             ci: 0,
+            posted: 0,
             state,
             full_since: None,
             scatter_fcs: false,
@@ -89,6 +93,7 @@ impl Rq {
     pub(crate) fn set_state(&mut self, state: QueueState) {
         if state == QueueState::Reset {
             self.ci = 0;
+            self.posted = 0;
             self.full_since = None;
         }
         self.state = state;
@@ -115,12 +120,14 @@ impl Rq {
                 return Rx::Done;
             }
         }
-        let prod = self.db.load_be32(0).unwrap_or(0) & 0xffff;
-        if self.ci & 0xffff == prod {
-            counters.rx_drops_no_wqe += 1;
-            return Rx::Done;
+        if self.ci & 0xffff == self.posted {
+            self.posted = self.db.load_be32(0).unwrap_or(0) & 0xffff;
+            if self.ci & 0xffff == self.posted {
+                counters.rx_drops_no_wqe += 1;
+                return Rx::Done;
+            }
         }
-        if cq.room() == 0 {
+        if !cq.has_room() {
             // Wait (a driver may repost buffers before it moves the consumer index), but not
             // forever: a CQ that stays full makes the port drop, and count, like a NIC.
             let since = *self.full_since.get_or_insert_with(|| {
