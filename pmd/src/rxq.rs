@@ -488,44 +488,45 @@ impl<B: RxBuf> RxQueue<B> {
     /// are written once, at the end. Per frame remain the CQE's fields, the buffer handed up
     /// and the fresh one posted in its slot.
     pub fn burst(&mut self, out: &mut [B]) -> usize {
-        if out.is_empty() || !self.cq.has_cqe() {
-            return 0;
-        }
-        let got = if self.cfg.sges == 1 {
-            if let [one] = out {
-                self.burst_one(one)
-            } else {
-                self.burst_single(out)
+        let got = match out {
+            [one] if self.cfg.sges == 1 => match self.burst_one(one) {
+                Some(got) => got,
+                None => return 0,
+            },
+            _ => {
+                if out.is_empty() || !self.cq.has_cqe() {
+                    return 0;
+                }
+                if self.cfg.sges == 1 {
+                    self.burst_single(out)
+                } else {
+                    self.burst_scattered(out)
+                }
             }
-        } else {
-            self.burst_scattered(out)
         };
         self.cq.update_ci();
         self.post_all();
         got
     }
 
-    /// A burst of one on a single-buffer queue (`burst` saw its CQE ready): no count of the
-    /// ready CQEs, no run.
-    fn burst_one(&mut self, out: &mut B) -> usize {
-        let mut fresh_room = [MaybeUninit::uninit()];
-        let fresh = alloc_into(self.pool, &mut fresh_room).map(|f| f[0]);
-        let c = self.cq.next_view().expect("burst saw it ready");
+    /// A burst of one on a single-buffer queue: the CQE taken as its owner byte is checked,
+    /// no count of the ready ones, no run, and a buffer allocated only for a frame. `None`
+    /// when no CQE waits.
+    fn burst_one(&mut self, out: &mut B) -> Option<usize> {
+        let c = self.cq.next_view()?;
         let slot = (self.rq_ci & (self.wqe_cnt - 1)) as usize;
         self.rq_ci = self.rq_ci.wrapping_add(1);
         if c.opcode() == cqe_opcode::ERROR {
             let why = (c.syndrome(), c.vendor_err());
-            if let Some(b) = fresh {
-                release(&[b]);
-            }
             self.stats.errors += 1;
             self.on_error_cqe(why.0, why.1);
-            return 0;
+            return Some(0);
         }
-        let Some(fresh) = fresh else {
+        let mut fresh_room = [MaybeUninit::uninit()];
+        let Some(fresh) = alloc_into(self.pool, &mut fresh_room).map(|f| f[0]) else {
             // The pool ran dry: the frame is dropped and counted, and its buffer stays posted.
             self.stats.nombuf += 1;
-            return 0;
+            return Some(0);
         };
         let len = c.byte_cnt();
         let mut errors = 0;
@@ -541,7 +542,7 @@ impl<B: RxBuf> RxQueue<B> {
         st.packets += 1;
         st.bytes += u64::from(len);
         st.errors += errors;
-        1
+        Some(1)
     }
 
     /// One buffer per frame (RX scatter off): no segment arithmetic, CQEs read in place.
