@@ -11,7 +11,9 @@
 #   through `measured_tx` and lets the device drain between calls, so only calls that send the
 #   whole burst are counted (Debian's driver is stripped: its tx_burst has no symbol to toggle).
 #   net_mlx4rs runs as it comes (bf=auto: BlueFlame when write combining works) and with bf=off
-#   (one doorbell per burst, what the C driver always does).
+#   (one doorbell per burst, what the C driver always does). rx_burst likewise
+#   (tx_burst_cost.c --rx 1 on a looped wire: one measured call per delivered burst, the
+#   mempool refill included).
 # - cable: dpdk-testpmd io forwarding, burst 32, between a C-driven port and a net_mlx4rs port
 #   joined by a cable file (wire=cable:<path>; the two ports live in the stand-in's copy of the
 #   model and the plugin's), against two net_mlx4rs ports on the same kind of cable: Mpps each
@@ -114,6 +116,16 @@ if has_part tx; then
       > "$d.cg.log" 2>&1 || { cat "$d.cg.log"; exit 1; }
     echo "c-mlx4-bench: callgrind $d done" >&2
   done
+  # rx_burst the same way, on a looped wire (the refill from the mempool included).
+  for d in c rs; do
+    verbs loop "$work/$d.cgrx.model"
+    eal_rx=$(eal "$d" | sed 's/wire=null/wire=loop/')
+    valgrind --tool=callgrind --fair-sched=yes --toggle-collect=measured_rx \
+      --callgrind-out-file="$work/$d.cgrx" ./tx_burst_cost -l 0-1 --no-huge -m 512 \
+      --file-prefix="c-mlx4-cg-$$" $eal_rx -- --rx 1 --bursts "$bursts" \
+      > "$d.cgrx.log" 2>&1 || { cat "$d.cgrx.log"; exit 1; }
+    echo "c-mlx4-bench: callgrind rx $d done" >&2
+  done
 fi
 
 if has_part cable; then
@@ -198,9 +210,10 @@ def pps_by_port(log, key):
     return got
 
 
-def instructions(d):
-    """tx_burst instructions per packet under callgrind, and the calls that sent less."""
-    cg = read(f"{work}/{d}.cg.log")
+def instructions(d, log="cg"):
+    """tx_burst (rx_burst: log "cgrx") instructions per packet under callgrind, and the calls
+    that moved less than the burst."""
+    cg = read(f"{work}/{d}.{log}.log")
     ir = int(re.search(r"Collected : (\d+)", cg).group(1))
     m = re.search(r"packets (\d+) short (\d+)", cg)
     return ir / int(m.group(1)), int(m.group(2))
@@ -246,6 +259,12 @@ if "tx" in parts:
         note = f" ({short} short calls)" if short else ""
         print(f"| {name} | {path} | {med:.2f} | {runs_s(all_)} | {ipp:.1f}{note} | {writes} | {db:.4f} | {bf:.4f} | {fetch:.4f} | {frombf:.4f} |")
     print(f"| {names['rs-gather']} | doorbell, gather | | | {instructions('rs-gather')[0]:.1f} | | | | | |")
+    print()
+    print("| driver | rx_burst instr/pkt, burst 32, refill included |\n|---|---|")
+    for d in ("c", "rs"):
+        ipp, short = instructions(d, "cgrx")
+        note = f" ({short} short calls)" if short else ""
+        print(f"| {names[d]} | {ipp:.1f}{note} |")
     print()
     print(f"testpmd txonly, 64 B, burst 32, {secs} s per run, drivers alternating, median of {runs}. "
           f"Instructions: callgrind over {bursts} full bursts of 32 (scripts/tx_burst_cost.c), "

@@ -12,6 +12,17 @@
  *       ./tx_burst_cost <EAL args> -- [--bursts N] [--burst B] [--wait-us U]
  *
  * Prints "tx_burst_cost: driver D bursts N burst B packets P short S".
+ *
+ * With --rx 1 it counts rx_burst instead, through `measured_rx`, on a port whose wire loops
+ * frames back (wire=loop): each round sends a burst to the port's own MAC unmeasured, sleeps
+ * so the device delivers it, and makes one measured rx_burst call, which takes the frames and
+ * refills the ring from the mempool. Calls that received less than the burst are counted as
+ * short; every frame received is checked for its length and freed, unmeasured.
+ *
+ *   valgrind --tool=callgrind --fair-sched=yes --toggle-collect=measured_rx \
+ *       ./tx_burst_cost <EAL args> -- --rx 1 [--bursts N] [--burst B] [--wait-us U]
+ *
+ * Prints "rx_burst_cost: driver D bursts N burst B packets P short S".
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -36,8 +47,15 @@ measured_tx(uint16_t port, struct rte_mbuf **pkts, uint16_t n)
 	return rte_eth_tx_burst(port, 0, pkts, n);
 }
 
+/* The RX call callgrind counts. */
+__attribute__((noinline)) uint16_t
+measured_rx(uint16_t port, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_rx_burst(port, 0, pkts, n);
+}
+
 static void
-fill(struct rte_mbuf *m, const struct rte_ether_addr *src)
+fill(struct rte_mbuf *m, const struct rte_ether_addr *src, int to_self)
 {
 	struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
 	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
@@ -45,7 +63,10 @@ fill(struct rte_mbuf *m, const struct rte_ether_addr *src)
 
 	memset(eth, 0, FRAME);
 	eth->src_addr = *src;
-	eth->dst_addr.addr_bytes[0] = 0x02;
+	if (to_self)
+		eth->dst_addr = *src;
+	else
+		eth->dst_addr.addr_bytes[0] = 0x02;
 	eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
 	ip->version_ihl = RTE_IPV4_VHL_DEF;
 	ip->total_length = rte_cpu_to_be_16(FRAME - sizeof(*eth));
@@ -64,7 +85,7 @@ fill(struct rte_mbuf *m, const struct rte_ether_addr *src)
 int
 main(int argc, char **argv)
 {
-	unsigned long bursts = 2000, burst = 32, wait_us = 2000, short_calls = 0, sent = 0;
+	unsigned long bursts = 2000, burst = 32, wait_us = 2000, short_calls = 0, sent = 0, rx = 0;
 	struct rte_eth_conf conf = { 0 };
 	struct rte_eth_dev_info info;
 	struct rte_ether_addr mac;
@@ -86,6 +107,8 @@ main(int argc, char **argv)
 			burst = strtoul(argv[i + 1], NULL, 0);
 		else if (!strcmp(argv[i], "--wait-us"))
 			wait_us = strtoul(argv[i + 1], NULL, 0);
+		else if (!strcmp(argv[i], "--rx"))
+			rx = strtoul(argv[i + 1], NULL, 0);
 	}
 	if (rte_eth_dev_count_avail() == 0 || burst == 0 || burst > 64) {
 		fprintf(stderr, "tx_burst_cost: no port, or burst not 1..64\n");
@@ -111,7 +134,38 @@ main(int argc, char **argv)
 			return 1;
 		}
 		for (k = 0; k < burst; k++)
-			fill(pkts[k], &mac);
+			fill(pkts[k], &mac, rx != 0);
+		if (rx) {
+			unsigned long got = 0, calls = 0;
+
+			k = rte_eth_tx_burst(port, 0, pkts, burst);
+			if (k < burst)
+				rte_pktmbuf_free_bulk(pkts + k, burst - k);
+			usleep(wait_us);
+			/* The measured call, then unmeasured ones for whatever it left. */
+			while (got < k && calls++ < 1000) {
+				uint16_t r = b >= 64 && calls == 1 ?
+						     measured_rx(port, pkts, burst) :
+						     rte_eth_rx_burst(port, 0, pkts, burst);
+
+				if (b >= 64 && calls == 1) {
+					sent += r;
+					short_calls += r != burst;
+				}
+				for (uint16_t j = 0; j < r; j++) {
+					if (pkts[j]->pkt_len != FRAME) {
+						fprintf(stderr, "rx_burst_cost: a %u-byte frame\n",
+							pkts[j]->pkt_len);
+						return 1;
+					}
+				}
+				rte_pktmbuf_free_bulk(pkts, r);
+				got += r;
+				if (got < k)
+					usleep(100);
+			}
+			continue;
+		}
 		k = b < 64 ? rte_eth_tx_burst(port, 0, pkts, burst) : measured_tx(port, pkts, burst);
 		if (b >= 64) {
 			sent += k;
@@ -121,8 +175,9 @@ main(int argc, char **argv)
 			rte_pktmbuf_free_bulk(pkts + k, burst - k);
 		usleep(wait_us);
 	}
-	printf("tx_burst_cost: driver %s bursts %lu burst %lu packets %lu short %lu\n",
-	       info.driver_name, bursts, burst, sent, short_calls);
+	printf("%s: driver %s bursts %lu burst %lu packets %lu short %lu\n",
+	       rx ? "rx_burst_cost" : "tx_burst_cost", info.driver_name, bursts, burst, sent,
+	       short_calls);
 	fflush(stdout);
 	rte_eth_dev_stop(port);
 	rte_eth_dev_close(port);

@@ -9,7 +9,7 @@
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 
-use mlx4_prm::{cqe_opcode, rx_status, DataSeg};
+use mlx4_prm::{cqe_opcode, rx_status, Cqe, DataSeg};
 
 use crate::hw::{Device, HwError, QueueState};
 use crate::mbuf::{alloc_dma, alloc_into};
@@ -83,10 +83,11 @@ pub fn with_tunnel(mut m: RxMeta, vlan_my_qpn: u32, csum: bool) -> RxMeta {
 
 /// Reads an RX CQE's status word and hash into mbuf metadata. Checksum flags only when the
 /// application enabled RX checksum offload; the hash only with RSS.
-pub fn parse_rx_cqe(status: u32, hash: u32, csum: bool, rss: bool) -> RxMeta {
+pub const fn parse_rx_cqe(status: u32, hash: u32, csum: bool, rss: bool) -> RxMeta {
     let mut m = RxMeta {
+        ol_flags: 0,
         packet_type: PTYPE_L2_ETHER,
-        ..RxMeta::default()
+        rss_hash: 0,
     };
     let v4 = status & rx_status::IPV4 != 0;
     let v6 = status & rx_status::IPV6 != 0;
@@ -120,6 +121,52 @@ pub fn parse_rx_cqe(status: u32, hash: u32, csum: bool, rss: bool) -> RxMeta {
             };
         }
     }
+    if rss {
+        m.ol_flags |= RX_RSS_HASH;
+        m.rss_hash = hash;
+    }
+    m
+}
+
+/// The status bits [`parse_rx_cqe`] reads, packed into an index of [`RX_META`]: bits 22..=28
+/// (IPv4, IPv4 fragment, IPv6, IPv4 options, TCP, UDP, IP checksum good) as they lie, the L4
+/// checksum verdict (bit 2) above them, the IPv6 fragment bit (12) above that.
+#[inline(always)]
+const fn meta_index(status: u32) -> usize {
+    (((status >> 22) & 0x7f)
+        | ((status & rx_status::TCP_UDP_CSUM_OK) << 5)
+        | ((status & rx_status::IPV6F) >> 4)) as usize
+}
+
+/// [`parse_rx_cqe`]'s packet type and flags for every index of [`meta_index`], with RX
+/// checksum offload off (`[0]`) and on (`[1]`), computed by that very function at build
+/// time: the burst loads a frame's answer instead of branching on each bit. The RSS hash and
+/// tunnel fields stay per frame. `meta_table_matches_the_full_decode` checks every entry.
+static RX_META: [[(u32, u32); 512]; 2] = {
+    let mut t = [[(0u32, 0u32); 512]; 2];
+    let mut i = 0;
+    while i < 512 {
+        let status = ((i as u32 & 0x7f) << 22)
+            | (((i as u32 >> 7) & 1) << 2)
+            | (((i as u32 >> 8) & 1) << 12);
+        let off = parse_rx_cqe(status, 0, false, false);
+        let on = parse_rx_cqe(status, 0, true, false);
+        t[0][i] = (off.packet_type, off.ol_flags as u32);
+        t[1][i] = (on.packet_type, on.ol_flags as u32);
+        i += 1;
+    }
+    t
+};
+
+/// [`parse_rx_cqe`] through [`RX_META`] (`table` is its row for the queue's checksum setting).
+#[inline(always)]
+fn rx_meta(table: &[(u32, u32); 512], status: u32, hash: u32, rss: bool) -> RxMeta {
+    let (packet_type, flags) = table[meta_index(status)];
+    let mut m = RxMeta {
+        ol_flags: u64::from(flags),
+        packet_type,
+        rss_hash: 0,
+    };
     if rss {
         m.ol_flags |= RX_RSS_HASH;
         m.rss_hash = hash;
@@ -171,6 +218,10 @@ const FRESH: usize = CHUNK * 4;
 pub struct RxQueue<B: RxBuf> {
     /// Next WQE expected to complete (free-running).
     rq_ci: u32,
+    /// Written by the polling lcore only, in a struct the device never writes (its rings and
+    /// records are allocated apart), so no line holds both sides' counters: `apps/lines`
+    /// (`counters` rows) measures a shared line at twice the cycles per packet. A telemetry
+    /// reader still pulls these lines when it reads; it reads rarely.
     stats: RxStats,
     cq: CqRing,
     rq: RqRing,
@@ -437,17 +488,61 @@ impl<B: RxBuf> RxQueue<B> {
     /// are written once, at the end. Per frame remain the CQE's fields, the buffer handed up
     /// and the fresh one posted in its slot.
     pub fn burst(&mut self, out: &mut [B]) -> usize {
-        if out.is_empty() || !self.cq.has_cqe() {
-            return 0;
-        }
-        let got = if self.cfg.sges == 1 {
-            self.burst_single(out)
-        } else {
-            self.burst_scattered(out)
+        let got = match out {
+            [one] if self.cfg.sges == 1 => match self.burst_one(one) {
+                Some(got) => got,
+                None => return 0,
+            },
+            _ => {
+                if out.is_empty() || !self.cq.has_cqe() {
+                    return 0;
+                }
+                if self.cfg.sges == 1 {
+                    self.burst_single(out)
+                } else {
+                    self.burst_scattered(out)
+                }
+            }
         };
         self.cq.update_ci();
         self.post_all();
         got
+    }
+
+    /// A burst of one on a single-buffer queue: the CQE taken as its owner byte is checked,
+    /// no count of the ready ones, no run, and a buffer allocated only for a frame. `None`
+    /// when no CQE waits.
+    fn burst_one(&mut self, out: &mut B) -> Option<usize> {
+        let c = self.cq.next_view()?;
+        let slot = (self.rq_ci & (self.wqe_cnt - 1)) as usize;
+        self.rq_ci = self.rq_ci.wrapping_add(1);
+        if c.opcode() == cqe_opcode::ERROR {
+            let why = (c.syndrome(), c.vendor_err());
+            self.stats.errors += 1;
+            self.on_error_cqe(why.0, why.1);
+            return Some(0);
+        }
+        let mut fresh_room = [MaybeUninit::uninit()];
+        let Some(fresh) = alloc_into(self.pool, &mut fresh_room).map(|f| f[0]) else {
+            // The pool ran dry: the frame is dropped and counted, and its buffer stays posted.
+            self.stats.nombuf += 1;
+            return Some(0);
+        };
+        let len = c.byte_cnt();
+        let mut errors = 0;
+        let mut cx = Refill {
+            region: self.lkeys.cached(),
+            elts: &mut self.elts,
+            entries: self.rq.scatter_entries(),
+            lkeys: &mut self.lkeys,
+            cfg: self.cfg,
+        };
+        *out = cx.frame(&c, len, slot, fresh, &mut errors);
+        let st = &mut self.stats;
+        st.packets += 1;
+        st.bytes += u64::from(len);
+        st.errors += errors;
+        Some(1)
     }
 
     /// One buffer per frame (RX scatter off): no segment arithmetic, CQEs read in place.
@@ -455,22 +550,17 @@ impl<B: RxBuf> RxQueue<B> {
         let mask = self.wqe_cnt - 1;
         let (csum, rss, port) = (self.cfg.csum, self.cfg.rss, self.cfg.port_id);
         let tunnel = self.cfg.tunnel;
+        let table = &RX_META[usize::from(csum)];
         let region = self.lkeys.cached();
         let (mut got, mut bytes, mut errors, mut nombuf) = (0usize, 0u64, 0u64, 0u64);
-        let mut first = true;
-        loop {
+        let (mut error_cqes, mut why) = (0u64, None);
+        let mut rq_ci = self.rq_ci;
+        // A burst of more than FRESH frames takes them a chunk at a time; each chunk ends the
+        // loop when the CQ had fewer than it asked for.
+        while got < out.len() {
             let want = (out.len() - got).min(FRESH);
-            // A full `out` (every burst of one does) asks the CQ nothing more.
-            if want == 0 {
-                break;
-            }
-            // `burst` saw the first CQE ready: a burst of one need not count it again.
-            let n = if want == 1 && first {
-                1
-            } else {
-                self.cq.ready(want)
-            };
-            first = false;
+            let ready = self.cq.ready_run(want);
+            let n = ready.len();
             if n == 0 {
                 break;
             }
@@ -479,69 +569,70 @@ impl<B: RxBuf> RxQueue<B> {
                 None => {
                     // The pool ran dry: the frames are dropped and counted, and their buffers
                     // stay posted.
-                    for _ in 0..n {
-                        let c = self.cq.next_view().expect("counted as ready");
+                    self.cq.take_ready(ready, |c| {
                         if c.opcode() == cqe_opcode::ERROR {
                             errors += 1;
-                            let why = (c.syndrome(), c.vendor_err());
-                            self.on_error_cqe(why.0, why.1);
+                            error_cqes += 1;
+                            why = Some((c.syndrome(), c.vendor_err()));
                         } else {
                             nombuf += 1;
                         }
-                        self.rq_ci = self.rq_ci.wrapping_add(1);
-                    }
+                    });
+                    rq_ci = rq_ci.wrapping_add(n as u32);
                 }
                 Some(fresh) => {
+                    let elts: &mut [B] = &mut self.elts;
+                    let entries = self.rq.scatter_entries();
+                    let lkeys = &mut self.lkeys;
+                    let dst = &mut out[got..got + n];
                     let mut used = 0;
-                    for _ in 0..n {
-                        let c = self.cq.next_view().expect("counted as ready");
-                        let (err, len) = (c.opcode() == cqe_opcode::ERROR, c.byte_cnt());
-                        let (status, hash) = (c.status(), c.immed_rss_invalid());
-                        let vlan = c.vlan_my_qpn();
-                        let slot = (self.rq_ci & mask) as usize;
-                        self.rq_ci = self.rq_ci.wrapping_add(1);
-                        if err {
+                    self.cq.take_ready(ready, |c| {
+                        let slot = (rq_ci & mask) as usize;
+                        rq_ci = rq_ci.wrapping_add(1);
+                        if c.opcode() == cqe_opcode::ERROR {
                             // Too long for its buffer, or a bad one: the slot keeps it.
                             errors += 1;
-                            let why = (c.syndrome(), c.vendor_err());
-                            self.on_error_cqe(why.0, why.1);
-                            continue;
+                            error_cqes += 1;
+                            why = Some((c.syndrome(), c.vendor_err()));
+                            return;
                         }
-                        let mut head = self.elts[slot];
+                        let len = c.byte_cnt();
+                        let mut meta = rx_meta(table, c.status(), c.immed_rss_invalid(), rss);
+                        if tunnel {
+                            meta = with_tunnel(meta, c.vlan_my_qpn(), csum);
+                        }
+                        let mut head = elts[slot];
                         head.set_segment(len, None);
-                        let meta = parse_rx_cqe(status, hash, csum, rss);
-                        let meta = if tunnel {
-                            with_tunnel(meta, vlan, csum)
-                        } else {
-                            meta
-                        };
                         head.set_packet(len, 1, port, &meta);
-                        out[got] = head;
-                        got += 1;
+                        dst[used] = head;
                         bytes += u64::from(len);
                         let b = fresh[used];
                         used += 1;
-                        self.elts[slot] = b;
+                        elts[slot] = b;
                         let (addr, room) = b.data_area();
-                        match region {
+                        let e = &mut entries[slot];
+                        let mut d = DataSeg::new_unchecked(&mut e[..]);
+                        let lkey = match region {
                             // The pool's region, looked up once per burst.
-                            Some(mr) if mr.contains(addr, room as usize) => {
-                                let e = self.rq.scatter_entry(slot);
-                                let mut d = DataSeg::new_unchecked(&mut e[..]);
+                            Some(mr) if mr.contains(addr, room as usize) => Some(mr.lkey),
+                            _ => lkeys.lookup(addr, room as usize),
+                        };
+                        match lkey {
+                            Some(lkey) => {
                                 d.set_addr(addr as u64);
-                                d.set_lkey(mr.lkey);
+                                d.set_lkey(lkey);
                                 d.set_byte_count(room);
                             }
-                            _ => {
-                                if !self.post(slot) {
-                                    // See burst_scattered: an entry that cannot point at
-                                    // the buffer just handed up.
-                                    self.post_empty(slot);
-                                    errors += 1;
-                                }
+                            None => {
+                                // See Refill::frame.
+                                d.set_addr(0);
+                                d.set_lkey(mlx4_prm::INVALID_LKEY);
+                                d.set_byte_count(0);
+                                errors += 1;
                             }
                         }
-                    }
+                    });
+                    got += used;
                     if used < n {
                         release(&fresh[used..]);
                     }
@@ -551,6 +642,11 @@ impl<B: RxBuf> RxQueue<B> {
             if n < want {
                 break;
             }
+        }
+        self.rq_ci = rq_ci;
+        if let Some((syndrome, vendor_err)) = why {
+            self.stats.error_cqes += error_cqes - 1;
+            self.on_error_cqe(syndrome, vendor_err);
         }
         let st = &mut self.stats;
         st.packets += got as u64;
@@ -655,6 +751,57 @@ impl<B: RxBuf> RxQueue<B> {
         if !std::mem::replace(&mut self.released, true) {
             release(&self.elts);
         }
+    }
+}
+
+/// What handing up one frame of a single-buffer queue touches, borrowed once per burst.
+struct Refill<'a, B: RxBuf> {
+    elts: &'a mut [B],
+    entries: &'a mut [[u8; mlx4_prm::DS_SIZE]],
+    lkeys: &'a mut Lkeys,
+    /// The pool's region, looked up once per burst.
+    region: Option<Mr>,
+    cfg: RxConfig,
+}
+
+impl<B: RxBuf> Refill<'_, B> {
+    /// Hands up the frame of CQE `c` (not an error one, `len` bytes) in `slot`'s buffer and posts `fresh`
+    /// in its place; an entry that cannot point at `fresh` is counted in `errors`.
+    #[inline(always)]
+    fn frame(&mut self, c: &Cqe<&[u8]>, len: u32, slot: usize, fresh: B, errors: &mut u64) -> B {
+        let cfg = self.cfg;
+        let table = &RX_META[usize::from(cfg.csum)];
+        let mut meta = rx_meta(table, c.status(), c.immed_rss_invalid(), cfg.rss);
+        if cfg.tunnel {
+            meta = with_tunnel(meta, c.vlan_my_qpn(), cfg.csum);
+        }
+        let mut head = self.elts[slot];
+        head.set_segment(len, None);
+        head.set_packet(len, 1, cfg.port_id, &meta);
+        self.elts[slot] = fresh;
+        let (addr, room) = fresh.data_area();
+        let lkey = match self.region {
+            Some(mr) if mr.contains(addr, room as usize) => Some(mr.lkey),
+            _ => self.lkeys.lookup(addr, room as usize),
+        };
+        let mut d = DataSeg::new_unchecked(&mut self.entries[slot][..]);
+        match lkey {
+            Some(lkey) => {
+                d.set_addr(addr as u64);
+                d.set_lkey(lkey);
+                d.set_byte_count(room);
+            }
+            None => {
+                // A buffer outside registered memory (the pool grew into memory we never
+                // saw): the entry must no longer point at the buffer just handed up, so it
+                // becomes an empty one and its frames fail.
+                d.set_addr(0);
+                d.set_lkey(mlx4_prm::INVALID_LKEY);
+                d.set_byte_count(0);
+                *errors += 1;
+            }
+        }
+        head
     }
 }
 
@@ -763,6 +910,42 @@ mod tests {
             0,
             "offload off: no flags"
         );
+    }
+
+    #[test]
+    fn meta_table_matches_the_full_decode() {
+        // Every combination of the bits the decode reads, alone and with every other bit of
+        // the status word set, each way of checksum and RSS.
+        let read = rx_status::IPV4
+            | rx_status::IPV4F
+            | rx_status::IPV6
+            | rx_status::IPV6F
+            | rx_status::IPV4OPT
+            | rx_status::TCP
+            | rx_status::UDP
+            | rx_status::IP_HDR_CSUM_OK
+            | rx_status::TCP_UDP_CSUM_OK;
+        let bits: Vec<u32> = (0..32)
+            .map(|b| 1u32 << b)
+            .filter(|b| read & b != 0)
+            .collect();
+        assert_eq!(bits.len(), 9);
+        for combo in 0..512u32 {
+            let status: u32 = (0..9)
+                .filter(|k| combo >> k & 1 != 0)
+                .map(|k| bits[k])
+                .sum();
+            for noise in [0, !read, 0x5555_5555 & !read] {
+                for (csum, rss) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let s = status | noise;
+                    assert_eq!(
+                        rx_meta(&RX_META[usize::from(csum)], s, 0x1234_5678, rss),
+                        parse_rx_cqe(s, 0x1234_5678, csum, rss),
+                        "status {s:#010x} csum {csum} rss {rss}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -488,6 +488,9 @@ impl Drop for Shared {
         if self.named {
             wire::unregister(&self.inner.port);
         }
+        // A `peer:` partner mid-poll holds this port's inbox, which lives in device memory the
+        // owner frees once this returns.
+        self.inner.port.retire();
     }
 }
 

@@ -30,6 +30,9 @@ pub(crate) struct Rq {
     db: HostMem,
     /// Free-running consumer, in WQEs.
     ci: u32,
+    /// The producer count (16 bits) the doorbell record last showed: the record is a line the
+    /// driver writes, read again only once the WQEs it announced are used up.
+    posted: u32,
     pub(crate) state: QueueState,
     /// Since when frames for this RQ wait for room in its CQ.
     full_since: Option<Instant>,
@@ -37,6 +40,9 @@ pub(crate) struct Rq {
     pub(crate) scatter_fcs: bool,
     /// The adapter is a ConnectX-3 Pro: VXLAN frames get inner verdicts and tunnel bits.
     pub(crate) tunnels: bool,
+    /// The buffers of the frame being received ([`Rq::scatter_list`]): kept here so that a
+    /// frame does not clear 32 of them on the stack (768 bytes) to use one.
+    pieces: [Piece; MAX_RQ_SGES],
 }
 
 /// What became of a frame offered to an RQ.
@@ -73,10 +79,12 @@ impl Rq {
             cqn,
             db,
             ci: 0,
+            posted: 0,
             state,
             full_since: None,
             scatter_fcs: false,
             tunnels: false,
+            pieces: [Piece::default(); MAX_RQ_SGES],
         }
     }
 
@@ -85,6 +93,7 @@ impl Rq {
     pub(crate) fn set_state(&mut self, state: QueueState) {
         if state == QueueState::Reset {
             self.ci = 0;
+            self.posted = 0;
             self.full_since = None;
         }
         self.state = state;
@@ -111,12 +120,14 @@ impl Rq {
                 return Rx::Done;
             }
         }
-        let prod = self.db.load_be32(0).unwrap_or(0) & 0xffff;
-        if self.ci & 0xffff == prod {
-            counters.rx_drops_no_wqe += 1;
-            return Rx::Done;
+        if self.ci & 0xffff == self.posted {
+            self.posted = self.db.load_be32(0).unwrap_or(0) & 0xffff;
+            if self.ci & 0xffff == self.posted {
+                counters.rx_drops_no_wqe += 1;
+                return Rx::Done;
+            }
         }
-        if cq.room() == 0 {
+        if !cq.has_room() {
             // Wait (a driver may repost buffers before it moves the consumer index), but not
             // forever: a CQ that stays full makes the port drop, and count, like a NIC.
             let since = *self.full_since.get_or_insert_with(|| {
@@ -130,7 +141,6 @@ impl Rq {
             return Rx::Done;
         }
         self.full_since = None;
-        let mut pieces = [Piece::default(); MAX_RQ_SGES];
         let mut cqe = [0u8; CQE_SIZE];
         {
             let mut w = Cqe::new_unchecked(&mut cqe[..]);
@@ -152,13 +162,13 @@ impl Rq {
             w.set_vendor_err(INJECTED_VENDOR_ERR);
             Err(syndrome::LOCAL_PROT)
         } else {
-            self.scatter_list(frame.len() + fcs.len(), mrs, &mut pieces)
+            self.scatter_list(frame.len() + fcs.len(), mrs)
         };
         match scattered {
             Ok(n) => {
                 // The frame, then (with SCATTER_FCS) its FCS, across the pieces.
                 let mut at = 0;
-                for p in &pieces[..n] {
+                for p in &self.pieces[..n] {
                     let mem = mrs.mem(p.mr);
                     let end = at + p.len;
                     let body = end.min(frame.len());
@@ -232,15 +242,10 @@ impl Rq {
         (status, csum, 0)
     }
 
-    /// The buffers of the WQE at the consumer that `len` bytes fill, checked before anything is
-    /// written so a bad entry leaves memory as it was. Stops at an `INVALID_LKEY` entry; skips
+    /// The buffers of the WQE at the consumer that `len` bytes fill, into `pieces[..n]` (n is
+    /// returned), checked before anything is written so a bad entry leaves memory as it was. Stops at an `INVALID_LKEY` entry; skips
     /// empty ones.
-    fn scatter_list(
-        &self,
-        len: usize,
-        mrs: &MrTable,
-        out: &mut [Piece; MAX_RQ_SGES],
-    ) -> Result<usize, u8> {
+    fn scatter_list(&mut self, len: usize, mrs: &MrTable) -> Result<usize, u8> {
         let entry = RxDataSeg::<&[u8]>::LEN;
         let base = (self.ci & (self.cnt - 1)) as usize * self.sges as usize * entry;
         let mut raw = [0u8; RxDataSeg::<&[u8]>::LEN];
@@ -262,7 +267,7 @@ impl Rq {
                 .resolve(d.lkey(), d.addr(), cap)
                 .ok_or(syndrome::LOCAL_PROT)?;
             let take = cap.min(len - room);
-            out[n] = Piece { mr, off, len: take };
+            self.pieces[n] = Piece { mr, off, len: take };
             n += 1;
             room += take;
         }

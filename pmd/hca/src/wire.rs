@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -94,12 +95,61 @@ impl FromStr for Wire {
 #[derive(Debug)]
 pub(crate) struct RxPort {
     pub(crate) inbox: FrameRing,
+    /// Peers holding the port right now ([`RxPort::enter`]): a `peer:` partner for a whole
+    /// poll, from its first frame to the flush.
+    holders: AtomicUsize,
+    /// The adapter is closing: its inbox's memory may go as soon as the holders are gone.
+    closed: AtomicBool,
+}
+
+/// A peer's hold on a port it delivers into or looks at: the port's adapter does not finish
+/// closing (and so its memory stays) until every hold is dropped.
+pub(crate) struct Held(Arc<RxPort>);
+
+impl std::ops::Deref for Held {
+    type Target = RxPort;
+    fn deref(&self) -> &RxPort {
+        &self.0
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.holders.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl RxPort {
     /// A port receiving into `inbox`.
     pub(crate) fn on(inbox: FrameRing) -> Self {
-        RxPort { inbox }
+        RxPort {
+            inbox,
+            holders: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// A hold for a peer, or `None` once the port's adapter is closing. Sequentially
+    /// consistent on both sides (the peer counts itself, then looks at `closed`; `retire`
+    /// sets `closed`, then looks at the count), so either the peer sees the port closing or
+    /// the closer sees the peer's hold and waits for it.
+    pub(crate) fn enter(self: Arc<Self>) -> Option<Held> {
+        self.holders.fetch_add(1, Ordering::SeqCst);
+        let held = Held(self);
+        if held.closed.load(Ordering::SeqCst) {
+            return None;
+        }
+        Some(held)
+    }
+
+    /// The adapter's last handle is going: no peer may hold the port from now on, and those
+    /// that do (each for the rest of one poll) are waited for, so that the memory the inbox
+    /// lives in can be given back. A peer's poll always ends (its inbox lock has a deadline).
+    pub(crate) fn retire(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        while self.holders.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
     }
 
     /// A port whose receive buffer (on the heap) takes `frames` frames.
@@ -223,8 +273,9 @@ enum Link {
 /// [`WirePort::flush`] at the end of the walk.
 pub(crate) struct WirePort {
     link: Link,
-    /// The receive buffer frames are going into during the current batch.
-    batch: Option<(Producer, Option<Arc<RxPort>>)>,
+    /// The receive buffer frames are going into during the current batch, and the hold on a
+    /// peer's port it lives in (dropped after the producer, which writes there as it goes).
+    batch: Option<(Producer, Option<Held>)>,
 }
 
 /// What happened to a transmitted frame at the sending port.
@@ -278,7 +329,8 @@ impl WirePort {
                         *target = lookup(name);
                         target.as_ref().and_then(Weak::upgrade)
                     })?;
-                    Some((port.inbox.producer(), Some(port)))
+                    let held = port.enter()?;
+                    Some((held.inbox.producer(), Some(held)))
                 }
                 Link::Cable(c) => Some((c.tx.producer(), None)),
                 _ => None,
@@ -341,7 +393,7 @@ impl WirePort {
                     *target = lookup(name);
                     target.as_ref().and_then(Weak::upgrade)
                 });
-                (port.is_some_and(|p| p.up()), false)
+                (port.and_then(RxPort::enter).is_some_and(|p| p.up()), false)
             }
             Link::Tap(t) => (t.is_up(), false),
             Link::Cable(c) => {
