@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod examples;
+pub mod huge;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
