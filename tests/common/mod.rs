@@ -7,6 +7,7 @@
 
 pub mod examples;
 pub mod huge;
+pub mod telemetry;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
