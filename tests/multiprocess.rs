@@ -15,7 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{file_prefix, plugin_dir, read_pcap, scratch_dir, xstat, PLUGIN};
+use common::huge::Hugepages;
+use common::{plugin_dir, read_pcap, scratch_dir, xstat, PLUGIN};
 
 /// 2 MiB pages the tests of this file use at most at once: a primary of 256 MB (`-m 256`)
 /// and what secondaries allocate besides (dumpcap's capture pool).
@@ -24,118 +25,6 @@ const DPDK_SRC: &str = "/var/cache/mlx4rs/dpdk-stable-22.11.11";
 
 /// One test at a time: they share the hugepage reservation.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Hugepages reserved for the test; on drop, the hugepage files and run directories of the
-/// EAL prefixes it handed out go (a primary killed mid-test leaves them), then what was added
-/// goes back.
-struct Hugepages {
-    restore: Option<u64>,
-    prefixes: std::cell::RefCell<Vec<String>>,
-}
-
-impl Hugepages {
-    /// A unique EAL `--file-prefix`, cleaned up with the reservation.
-    fn prefix(&self, tag: &str) -> String {
-        let p = file_prefix(tag);
-        self.prefixes.borrow_mut().push(p.clone());
-        p
-    }
-}
-
-fn meminfo(key: &str) -> u64 {
-    let m = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
-    m.lines()
-        .find_map(|l| l.strip_prefix(key)?.trim().split(' ').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-fn hugetlbfs_mounted() -> bool {
-    std::fs::read_to_string("/proc/mounts")
-        .map(|m| {
-            m.lines()
-                .any(|l| l.contains(" /dev/hugepages ") && l.contains("hugetlbfs"))
-        })
-        .unwrap_or(false)
-}
-
-fn hugepages(need: u64) -> Hugepages {
-    // A machine without systemd (a container, a bare chroot) has no hugetlbfs mounted where
-    // EAL looks first: as root the test mounts it, as systemd's dev-hugepages.mount would.
-    if !hugetlbfs_mounted() {
-        let _ = std::fs::create_dir_all("/dev/hugepages");
-        let out = Command::new("mount")
-            .args(["-t", "hugetlbfs", "nodev", "/dev/hugepages"])
-            .output();
-        assert!(
-            hugetlbfs_mounted(),
-            "secondary processes need hugepages: hugetlbfs is not mounted on /dev/hugepages \
-             and mounting it failed ({out:?}); run as root, or mount it \
-             (mount -t hugetlbfs nodev /dev/hugepages)"
-        );
-    }
-    assert_eq!(
-        meminfo("Hugepagesize:"),
-        2048,
-        "these tests reserve 2 MiB hugepages"
-    );
-    let path = "/proc/sys/vm/nr_hugepages";
-    let total: u64 = std::fs::read_to_string(path)
-        .expect(path)
-        .trim()
-        .parse()
-        .expect("nr_hugepages");
-    let free = meminfo("HugePages_Free:");
-    let mut pages = Hugepages {
-        restore: None,
-        prefixes: Default::default(),
-    };
-    if free < need {
-        let want = total + (need - free);
-        pages.restore = Some(total);
-        // On a busy machine memory is fragmented: compacting gives the kernel whole 2 MiB runs
-        // to hand out, and each new attempt takes what the last compaction freed.
-        let start = Instant::now();
-        let (mut wrote, mut now);
-        loop {
-            let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
-            wrote = std::fs::write(path, want.to_string());
-            now = meminfo("HugePages_Free:");
-            if now >= need || wrote.is_err() || start.elapsed() > Duration::from_secs(10) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        // On failure the guard gives back what was raised.
-        assert!(
-            wrote.is_ok() && now >= need,
-            "secondary processes need {need} free 2 MiB hugepages; writing {want} to {path} \
-             gave {now} free ({wrote:?}): run as root on a machine with {} MB to spare",
-            need * 2
-        );
-    }
-    pages
-}
-
-impl Drop for Hugepages {
-    fn drop(&mut self) {
-        for p in self.prefixes.borrow().iter() {
-            if let Ok(dir) = std::fs::read_dir("/dev/hugepages") {
-                for f in dir.flatten() {
-                    if f.file_name()
-                        .to_string_lossy()
-                        .starts_with(&format!("{p}map_"))
-                    {
-                        let _ = std::fs::remove_file(f.path());
-                    }
-                }
-            }
-            let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(p));
-        }
-        if let Some(n) = self.restore {
-            let _ = std::fs::write("/proc/sys/vm/nr_hugepages", n.to_string());
-        }
-    }
-}
 
 /// A DPDK program running in the background, its output collected as it comes.
 struct Program {
@@ -316,7 +205,7 @@ fn xstats_of(block: &str) -> Vec<(String, u64)> {
 #[test]
 fn proc_info_shows_the_primarys_live_counters() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let pages = hugepages(PAGES);
+    let pages = Hugepages::reserve(PAGES, "secondary processes");
     let prefix = pages.prefix("mp-procinfo");
     let mut p = primary_testpmd(
         &prefix,
@@ -390,7 +279,7 @@ fn proc_info_shows_the_primarys_live_counters() {
 #[test]
 fn dumpcap_captures_what_testpmd_sends() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let pages = hugepages(PAGES);
+    let pages = Hugepages::reserve(PAGES, "secondary processes");
     let prefix = pages.prefix("mp-dumpcap");
     let dir = scratch_dir("mp-dumpcap");
     let wire = dir.join("wire.pcap");
@@ -549,7 +438,7 @@ fn build_example(name: &str, dir: &Path) -> PathBuf {
 #[test]
 fn simple_mp_secondary_attaches_to_our_port() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let pages = hugepages(PAGES);
+    let pages = Hugepages::reserve(PAGES, "secondary processes");
     let dir = scratch_dir("mp-simple");
     let bin = build_example("simple_mp", &dir);
     let prefix = pages.prefix("mp-simple");
@@ -626,7 +515,7 @@ fn symmetric_mp_round_trip_through_a_secondary_conserves_every_frame() {
         Path::new("/dev/net/tun").exists(),
         "the TAP wire needs /dev/net/tun"
     );
-    let pages = hugepages(PAGES);
+    let pages = Hugepages::reserve(PAGES, "secondary processes");
     let dir = scratch_dir("mp-symmetric");
     let bin = build_example("symmetric_mp", &dir);
     let prefix = pages.prefix("mp-symmetric");

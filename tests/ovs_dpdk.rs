@@ -6,13 +6,15 @@
 //! traffic after each. OVS's log holds no warning or error from our driver.
 //!
 //! The test runs its own `ovsdb-server` and `ovs-vswitchd-dpdk` on a database and run directory
-//! of its own. OVS runs EAL `--in-memory`, which needs hugepages: reserved as
-//! `tests/multiprocess.rs` does, and given back. Everything the test creates (namespaces, the
+//! of its own. OVS runs EAL `--in-memory`, which needs hugepages: reserved with
+//! `common::huge`, as for `tests/multiprocess.rs`, and given back. Everything the test creates (namespaces, the
 //! bridge's interface, processes, the run directory, hugepage files) goes on drop, also when it
 //! fails. Needs root, /dev/net/tun, and the packages scripts/setup.sh installs
 //! (openvswitch-switch-dpdk, socat, iputils-ping, iproute2).
 
 mod common;
+
+use common::huge::Hugepages;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -35,93 +37,6 @@ const ADDR_B: &str = "10.199.0.2";
 
 /// Tests of this file share the hugepage reservation: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn meminfo(key: &str) -> u64 {
-    let m = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
-    m.lines()
-        .find_map(|l| l.strip_prefix(key)?.trim().split(' ').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-fn hugetlbfs_mounted() -> bool {
-    std::fs::read_to_string("/proc/mounts").is_ok_and(|m| {
-        m.lines()
-            .any(|l| l.contains(" /dev/hugepages ") && l.contains("hugetlbfs"))
-    })
-}
-
-/// Hugepages reserved for the test; on drop the hugepage files of its EAL prefix go, then what
-/// was added goes back.
-struct Hugepages {
-    restore: Option<u64>,
-    prefix: String,
-}
-
-impl Hugepages {
-    fn reserve(need: u64, prefix: &str) -> Hugepages {
-        if !hugetlbfs_mounted() {
-            let _ = std::fs::create_dir_all("/dev/hugepages");
-            let out = Command::new("mount")
-                .args(["-t", "hugetlbfs", "nodev", "/dev/hugepages"])
-                .output();
-            assert!(
-                hugetlbfs_mounted(),
-                "OVS-DPDK needs hugepages: hugetlbfs is not mounted on /dev/hugepages and \
-                 mounting it failed ({out:?}); run as root"
-            );
-        }
-        assert_eq!(meminfo("Hugepagesize:"), 2048, "2 MiB hugepages expected");
-        let path = "/proc/sys/vm/nr_hugepages";
-        let total: u64 = std::fs::read_to_string(path)
-            .expect(path)
-            .trim()
-            .parse()
-            .expect("nr_hugepages");
-        let mut pages = Hugepages {
-            restore: None,
-            prefix: prefix.to_owned(),
-        };
-        let free = meminfo("HugePages_Free:");
-        if free < need {
-            let want = total + (need - free);
-            pages.restore = Some(total);
-            let start = Instant::now();
-            let (mut wrote, mut now);
-            loop {
-                let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
-                wrote = std::fs::write(path, want.to_string());
-                now = meminfo("HugePages_Free:");
-                if now >= need || wrote.is_err() || start.elapsed() > Duration::from_secs(10) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            assert!(
-                wrote.is_ok() && now >= need,
-                "OVS-DPDK needs {need} free 2 MiB hugepages; writing {want} to {path} gave {now} \
-                 free ({wrote:?}): run as root on a machine with {} MB to spare",
-                need * 2
-            );
-        }
-        pages
-    }
-}
-
-impl Drop for Hugepages {
-    fn drop(&mut self) {
-        if let Ok(dir) = std::fs::read_dir("/dev/hugepages") {
-            for f in dir.flatten() {
-                if f.file_name().to_string_lossy().starts_with(&self.prefix) {
-                    let _ = std::fs::remove_file(f.path());
-                }
-            }
-        }
-        let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(&self.prefix));
-        if let Some(n) = self.restore {
-            let _ = std::fs::write("/proc/sys/vm/nr_hugepages", n.to_string());
-        }
-    }
-}
 
 /// A directory removed on drop.
 struct RunDir(PathBuf);
@@ -444,7 +359,8 @@ fn ovs_bridges_two_ports_on_tap_wires_through_reconfigurations() {
     let plugin = common::plugin_dir().join(common::PLUGIN);
     let id = std::process::id() % 100_000;
     let prefix = format!("mlx4rs-ovs-{id}");
-    let _pages = Hugepages::reserve(PAGES, &prefix);
+    let pages = Hugepages::reserve(PAGES, "OVS-DPDK");
+    pages.adopt(&prefix);
     let dir = RunDir(std::env::temp_dir().join(format!("mlx4rs-ovs-{id}")));
     let _ = std::fs::remove_dir_all(&dir.0);
     std::fs::create_dir_all(&dir.0).unwrap();

@@ -6,6 +6,8 @@
 #![allow(dead_code)]
 
 pub mod examples;
+pub mod huge;
+pub mod telemetry;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1240,3 +1240,35 @@ mod tests {
         assert_eq!(e.errno(), libc::ENOENT);
     }
 }
+
+/// The frame parser's entry points for the coverage-guided fuzz targets (`fuzz/`, outside the
+/// workspace); not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Runs every parser over `frame` (and over a copy for those that write), checking the
+    /// offsets they hand back lie within it; panics where one does not.
+    pub fn parse_frame(frame: &[u8]) {
+        let _ = crate::net::rx_status(frame);
+        let _ = crate::net::frame_fields(frame);
+        let _ = crate::net::outer_vlan(frame);
+        let _ = crate::net::crc32(frame);
+        assert!(crate::net::l3_len(frame) <= frame.len());
+        if let Some((l3, _, l4)) = crate::net::tso_template(frame) {
+            assert!(
+                l3 < l4 && l4 < frame.len(),
+                "tso_template: {l3} {l4} in {}",
+                frame.len()
+            );
+        }
+        let _ = crate::net::vxlan(frame);
+        static KEY: std::sync::OnceLock<crate::rss::Toeplitz> = std::sync::OnceLock::new();
+        let key = KEY.get_or_init(|| crate::rss::Toeplitz::new(&crate::DEFAULT_RSS_KEY));
+        for bits in [0u32, 0x3f, u32::MAX] {
+            let _ = crate::net::rss_hash(frame, key, crate::RssFields::from_bits_truncate(bits));
+        }
+        let mut copy = frame.to_vec();
+        crate::net::fill_tx_checksums(&mut copy, true, true);
+        assert_eq!(copy.len(), frame.len());
+        let _ = crate::net::fill_inner_checksums(&mut copy, true, true);
+    }
+}

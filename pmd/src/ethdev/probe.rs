@@ -323,6 +323,16 @@ unsafe extern "C" fn vdev_remove(vdev: *mut sys::rte_vdev_device) -> c_int {
     if dev.is_null() || unsafe { (*dev).state } == sys::rte_eth_dev_state_RTE_ETH_DEV_UNUSED {
         return 0;
     }
+    // SAFETY: `dev` is live.
+    let (port, started) = unsafe { ((*(*dev).data).port_id, (*(*dev).data).dev_started() != 0) };
+    // An application that exits with the port started (dpdk-test's pmd_perf_autotest does)
+    // gets here from EAL cleanup: ethdev refuses to close a started port, and its device
+    // would then run on in memory that EAL frees next. A secondary leaves the primary's port
+    // alone.
+    if started && !mp::secondary() {
+        // SAFETY: `port` is a live port of ours; stopping runs our dev_stop.
+        unsafe { sys::rte_eth_dev_stop(port) };
+    }
     // SAFETY: `dev` is live; closing runs our dev_close and releases the port.
-    unsafe { sys::rte_eth_dev_close((*(*dev).data).port_id) }
+    unsafe { sys::rte_eth_dev_close(port) }
 }
