@@ -124,6 +124,47 @@ pub struct TxConfig {
     pub source: MemSource,
 }
 
+/// Doorbell avoidance (devarg `tx_db_avoid`, after Eric Dumazet's "auto doorbell" for mlx4):
+/// a burst that finds the last doorbell still outstanding (the device has not completed what
+/// it announced) publishes its WQEs without a doorbell or BlueFlame copy, for a later call to
+/// ring: the next burst that does not skip, `tx_burst` with no packets and `tx_done_cleanup`
+/// ([`TxQueue::kick`]), or the drain at stop. While avoidance is on, every burst that rings
+/// asks for a completion, so that "outstanding" means what it says.
+///
+/// The skip is bounded, whichever comes first:
+/// - `packets` (default [`DbAvoid::PACKETS`], 32): past a burst's worth of packets a doorbell
+///   costs less than 1/32 of one per packet, so skipping longer gains little, and the device
+///   (which runs what it was told about, then idles) must not starve;
+/// - `cycles` (default [`DbAvoid::NANOS`], 4 us, in TSC ticks), checked on every call: a few
+///   of mlx4's doorbell-to-completion times (about 1.1 us) plus the wire time of 32 frames of
+///   64 bytes at 40 Gb/s (0.5 us). A completion later than that means the device is slow, not
+///   busy with us, and the packet should not wait for it.
+///
+/// The skip also needs room for the next burst's largest WQE on either side of the ring's end
+/// and a free gather slot: a burst that can take nothing decides nothing, so it must never
+/// find WQEs waiting for it to ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DbAvoid {
+    /// Packets published without a doorbell, at most.
+    pub packets: u32,
+    /// TSC ticks ([`crate::mmio::tsc`]) the first of them may wait, at most.
+    pub cycles: u64,
+}
+
+impl DbAvoid {
+    pub const PACKETS: u32 = 32;
+    pub const NANOS: u64 = 4_000;
+
+    /// The default bounds, the deadline converted with the TSC's measured rate.
+    pub fn default_bound() -> DbAvoid {
+        let hz = u128::from(crate::mmio::tsc_hz());
+        DbAvoid {
+            packets: Self::PACKETS,
+            cycles: (hz * u128::from(Self::NANOS) / 1_000_000_000) as u64,
+        }
+    }
+}
+
 /// Fields only `tx_burst`'s posting side writes: cache lines of their own.
 #[repr(C, align(64))]
 #[derive(Default)]
@@ -149,6 +190,13 @@ struct Producer {
     ring_full: u64,
     /// Malformed buffers refused (also in `errors`).
     bad_mbufs: u64,
+    /// Doorbell avoidance ([`DbAvoid`]): the producer after the last doorbell or BlueFlame
+    /// copy, the packets published since without one, and when the first of those must be
+    /// rung for at the latest (TSC).
+    bell: u32,
+    unrung: u32,
+    unrung_deadline: u64,
+    doorbells_avoided: u64,
     /// Counted on the general path only, where they cost nothing that matters.
     general_inline: u64,
     general_gather: u64,
@@ -165,10 +213,17 @@ struct Completion {
     error_cqes: u64,
     cqe_mismatches: u64,
     error_logged: bool,
-    /// An error CQE arrived: the device queue is dead until the control path recreates it
-    /// ([`TxQueue::recover`]; never in the middle of a burst, with a WQE still unpublished).
-    failed: bool,
+    /// Why a burst leaves the front for [`TxQueue::burst_detour`], as bits ([`FAILED`],
+    /// [`AVOIDING`]) tested as one byte, so that doorbell avoidance costs the bursts of a
+    /// queue without it nothing.
+    detour: u8,
 }
+
+/// An error CQE arrived: the device queue is dead until the control path recreates it
+/// ([`TxQueue::recover`]; never in the middle of a burst, with a WQE still unpublished).
+const FAILED: u8 = 1;
+/// Doorbell avoidance is on ([`DbAvoid`]): the bursts take the posters that decide it.
+const AVOIDING: u8 = 2;
 
 /// Where a requested completion ends: everything before these counters is done when the CQE
 /// naming `wqe_index` (the signaled WQE's first TXBB) arrives.
@@ -232,6 +287,9 @@ pub struct TxQueue<B: TxBuf> {
     comp_txbbs: u32,
     /// Longest packet the straight-line inline path takes: the threshold, at most two TXBBs.
     plain_inline_max: usize,
+    /// Doorbell avoidance's bounds ([`DbAvoid`]), while on (`AVOIDING`).
+    avoid_packets: u32,
+    avoid_cycles: u64,
     /// Buffers of gather WQEs, held until their completion.
     elts: BufRing<B>,
     marks: DmaArray<CompMark>,
@@ -290,6 +348,8 @@ impl<B: TxBuf> TxQueue<B> {
             comp: Completion::default(),
             hw,
             plain_inline_max: usize::from(cfg.inline_max).min(wqe::PLAIN_INLINE_MAX),
+            avoid_packets: 0,
+            avoid_cycles: 0,
             cfg,
             qid,
             name: FixedStr::new(name),
@@ -307,6 +367,35 @@ impl<B: TxBuf> TxQueue<B> {
 
     pub fn qpn(&self) -> u32 {
         self.hw.qpn
+    }
+
+    /// Turns doorbell avoidance on with these bounds, or off (the default). Off rings first
+    /// for anything a skip left waiting.
+    pub fn set_db_avoid(&mut self, avoid: Option<DbAvoid>) {
+        if self.prod.unrung != 0 {
+            self.ring_unrung();
+        }
+        (self.avoid_packets, self.avoid_cycles) = match avoid {
+            Some(a) => (a.packets.max(1), a.cycles),
+            None => (0, 0),
+        };
+        self.comp.detour = match avoid {
+            Some(_) => self.comp.detour | AVOIDING,
+            None => self.comp.detour & !AVOIDING,
+        };
+    }
+
+    /// The bounds doorbell avoidance runs with, if on.
+    pub fn db_avoid(&self) -> Option<DbAvoid> {
+        (self.comp.detour & AVOIDING != 0).then_some(DbAvoid {
+            packets: self.avoid_packets,
+            cycles: self.avoid_cycles,
+        })
+    }
+
+    /// Packets published that no doorbell announced yet (doorbell avoidance).
+    pub fn unrung(&self) -> u32 {
+        self.prod.unrung
     }
 
     /// What the device handed over for this queue (ring, registers, QPN).
@@ -347,6 +436,7 @@ impl<B: TxBuf> TxQueue<B> {
             flushed: self.recovery.flushed,
             queue_resets: self.recovery.queue_resets,
             doorbell_rerings: self.recovery.doorbell_rerings,
+            doorbells_avoided: p.doorbells_avoided,
         }
     }
 
@@ -355,6 +445,7 @@ impl<B: TxBuf> TxQueue<B> {
         (p.packets, p.bytes, p.errors, p.doorbells, p.bf_writes) = (0, 0, 0, 0, 0);
         (p.gather_packets, p.ring_full) = (0, 0);
         (p.general_inline, p.general_gather, p.bad_mbufs) = (0, 0, 0);
+        p.doorbells_avoided = 0;
         (self.comp.completions, self.comp.error_cqes) = (0, 0);
         self.comp.cqe_mismatches = 0;
         let r = &mut self.recovery;
@@ -415,21 +506,22 @@ impl<B: TxBuf> TxQueue<B> {
         }
         // Completions make the room, so they come first. With none waiting and the queue
         // healthy this is one load and a compare, and the front calls nothing but `post`.
-        if self.hw.cq.has_cqe() || self.comp.failed {
-            return self.burst_after_completions(pkts);
+        if self.hw.cq.has_cqe() || self.comp.detour != 0 {
+            return self.burst_detour(pkts);
         }
         // `room()` spelled out: one subtraction whose flags say full.
         let used = self.prod.prod.wrapping_sub(self.comp.cons);
         if used >= self.usable {
             return self.full();
         }
-        self.post_any(pkts, self.usable - used)
+        self.post_any::<false>(pkts, self.usable - used)
     }
 
+    /// The front's way out: completions waiting, a failed queue, or doorbell avoidance on.
     #[inline(never)]
-    fn burst_after_completions(&mut self, pkts: &[B]) -> usize {
+    fn burst_detour(&mut self, pkts: &[B]) -> usize {
         self.complete();
-        if self.comp.failed {
+        if self.failed() {
             // The control path recreates the queue (`recover`), with the device in hand.
             return 0;
         }
@@ -438,15 +530,20 @@ impl<B: TxBuf> TxQueue<B> {
         if used >= self.usable {
             return self.full();
         }
-        self.post_any(pkts, self.usable - used)
+        if self.comp.detour & AVOIDING != 0 {
+            self.post_any::<true>(pkts, self.usable - used)
+        } else {
+            self.post_any::<false>(pkts, self.usable - used)
+        }
     }
 
-    /// A burst of one packet goes its own way: see [`TxQueue::post_one`].
+    /// A burst of one packet goes its own way: see [`TxQueue::post_one`]. `AVOID`: doorbell
+    /// avoidance is on, and the burst's end decides it.
     #[inline(always)]
-    fn post_any(&mut self, pkts: &[B], room: u32) -> usize {
+    fn post_any<const AVOID: bool>(&mut self, pkts: &[B], room: u32) -> usize {
         match pkts {
-            [pkt] => self.post_one(pkt, room),
-            _ => self.post(pkts, room),
+            [pkt] => self.post_one::<AVOID>(pkt, room),
+            _ => self.post::<AVOID>(pkts, room),
         }
     }
 
@@ -456,10 +553,10 @@ impl<B: TxBuf> TxQueue<B> {
     /// tally), which a burst of one pays in full for nothing; the end of the burst is the
     /// same. Anything else is a burst like any other ([`TxQueue::post`]).
     #[inline(never)]
-    fn post_one(&mut self, pkt: &B, room: u32) -> usize {
+    fn post_one<const AVOID: bool>(&mut self, pkt: &B, room: u32) -> usize {
         let pkts = std::slice::from_ref(pkt);
         let Some(data) = pkt.plain() else {
-            return self.post(pkts, room);
+            return self.post::<AVOID>(pkts, room);
         };
         let len = data.len();
         let start = self.prod.prod;
@@ -475,7 +572,7 @@ impl<B: TxBuf> TxQueue<B> {
             || txbbs > room
             || slot + 2 > cnt
         {
-            return self.post(pkts, room);
+            return self.post::<AVOID>(pkts, room);
         }
         if len <= wqe::FIRST_CHUNK {
             wqe::write_plain_inline1(&mut self.hw.sq.wqe_fixed::<1>(start), data);
@@ -492,14 +589,14 @@ impl<B: TxBuf> TxQueue<B> {
             end,
             last: Some(last),
         };
-        self.end_burst(posted, start, pkts, Tally::straight(1, len as u64))
+        self.end_burst::<AVOID>(posted, start, pkts, Tally::straight(1, len as u64))
     }
 
     /// The burst proper, with `room` TXBBs (more than none) to fill. A burst of plain packets
     /// that fit inline WQEs (the common one) is one straight-line run; anything else continues
     /// in [`post_rest`].
     #[inline(never)]
-    fn post(&mut self, pkts: &[B], room: u32) -> usize {
+    fn post<const AVOID: bool>(&mut self, pkts: &[B], room: u32) -> usize {
         let start = self.prod.prod;
         let sink = AtomicU32::new(0);
         let mut poster = self.hw.sq.poster(start, start.wrapping_add(room), &sink);
@@ -509,7 +606,7 @@ impl<B: TxBuf> TxQueue<B> {
             // Every packet went the straight-line way: the tally is two registers, and the
             // end of the burst a copy of its own with the rest folded away.
             let posted = poster.finish();
-            return self.end_burst(posted, start, pkts, Tally::straight(n, bytes));
+            return self.end_burst::<AVOID>(posted, start, pkts, Tally::straight(n, bytes));
         }
         let rest = Rest {
             inline_max: usize::from(self.cfg.inline_max),
@@ -525,7 +622,7 @@ impl<B: TxBuf> TxQueue<B> {
         // straight-line path.
         let (poster, t) = post_rest(poster, pkts, stop, Tally::straight(n, bytes), rest);
         let posted = poster.finish();
-        let taken = self.end_burst(posted, start, pkts, t);
+        let taken = self.end_burst::<AVOID>(posted, start, pkts, t);
         if t.last && taken < pkts.len() {
             // A WQE that had to be the last went out with its doorbell: the rest continue
             // as a burst of their own.
@@ -541,53 +638,26 @@ impl<B: TxBuf> TxQueue<B> {
     /// Once per burst: the completion request, the BlueFlame copy or the doorbell, the
     /// release of what was copied inline, the counters.
     #[inline(always)]
-    fn end_burst(&mut self, posted: Posted, start: u32, pkts: &[B], t: Tally) -> usize {
+    fn end_burst<const AVOID: bool>(
+        &mut self,
+        posted: Posted,
+        start: u32,
+        pkts: &[B],
+        t: Tally,
+    ) -> usize {
         let end = posted.end;
         let p = &mut self.prod;
         p.prod = end;
         if let Some(last) = posted.last {
-            p.since_comp += (t.n as u32) - t.errors;
-            p.txbbs_since_comp += end.wrapping_sub(start);
-            // The last WQE asks for a completion when enough went unsignaled.
-            if (p.since_comp >= self.comp_every || p.txbbs_since_comp >= self.comp_txbbs)
-                && p.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32
-            {
-                wqe::set_signaled(&mut self.hw.sq.wqe_mut(last.start, last.txbbs));
-                let mask = self.marks.len() as u32 - 1;
-                self.marks[(p.marks_head & mask) as usize] = CompMark {
-                    txbb_end: end,
-                    elts_end: self.elts.head(),
-                    wqe_index: last.start as u16,
-                };
-                p.marks_head = p.marks_head.wrapping_add(1);
-                (p.since_comp, p.txbbs_since_comp) = (0, 0);
-            }
-            let word = u32::from_be(last.send_be);
-            let hw = &mut self.hw;
-            match hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
-                Some(half) => {
-                    let dword1 = hw.sq.ctrl_dword1(last.start);
-                    // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its
-                    // tag: such a WQE never goes through BF. The ring keeps a plain WQE for a
-                    // device that falls back to fetching it.
-                    if (dword1 >> 8) & 0xff == 0 {
-                        let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
-                        let mut head = [0u8; 8];
-                        head[..4].copy_from_slice(&word.to_be_bytes());
-                        head[4..].copy_from_slice(&(hw.bf_qpn | (dword1 & 0xff)).to_be_bytes());
-                        half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
-                        p.bf_writes += 1;
-                    } else {
-                        hw.sq.publish(last.start, word);
-                        hw.doorbell.ring();
-                        p.doorbells += 1;
-                    }
-                }
-                None => {
-                    hw.sq.publish(last.start, word);
-                    hw.doorbell.ring();
-                    p.doorbells += 1;
-                }
+            let posted_n = (t.n as u32) - t.errors;
+            // Before the completion request, which it may force.
+            let skip = AVOID && self.may_skip(end, posted_n);
+            self.ask_if_due(last, start, end, posted_n);
+            if skip {
+                self.hw.sq.publish(last.start, u32::from_be(last.send_be));
+                self.prod.doorbells_avoided += 1;
+            } else {
+                self.ring_for(last);
             }
         }
         // Inline and dropped packets go back to their pools now (an inline packet's bytes
@@ -606,6 +676,118 @@ impl<B: TxBuf> TxQueue<B> {
         p.packets += (t.n - t.errors as usize) as u64;
         p.bytes += t.bytes;
         t.n
+    }
+
+    /// The completion request of a burst's last WQE: when enough went unsignaled, if the
+    /// bookkeeping has room.
+    #[inline(always)]
+    fn ask_if_due(&mut self, last: LastWqe, start: u32, end: u32, n: u32) {
+        let p = &mut self.prod;
+        p.since_comp += n;
+        p.txbbs_since_comp += end.wrapping_sub(start);
+        if (p.since_comp >= self.comp_every || p.txbbs_since_comp >= self.comp_txbbs)
+            && p.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32
+        {
+            wqe::set_signaled(&mut self.hw.sq.wqe_mut(last.start, last.txbbs));
+            let mask = self.marks.len() as u32 - 1;
+            self.marks[(p.marks_head & mask) as usize] = CompMark {
+                txbb_end: end,
+                elts_end: self.elts.head(),
+                wqe_index: last.start as u16,
+            };
+            p.marks_head = p.marks_head.wrapping_add(1);
+            (p.since_comp, p.txbbs_since_comp) = (0, 0);
+        }
+    }
+
+    /// Publishes the burst's last WQE and tells the device: the BlueFlame copy when the path
+    /// is live and the WQE fits a half, else the doorbell.
+    #[inline(always)]
+    fn ring_for(&mut self, last: LastWqe) {
+        let p = &mut self.prod;
+        let word = u32::from_be(last.send_be);
+        let hw = &mut self.hw;
+        match hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
+            Some(half) => {
+                let dword1 = hw.sq.ctrl_dword1(last.start);
+                // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its
+                // tag: such a WQE never goes through BF. The ring keeps a plain WQE for a
+                // device that falls back to fetching it.
+                if (dword1 >> 8) & 0xff == 0 {
+                    let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
+                    let mut head = [0u8; 8];
+                    head[..4].copy_from_slice(&word.to_be_bytes());
+                    head[4..].copy_from_slice(&(hw.bf_qpn | (dword1 & 0xff)).to_be_bytes());
+                    half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
+                    p.bf_writes += 1;
+                } else {
+                    hw.sq.publish(last.start, word);
+                    hw.doorbell.ring();
+                    p.doorbells += 1;
+                }
+            }
+            None => {
+                hw.sq.publish(last.start, word);
+                hw.doorbell.ring();
+                p.doorbells += 1;
+            }
+        }
+    }
+
+    /// With doorbell avoidance on: whether the burst ending at `end`, of `n` packets, may
+    /// leave its doorbell to a later call (see [`DbAvoid`] for the conditions); if so, counts
+    /// its packets against the bound. If not, the burst rings: this records it, and makes its
+    /// last WQE ask for a completion, so that the next burst can tell when the device caught
+    /// up.
+    #[inline(always)]
+    fn may_skip(&mut self, end: u32, n: u32) -> bool {
+        if self.skip_allowed(end, n) {
+            return true;
+        }
+        let p = &mut self.prod;
+        (p.bell, p.unrung) = (end, 0);
+        // `ask_if_due` adds the burst's packets to this, and asks.
+        p.since_comp = p.since_comp.max(self.comp_every);
+        false
+    }
+
+    #[inline(always)]
+    fn skip_allowed(&mut self, end: u32, n: u32) -> bool {
+        let cons = self.comp.cons;
+        let p = &mut self.prod;
+        // The device finished what the last doorbell announced: nothing would ring for us.
+        if p.bell.wrapping_sub(cons) as i32 <= 0 {
+            return false;
+        }
+        let unrung = p.unrung + n;
+        if unrung > self.avoid_packets {
+            return false;
+        }
+        // Room for the largest WQE before the ring's end or after it, and a gather slot.
+        let used = end.wrapping_sub(cons);
+        if used + 2 * MAX_WQE_TXBBS > self.usable || self.elts.len() >= self.elts.capacity() {
+            return false;
+        }
+        let now = crate::mmio::tsc();
+        if p.unrung == 0 {
+            p.unrung_deadline = now.wrapping_add(self.avoid_cycles);
+        } else if now.wrapping_sub(p.unrung_deadline) as i64 >= 0 {
+            return false;
+        }
+        p.unrung = unrung;
+        true
+    }
+
+    /// Rings for what doorbell avoidance left waiting, asking for a completion first if the
+    /// last WQE did not, so that the next burst can tell when the device caught up.
+    #[cold]
+    #[inline(never)]
+    fn ring_unrung(&mut self) {
+        self.ask_completion();
+        self.hw.doorbell.ring();
+        let p = &mut self.prod;
+        p.doorbells += 1;
+        (p.bell, p.unrung) = (p.prod, 0);
     }
 
     /// Consumes available CQEs: stamps the completed TXBBs and frees the completed buffers in
@@ -679,7 +861,7 @@ impl<B: TxBuf> TxQueue<B> {
     #[inline(never)]
     fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
         self.comp.error_cqes += 1;
-        self.comp.failed = true;
+        self.comp.detour |= FAILED;
         self.recovery.error_wqe = wqe_index;
         if !self.comp.error_logged {
             self.comp.error_logged = true;
@@ -695,7 +877,7 @@ impl<B: TxBuf> TxQueue<B> {
     /// Whether an error completion stopped the queue: it needs [`TxQueue::recover`].
     #[inline]
     pub fn failed(&self) -> bool {
-        self.comp.failed
+        self.comp.detour & FAILED != 0
     }
 
     /// Drops what was in flight on a failed queue and recreates it on the device. Returns
@@ -720,7 +902,7 @@ impl<B: TxBuf> TxQueue<B> {
     /// cannot make a new queue, the old one stays, and so does its state.
     pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
         let fresh = create_hw(dev, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
-        if self.comp.failed {
+        if self.failed() {
             // Read from the old ring before it goes.
             let lost = self.count_flushed();
             let r = &mut self.recovery;
@@ -733,8 +915,9 @@ impl<B: TxBuf> TxQueue<B> {
         debug_assert!(self.elts.is_empty());
         (self.prod.prod, self.prod.marks_head, self.prod.since_comp) = (0, 0, 0);
         self.prod.txbbs_since_comp = 0;
+        (self.prod.bell, self.prod.unrung) = (0, 0);
         (self.comp.cons, self.comp.marks_tail) = (0, 0);
-        self.comp.failed = false;
+        self.comp.detour &= !FAILED;
         self.recovery.nop_at = None;
         Ok(())
     }
@@ -802,9 +985,14 @@ impl<B: TxBuf> TxQueue<B> {
     #[inline(never)]
     pub fn kick(&mut self) -> bool {
         self.complete();
+        if self.prod.unrung != 0 && !self.failed() {
+            // Doorbell avoidance left WQEs waiting: this call is the later one that rings.
+            self.ring_unrung();
+            return true;
+        }
         let cons = self.comp.cons;
         if std::mem::replace(&mut self.recovery.kick_cons, cons) != cons
-            || self.comp.failed
+            || self.failed()
             || cons == self.prod.prod
         {
             self.recovery.stalled_looks = 0;
@@ -827,6 +1015,7 @@ impl<B: TxBuf> TxQueue<B> {
         }
         self.hw.doorbell.ring();
         self.prod.doorbells += 1;
+        (self.prod.bell, self.prod.unrung) = (self.prod.prod, 0);
     }
 
     /// Posts a signaled NOP if the last WQEs asked for no completion (and there is room for
@@ -853,8 +1042,11 @@ impl<B: TxBuf> TxQueue<B> {
         let start = std::time::Instant::now();
         let mut looked = start;
         loop {
+            if self.prod.unrung != 0 {
+                self.ring_unrung();
+            }
             self.complete();
-            if self.comp.failed {
+            if self.failed() {
                 // Nothing more will execute; the queue is recreated when the port stops.
                 return false;
             }
@@ -864,6 +1056,7 @@ impl<B: TxBuf> TxQueue<B> {
             if self.ask_completion() {
                 self.hw.doorbell.ring();
                 self.prod.doorbells += 1;
+                self.prod.bell = self.prod.prod;
             } else if looked.elapsed() >= std::time::Duration::from_millis(1) {
                 looked = std::time::Instant::now();
                 self.kick();
