@@ -118,7 +118,7 @@ impl<B: TxBuf> TxQueue<B> {
     /// and when the port stops (the device no longer executes anything then). If the device
     /// cannot make a new queue, the old one stays, and so does its state.
     pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
-        let fresh = create_hw(dev, self.txbb_cnt, self.marks.len() as u32, &self.cfg)?;
+        let fresh = create_hw(dev, self.txbb_cnt(), self.marks.len() as u32, &self.cfg)?;
         if self.failed() {
             // Read from the old ring before it goes.
             let lost = self.count_flushed();
@@ -155,7 +155,7 @@ impl<B: TxBuf> TxQueue<B> {
                 n += 1;
             } else if txbbs > 1 {
                 // Padding: it runs to the ring's end (its size field may say less).
-                pos = (pos | (self.txbb_cnt - 1)).wrapping_add(1);
+                pos = (pos | (self.txbb_cnt() - 1)).wrapping_add(1);
                 continue;
             }
             pos = pos.wrapping_add(txbbs);

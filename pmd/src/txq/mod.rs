@@ -286,7 +286,6 @@ pub struct TxQueue<B: TxBuf> {
     pub qid: u16,
     /// The port's, for log lines.
     name: FixedStr<32>,
-    txbb_cnt: u32,
     /// TXBBs the queue may have in flight: the ring less the headroom the device may
     /// prefetch into (2 KB + one WQE).
     usable: u32,
@@ -360,7 +359,6 @@ impl<B: TxBuf> TxQueue<B> {
             cfg,
             qid,
             name: FixedStr::new(name),
-            txbb_cnt,
             usable: txbb_cnt - headroom,
             comp_every,
             comp_txbbs,
@@ -461,7 +459,7 @@ impl<B: TxBuf> TxQueue<B> {
 
     /// TXBBs in the send ring.
     pub fn txbb_cnt(&self) -> u32 {
-        self.txbb_cnt
+        self.hw.sq.txbb_cnt()
     }
 
     /// The producer counter: where the next WQE goes (free-running, in TXBBs).
