@@ -90,6 +90,8 @@ pub struct Devargs {
     /// The software HCA is a ConnectX-3 Pro: VXLAN inner checksums on send, inner verdicts on
     /// receive.
     pub pro: bool,
+    /// TX doorbell avoidance (`txq::DbAvoid`), off by default.
+    pub tx_db_avoid: bool,
 }
 
 impl Default for Devargs {
@@ -104,6 +106,7 @@ impl Default for Devargs {
             device_loop: DeviceLoop::Lcore,
             faults: soft::hca::Faults::default(),
             pro: false,
+            tx_db_avoid: false,
         }
     }
 }
@@ -152,6 +155,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "faults",
         "faults for the software HCA to inject, items separated by '/': tx_error:N (every Nth send WQE completes in error), rx_error:N (every Nth received frame gets a buffer error), db_drop:N (every Nth send doorbell is lost), flap:N+M (the link goes down after N frames sent, up after M more), cqe_drop:N (every Nth good send completion is lost), cqe_dup:N (every Nth good send completion is written twice); N and M decimal",
+    ),
+    (
+        "tx_db_avoid",
+        "0 or 1 (1: a burst skips its doorbell while the last one is outstanding)",
     ),
 ];
 
@@ -235,6 +242,13 @@ impl FromStr for Devargs {
                 "mac" => d.mac = Some(parse_mac(value).ok_or_else(bad)?),
                 "busy_poll" => {
                     d.busy_poll = match value {
+                        "0" => false,
+                        "1" => true,
+                        _ => return Err(bad()),
+                    }
+                }
+                "tx_db_avoid" => {
+                    d.tx_db_avoid = match value {
                         "0" => false,
                         "1" => true,
                         _ => return Err(bad()),
@@ -424,6 +438,9 @@ mod tests {
         assert_eq!(d.txq_inline, 0);
         assert_eq!(d.mac, Some([2, 0, 0, 0xaa, 0xbb, 0x0c]));
         assert!(d.busy_poll);
+        assert!(!d.tx_db_avoid);
+        assert!(parse("tx_db_avoid=1").unwrap().tx_db_avoid);
+        assert!(parse("tx_db_avoid=2").is_err());
     }
 
     #[test]

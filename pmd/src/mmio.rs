@@ -28,6 +28,39 @@ pub fn io_wmb() {
     fence(Ordering::Release);
 }
 
+/// The time-stamp counter: what doorbell avoidance checks its deadline against, once per
+/// call (one instruction, no call into C).
+#[inline(always)]
+pub fn tsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unused_unsafe)]
+    // SAFETY: rdtsc has no preconditions.
+    let t = unsafe { core::arch::x86_64::_rdtsc() };
+    #[cfg(not(target_arch = "x86_64"))]
+    let t = tsc_epoch().elapsed().as_nanos() as u64;
+    t
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn tsc_epoch() -> &'static std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(std::time::Instant::now)
+}
+
+/// [`tsc`] ticks per second, measured once per process against the monotonic clock (2 ms at
+/// the first queue setup that asks; never on the data path).
+pub fn tsc_hz() -> u64 {
+    static HZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *HZ.get_or_init(|| {
+        let (t0, c0) = (std::time::Instant::now(), tsc());
+        while t0.elapsed() < std::time::Duration::from_millis(2) {
+            std::hint::spin_loop();
+        }
+        let (ns, ticks) = (t0.elapsed().as_nanos().max(1), tsc().wrapping_sub(c0));
+        ((u128::from(ticks) * 1_000_000_000 / ns) as u64).max(1)
+    })
+}
+
 /// The send doorbell register of one UAR page.
 pub struct SendDoorbell {
     reg: *mut u32,

@@ -44,6 +44,8 @@ pub struct Port {
     pub name: FixedStr<{ dpdk_sys::RTE_ETH_NAME_MAX_LEN as usize }>,
     /// Inline threshold of the port's TX queues (devarg `txq_inline`).
     pub txq_inline: u16,
+    /// Doorbell avoidance on the port's TX queues (devarg `tx_db_avoid`).
+    pub tx_db_avoid: bool,
     pub caps: Caps,
     pub mac: [u8; 6],
     pub started: bool,
@@ -283,6 +285,7 @@ impl Port {
         let port = Port {
             name: FixedStr::new(name),
             txq_inline: args.txq_inline,
+            tx_db_avoid: args.tx_db_avoid,
             caps,
             mac,
             started: false,

@@ -113,9 +113,10 @@ impl SqRing {
     /// path's writers take that).
     #[inline(always)]
     pub fn wqe_fixed<const T: usize>(&mut self, start: u32) -> WqeMut<'_, T> {
-        const { assert!(T > 0) };
-        let slot = (start & (self.txbb_cnt - 1)) as usize;
-        assert!(slot + T <= self.txbb_cnt as usize, "WQE wraps the ring");
+        const { assert!(T > 0 && T <= 16) };
+        // In u32, as the callers' own room checks: theirs then decide this one.
+        let slot = start & (self.txbb_cnt - 1);
+        assert!(slot + T as u32 <= self.txbb_cnt, "WQE wraps the ring");
         WqeMut::new(self.txbb(start).as_ptr(), T << TXBB_SHIFT)
     }
 

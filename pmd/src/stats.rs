@@ -94,6 +94,9 @@ counters! {
         /// Doorbells written again because posted WQEs made no progress between two looks
         /// (a lost doorbell; see `TxQueue::kick`).
         doorbell_rerings: Extended,
+        /// Bursts that left their doorbell to a later call, the last one still outstanding
+        /// (devarg `tx_db_avoid`, `txq::DbAvoid`).
+        doorbells_avoided: Extended,
         /// Completions that did not name the next WQE that asked for one: requests a later
         /// completion covered (a CQE the device lost), or a CQE no request names (one it
         /// added, ignored). Nothing is freed early; what a lost one held goes with the next
@@ -147,7 +150,7 @@ mod tests {
         let ext: Vec<_> = a.extended().collect();
         assert_eq!(
             ext.len(),
-            14,
+            15,
             "every TX counter but packets, bytes, errors: {ext:?}"
         );
         assert_eq!(ext[0], ("doorbells", 1));

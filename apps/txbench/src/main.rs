@@ -6,6 +6,7 @@
 mod callgrind;
 mod callgrind_eal;
 mod callgrind_rx;
+mod db_avoid;
 mod opts;
 
 use std::collections::HashMap;
@@ -47,6 +48,7 @@ fn main() {
             }
         }),
         Mode::Sweep(s) => prefer_copy(s.copy).and_then(|_| sweep(&s)),
+        Mode::DbAvoid(n) => db_avoid::run(n).map(|_| 0),
     };
     match rc {
         Ok(code) => std::process::exit(code),

@@ -52,6 +52,8 @@ pub struct Callgrind {
 pub enum Mode {
     Sweep(Sweep),
     Callgrind(Callgrind),
+    /// Doorbell avoidance off and on, this many packets per point (`db_avoid`).
+    DbAvoid(u64),
     Help,
 }
 
@@ -61,6 +63,7 @@ usage: txbench [--short] [--out DIR] [--paths LIST] [--bursts LIST] [--sizes LIS
                [--busy-poll 0|1] [--copy C] [--no-plots] [--quiet] [--eal ARG]...
        txbench --callgrind [--path P] [--packets N] [--size B] [--burst N] [--inline B]
                            [--full-ring | --mbufs | --rx] [--copy C]
+       txbench --db-avoid [PACKETS]
 
 Sweep (needs EAL; runs net_mlx4rs ports on the software HCA next to net_null and net_ring):
   --short            about a quarter of the points and shorter turns (about 15 s)
@@ -98,9 +101,27 @@ Instruction counts (no EAL: the TX queue against the software HCA stepped in thi
   --rx               count rx_burst instead (collect `measured_rx_burst`): a TX queue sends
                      each burst, the looped wire brings it back; the refill is included
   --copy C           as for the sweep (valgrind runs only the qwords routine)
+
+Doorbell avoidance (no EAL, the software HCA stepped in this thread):
+  --db-avoid [N]     doorbells, completions and modeled Mpps per packet, avoidance off and
+                     on, bursts 1, 2, 4, 8, the device running once every 1, 4 or 16 calls;
+                     N packets per point (default 100000); must be the only option
 ";
 
 pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
+    let args: Vec<String> = args.into_iter().collect();
+    if args.first().is_some_and(|a| a == "--db-avoid") {
+        return match &args[1..] {
+            [] => Ok(Mode::DbAvoid(100_000)),
+            [n] => match n.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(Mode::DbAvoid(n)),
+                _ => Err(format!(
+                    "--db-avoid takes a packet count above 0, not {n:?}"
+                )),
+            },
+            _ => Err("--db-avoid takes only a packet count".into()),
+        };
+    }
     let mut a = ArgIter::new(args);
     let mut short = false;
     let mut callgrind = false;
@@ -337,6 +358,14 @@ mod tests {
             Mode::Sweep(s) => s,
             m => panic!("{m:?}"),
         }
+    }
+
+    #[test]
+    fn db_avoid_takes_only_a_packet_count() {
+        assert_eq!(p(&["--db-avoid"]).unwrap(), Mode::DbAvoid(100_000));
+        assert_eq!(p(&["--db-avoid", "500"]).unwrap(), Mode::DbAvoid(500));
+        assert!(p(&["--db-avoid", "0"]).is_err());
+        assert!(p(&["--db-avoid", "5", "--short"]).is_err());
     }
 
     #[test]

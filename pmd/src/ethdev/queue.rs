@@ -76,8 +76,9 @@ fn tx_setup(
     super::mr::register_pools(e, None)?;
     let p = &*e.port;
     let cfg = p.tx_config(fast_free, socket);
-    let q = TxQ::new(e.dev, p.name.as_str(), qid, nb_desc, cfg, p.mrs.as_slice())
+    let mut q = TxQ::new(e.dev, p.name.as_str(), qid, nb_desc, cfg, p.mrs.as_slice())
         .map_err(|err| with_queue("TX", qid, err.into()))?;
+    q.set_db_avoid(p.tx_db_avoid.then(crate::txq::DbAvoid::default_bound));
     let port_id = e.port_id();
     if let Some(l) = e.lcore {
         l.set_sq(qid, Some(q.qpn()));

@@ -1,0 +1,637 @@
+//! TX queues: inline or gather WQEs in a TXBB ring, then one doorbell per burst, or a
+//! BlueFlame copy of the burst's last WQE when that path is live.
+//!
+//! The queue is generic over the packet buffer ([`TxBuf`]): `rte_mbuf` chains under DPDK,
+//! plain buffers in tests, so the whole path runs against the software HCA without EAL.
+//! Nothing here allocates, locks or calls C per packet; buffers are released in bulk.
+//!
+//! # What is paid per burst, and why
+//!
+//! Under testpmd against a device that drains slowly, `tx_burst` is called tens of times per
+//! packet sent, and at burst 32 anything done per packet is paid 32 times. So the burst does
+//! once what does not depend on the packet (`doc/design.md`, "The transmit path"):
+//! - a call with nothing to send leaves at once; on a full ring it leaves after the
+//!   completion poll (which is what makes room: one load and a compare when no CQE waits),
+//!   before any set-up. [`TxQueue::burst`] is that front, inline; the rest is out of line;
+//! - one room budget: the TXBBs the ring can take before the headroom (and, for gather
+//!   packets, the slots of the gather ring); a packet then only compares against the end of
+//!   the current run;
+//! - the contiguous run to the ring's end is computed once ([`SqRing::poster`]), with at most
+//!   one pad NOP where a WQE would cross it (`Poster::wrap`), and its owner word once;
+//! - each WQE's owner word is one store, made when the next WQE is taken; the last one waits
+//!   for the decisions that concern the burst: whether it asks for a completion (once per
+//!   burst, when enough WQEs or TXBBs went unsignaled) and whether it goes out through
+//!   BlueFlame or the doorbell;
+//! - counters are summed in registers and stored once;
+//! - inline packets are released at the end of the burst, straight from the caller's array
+//!   when no gather packet came between them (no per-packet bookkeeping); gather ones in one
+//!   or two bulk calls when their completion arrives, all completions waiting taken together;
+//! - a completion stamps the whole freed run with one value per pass, by an unrolled loop;
+//! - a burst of one packet (what a latency-bound application sends, and what testpmd sends
+//!   against a slow device) skips the poster: the run, the pending owner store, the loop and
+//!   its tally are set-up a single WQE pays for nothing. `TxQueue::post_one` writes a plain
+//!   packet that fits a straight-line inline WQE in place and ends the burst as any other
+//!   (165 -> 131 instructions on the doorbell path, 232 -> 193 through BlueFlame);
+//! - the BlueFlame copy is decided once, at the end: the register exists only on a queue
+//!   whose BF path is live, [`BfReg::reserve`] checks the size before the WQE is published
+//!   (so the copy's own bound check folds), and the copy dispatches on the routine once for
+//!   the whole WQE, straight from the ring, its first 8 bytes (BF counter and QPN) from a
+//!   register; only `movdir64b`, whose source is memory, stages its first block, out of line
+//!   (a 64-byte aligned local would align the whole burst's frame and cost the inline loop a
+//!   register). The ring copy stays a plain WQE: a device that missed the write fetches it.
+//!
+//! Per packet, a plain packet (one segment, no offload flags, a length class that fits) takes
+//! a straight-line path: [`wqe::write_plain_inline1`] / [`wqe::write_plain_inline2`] (one or
+//! two TXBBs) or [`wqe::write_plain_gather`] (a buffer in the lkey cache's region), each run
+//! in a tight loop of its own (`inline_run`, `gather_run`) over a cursor that keeps the
+//! poster in registers: a few loads from the buffer, fixed-size stores, one owner store.
+//! Everything else (offloads, VLAN, several segments, long inline WQEs, buffers outside the
+//! lkey cache's region) goes through `post_general`, the former code, which produces the
+//! same bytes. Which path a packet took is in [`TxStats`] (`general_inline`,
+//! `general_gather`), counted on the general path only.
+
+use std::sync::atomic::AtomicU32;
+
+use mlx4_prm::{cqe_opcode, opcode, owner_opcode, SQ_HEADROOM_BYTES, TXBB_SHIFT};
+
+use crate::hw::{Device, HwError};
+use crate::mbuf::{BufBatch, BufRing};
+use crate::mem::{DmaArray, FixedStr, Lkeys, MemSource, Mr};
+use crate::mmio::{BfReg, Copy64, SendDoorbell};
+use crate::pmd_log;
+use crate::ring::{txbbs_for, CqRing, LastWqe, Posted, Poster, SqRing};
+pub use crate::stats::TxStats;
+use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
+
+mod completion;
+mod general;
+mod straight;
+
+use general::*;
+use straight::*;
+
+/// What the TX path needs from a packet buffer. Releasing is `unsafe`: a buffer is `Copy`,
+/// and only its owner may give it back.
+#[allow(unsafe_code)]
+pub trait TxBuf: Copy {
+    /// Total bytes over all segments.
+    fn pkt_len(&self) -> u32;
+    /// The segments' bytes, in order.
+    fn segs(&self) -> impl Iterator<Item = &[u8]>;
+    fn offloads(&self) -> TxOffloads;
+    /// The bytes of a plain packet (one segment, no offload requested, its data inside its
+    /// buffer), or None: the only question the straight-line path asks, answered with a few
+    /// loads.
+    fn plain(&self) -> Option<&[u8]>;
+    /// The bytes to send, once the general path has checked the buffer's shape (for an mbuf:
+    /// `nb_segs` segments ending the chain, each one's data inside its buffer, `pkt_len` their
+    /// sum unless the packet is plain), or None for a malformed buffer, which is refused and
+    /// counted in `bad_mbufs`. [`TxBuf::segs`] then yields exactly that many bytes.
+    fn check(&self) -> Option<u32> {
+        Some(self.pkt_len())
+    }
+    /// Makes a buffer the queue refused safe to release: for an mbuf chain, cut after its
+    /// first `nb_segs` distinct segments, so that each is freed once.
+    ///
+    /// # Safety
+    /// The queue took `self` (it is released with the burst) and nothing else uses it.
+    unsafe fn refuse(&self) {}
+    /// Returns buffers to their pools, once per batch.
+    ///
+    /// # Safety
+    /// The caller owns every buffer in `bufs` (they were handed to the queue and are done
+    /// with), none appears twice, and none is used afterwards.
+    unsafe fn free_bulk(bufs: &[Self]);
+    /// As `free_bulk`, under the application's promise of `MBUF_FAST_FREE`.
+    ///
+    /// # Safety
+    /// As `free_bulk`; moreover every buffer is one segment with reference count 1, and all
+    /// come from one pool.
+    unsafe fn free_bulk_fast(bufs: &[Self]) {
+        // SAFETY: the caller's contract covers free_bulk's.
+        unsafe { Self::free_bulk(bufs) }
+    }
+}
+
+/// Which transmit path is live on a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxPath {
+    Doorbell,
+    BlueFlame,
+}
+
+/// Queue parameters fixed at setup.
+#[derive(Debug, Clone)]
+pub struct TxConfig {
+    /// Inline threshold in bytes; 0 disables inlining.
+    pub inline_max: u16,
+    pub path: TxPath,
+    pub copy: Copy64,
+    pub fast_free: bool,
+    pub source: MemSource,
+}
+
+/// Doorbell avoidance (devarg `tx_db_avoid`, after Eric Dumazet's "auto doorbell" for mlx4):
+/// a burst that finds the last doorbell still outstanding (the device has not completed what
+/// it announced) publishes its WQEs without a doorbell or BlueFlame copy, for a later call to
+/// ring: the next burst that does not skip, `tx_burst` with no packets and `tx_done_cleanup`
+/// ([`TxQueue::kick`]), or the drain at stop. While avoidance is on, every burst that rings
+/// asks for a completion, so that "outstanding" means what it says.
+///
+/// The skip is bounded, whichever comes first:
+/// - `packets` (default [`DbAvoid::PACKETS`], 32): past a burst's worth of packets a doorbell
+///   costs less than 1/32 of one per packet, so skipping longer gains little, and the device
+///   (which runs what it was told about, then idles) must not starve;
+/// - `cycles` (default [`DbAvoid::NANOS`], 4 us, in TSC ticks), checked on every call: a few
+///   of mlx4's doorbell-to-completion times (about 1.1 us) plus the wire time of 32 frames of
+///   64 bytes at 40 Gb/s (0.5 us). A completion later than that means the device is slow, not
+///   busy with us, and the packet should not wait for it.
+///
+/// The skip also needs room for the next burst's largest WQE on either side of the ring's end
+/// and a free gather slot: a burst that can take nothing decides nothing, so it must never
+/// find WQEs waiting for it to ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DbAvoid {
+    /// Packets published without a doorbell, at most.
+    pub packets: u32,
+    /// TSC ticks ([`crate::mmio::tsc`]) the first of them may wait, at most.
+    pub cycles: u64,
+}
+
+impl DbAvoid {
+    pub const PACKETS: u32 = 32;
+    pub const NANOS: u64 = 4_000;
+
+    /// The default bounds, the deadline converted with the TSC's measured rate.
+    pub fn default_bound() -> DbAvoid {
+        let hz = u128::from(crate::mmio::tsc_hz());
+        DbAvoid {
+            packets: Self::PACKETS,
+            cycles: (hz * u128::from(Self::NANOS) / 1_000_000_000) as u64,
+        }
+    }
+}
+
+/// Fields only `tx_burst`'s posting side writes: cache lines of their own.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct Producer {
+    /// Next TXBB (free-running).
+    prod: u32,
+    /// Next slot in `marks`.
+    marks_head: u32,
+    /// WQEs and TXBBs posted since the last one that asked for a completion.
+    since_comp: u32,
+    txbbs_since_comp: u32,
+    /// Gather-ring counter just past the last held buffer of several segments: buffers
+    /// before it may not go back through the fast-free path.
+    chained_until: u32,
+    lkeys: Lkeys,
+    packets: u64,
+    bytes: u64,
+    errors: u64,
+    doorbells: u64,
+    bf_writes: u64,
+    /// Packets that went out in gather WQEs; the others went inline.
+    gather_packets: u64,
+    ring_full: u64,
+    /// Malformed buffers refused (also in `errors`).
+    bad_mbufs: u64,
+    /// Doorbell avoidance ([`DbAvoid`]): the producer after the last doorbell or BlueFlame
+    /// copy, the packets published since without one, and when the first of those must be
+    /// rung for at the latest (TSC).
+    bell: u32,
+    unrung: u32,
+    unrung_deadline: u64,
+    doorbells_avoided: u64,
+    /// Counted on the general path only, where they cost nothing that matters.
+    general_inline: u64,
+    general_gather: u64,
+}
+
+/// Fields only the completion side writes: another cache line.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct Completion {
+    /// First TXBB not yet completed (free-running).
+    cons: u32,
+    marks_tail: u32,
+    completions: u64,
+    error_cqes: u64,
+    cqe_mismatches: u64,
+    error_logged: bool,
+    /// Why a burst leaves the front for [`TxQueue::burst_detour`], as bits ([`FAILED`],
+    /// [`AVOIDING`]) tested as one byte, so that doorbell avoidance costs the bursts of a
+    /// queue without it nothing.
+    detour: u8,
+}
+
+/// An error CQE arrived: the device queue is dead until the control path recreates it
+/// ([`TxQueue::recover`]; never in the middle of a burst, with a WQE still unpublished).
+const FAILED: u8 = 1;
+/// Doorbell avoidance is on ([`DbAvoid`]): the bursts take the posters that decide it.
+const AVOIDING: u8 = 2;
+
+/// Where a requested completion ends: everything before these counters is done when the CQE
+/// naming `wqe_index` (the signaled WQE's first TXBB) arrives.
+#[derive(Debug, Default, Clone, Copy)]
+struct CompMark {
+    txbb_end: u32,
+    elts_end: u32,
+    wqe_index: u16,
+}
+
+/// The queue's objects on the device: ring views over the memory the device handed over, and
+/// its registers, which live exactly as long as the rings.
+struct HwQueue {
+    sq: SqRing,
+    cq: CqRing,
+    qpn: u32,
+    doorbell: SendDoorbell,
+    /// The BF register, only if the BlueFlame path is live.
+    bf: Option<BfReg>,
+    /// Bytes 4-7 of a BF copy less the size byte: the QPN in bytes 4-6 (host order).
+    bf_qpn: u32,
+}
+
+/// What the error and lost-doorbell paths keep: cold, off the burst's cache lines.
+#[derive(Default)]
+struct Recovery {
+    /// WQE index (TXBB counter, low 16 bits) of the error completion that stopped the queue.
+    error_wqe: u16,
+    /// `comp.cons` when the last look for a lost doorbell was taken, and how many looks in a
+    /// row have seen it unchanged with WQEs outstanding.
+    kick_cons: u32,
+    stalled_looks: u32,
+    /// The producer just after the NOP the last look without progress posted: while nothing
+    /// was posted since, that NOP's completion is the one to wait for.
+    nop_at: Option<u32>,
+    flushed: u64,
+    queue_resets: u64,
+    doorbell_rerings: u64,
+}
+
+/// Calls finding a full ring without progress before it rings again for a lost doorbell.
+const FULL_PATIENCE: u32 = 64;
+
+/// Packets gathered for one release when gather packets come between inline ones.
+const FREE_BATCH: usize = 64;
+
+pub struct TxQueue<B: TxBuf> {
+    prod: Producer,
+    comp: Completion,
+    hw: HwQueue,
+    // Read-mostly below.
+    cfg: TxConfig,
+    pub qid: u16,
+    /// The port's, for log lines.
+    name: FixedStr<32>,
+    /// TXBBs the queue may have in flight: the ring less the headroom the device may
+    /// prefetch into (2 KB + one WQE).
+    usable: u32,
+    comp_every: u32,
+    comp_txbbs: u32,
+    /// Longest packet the straight-line inline path takes: the threshold, at most two TXBBs.
+    plain_inline_max: usize,
+    /// Doorbell avoidance's bounds ([`DbAvoid`]), while on (`AVOIDING`).
+    avoid_packets: u32,
+    avoid_cycles: u64,
+    /// Buffers of gather WQEs, held until their completion.
+    elts: BufRing<B>,
+    marks: DmaArray<CompMark>,
+    /// Inline packets of a burst that also held gather packets, released together.
+    done: BufBatch<B, FREE_BATCH>,
+    /// Data segments of the packet being posted on the general path.
+    segs: [(u64, u32, u32); MAX_GATHER_SEGS],
+    recovery: Recovery,
+}
+
+/// Largest WQE we build: 63 DS in 16 TXBBs.
+const MAX_WQE_TXBBS: u32 = 16;
+
+impl<B: TxBuf> TxQueue<B> {
+    /// A queue for `nb_desc` packets in flight, created on `dev`, for buffers in the
+    /// registered regions `mrs`. Everything it keeps is plain data in `cfg.source` memory, so
+    /// that another process can run it.
+    pub fn new(
+        dev: &dyn Device,
+        name: &str,
+        qid: u16,
+        nb_desc: u16,
+        cfg: TxConfig,
+        mrs: &[Mr],
+    ) -> Result<TxQueue<B>, HwError> {
+        let elts_n = u32::from(nb_desc).max(64).next_power_of_two();
+        let per_pkt = txbbs_for(wqe::inline_wqe_bytes(usize::from(cfg.inline_max))).max(1);
+        let headroom = (SQ_HEADROOM_BYTES >> TXBB_SHIFT) as u32 + MAX_WQE_TXBBS;
+        // As many TXBBs as nb_desc packets of the largest inline size need, within what the
+        // device allows (a smaller ring only means the room check stops a burst sooner).
+        let max = dev.caps().max_sq_txbbs.max(1);
+        let max = 1 << max.ilog2();
+        let txbb_cnt = (elts_n * per_pkt + headroom + MAX_WQE_TXBBS)
+            .next_power_of_two()
+            .min(max);
+        if txbb_cnt < headroom + 2 * MAX_WQE_TXBBS {
+            return Err(HwError::Invalid(format!(
+                "the device's SQ limit ({max} TXBBs) is below the headroom"
+            )));
+        }
+        let comp_every = 64.min(elts_n / 4).max(1);
+        let comp_txbbs = (txbb_cnt / 4).max(MAX_WQE_TXBBS);
+        // At most one mark per comp_every WQEs or comp_txbbs TXBBs in flight, plus slack.
+        let marks_n = (txbb_cnt / comp_every.min(comp_txbbs) + 4).next_power_of_two();
+        let nomem = || HwError::NoMemory("no memory for the TX queue's arrays".into());
+        let src = cfg.source;
+        let lkeys = Lkeys::new(mrs, src).ok_or_else(nomem)?;
+        let elts = BufRing::new(elts_n, src).ok_or_else(nomem)?;
+        let marks = DmaArray::new(marks_n as usize, CompMark::default(), src).ok_or_else(nomem)?;
+        let hw = create_hw(dev, txbb_cnt, marks_n, &cfg)?;
+        Ok(TxQueue {
+            prod: Producer {
+                lkeys,
+                ..Producer::default()
+            },
+            comp: Completion::default(),
+            hw,
+            plain_inline_max: usize::from(cfg.inline_max).min(wqe::PLAIN_INLINE_MAX),
+            avoid_packets: 0,
+            avoid_cycles: 0,
+            cfg,
+            qid,
+            name: FixedStr::new(name),
+            usable: txbb_cnt - headroom,
+            comp_every,
+            comp_txbbs,
+            elts,
+            marks,
+            done: BufBatch::default(),
+            segs: [(0, 0, 0); MAX_GATHER_SEGS],
+            recovery: Recovery::default(),
+        })
+    }
+
+    pub fn qpn(&self) -> u32 {
+        self.hw.qpn
+    }
+
+    /// Turns doorbell avoidance on with these bounds, or off (the default). Off rings first
+    /// for anything a skip left waiting.
+    pub fn set_db_avoid(&mut self, avoid: Option<DbAvoid>) {
+        if self.prod.unrung != 0 {
+            self.ring_unrung();
+        }
+        (self.avoid_packets, self.avoid_cycles) = match avoid {
+            Some(a) => (a.packets.max(1), a.cycles),
+            None => (0, 0),
+        };
+        self.comp.detour = match avoid {
+            Some(_) => self.comp.detour | AVOIDING,
+            None => self.comp.detour & !AVOIDING,
+        };
+    }
+
+    /// The bounds doorbell avoidance runs with, if on.
+    pub fn db_avoid(&self) -> Option<DbAvoid> {
+        (self.comp.detour & AVOIDING != 0).then_some(DbAvoid {
+            packets: self.avoid_packets,
+            cycles: self.avoid_cycles,
+        })
+    }
+
+    /// Packets published that no doorbell announced yet (doorbell avoidance).
+    pub fn unrung(&self) -> u32 {
+        self.prod.unrung
+    }
+
+    /// What the device handed over for this queue (ring, registers, QPN).
+    pub fn sq_desc(&self) -> &crate::hw::SqDesc {
+        self.hw.sq.desc()
+    }
+
+    /// Packets in flight the queue was sized for.
+    pub fn nb_desc(&self) -> u32 {
+        self.elts.capacity()
+    }
+
+    /// The configured path, unless the device gave this queue no BF register.
+    pub fn path(&self) -> TxPath {
+        match self.hw.bf {
+            Some(_) => self.cfg.path,
+            None => TxPath::Doorbell,
+        }
+    }
+
+    pub fn stats(&self) -> TxStats {
+        let p = &self.prod;
+        TxStats {
+            packets: p.packets,
+            bytes: p.bytes,
+            errors: p.errors,
+            doorbells: p.doorbells,
+            bf_writes: p.bf_writes,
+            inline_packets: p.packets - p.gather_packets,
+            gather_packets: p.gather_packets,
+            ring_full: p.ring_full,
+            completions: self.comp.completions,
+            error_cqes: self.comp.error_cqes,
+            cqe_mismatches: self.comp.cqe_mismatches,
+            general_inline: p.general_inline,
+            general_gather: p.general_gather,
+            bad_mbufs: p.bad_mbufs,
+            flushed: self.recovery.flushed,
+            queue_resets: self.recovery.queue_resets,
+            doorbell_rerings: self.recovery.doorbell_rerings,
+            doorbells_avoided: p.doorbells_avoided,
+        }
+    }
+
+    pub fn reset_stats(&mut self) {
+        let p = &mut self.prod;
+        (p.packets, p.bytes, p.errors, p.doorbells, p.bf_writes) = (0, 0, 0, 0, 0);
+        (p.gather_packets, p.ring_full) = (0, 0);
+        (p.general_inline, p.general_gather, p.bad_mbufs) = (0, 0, 0);
+        p.doorbells_avoided = 0;
+        (self.comp.completions, self.comp.error_cqes) = (0, 0);
+        self.comp.cqe_mismatches = 0;
+        let r = &mut self.recovery;
+        (r.flushed, r.queue_resets, r.doorbell_rerings) = (0, 0, 0);
+    }
+
+    /// TXBBs in the send ring.
+    pub fn txbb_cnt(&self) -> u32 {
+        self.hw.sq.txbb_cnt()
+    }
+
+    /// The producer counter: where the next WQE goes (free-running, in TXBBs).
+    pub fn producer(&self) -> u32 {
+        self.prod.prod
+    }
+
+    /// Buffers posted and not yet completed.
+    pub fn outstanding(&self) -> u32 {
+        self.elts.len()
+    }
+
+    /// TXBBs the ring can take now, the prefetch headroom kept free.
+    #[inline(always)]
+    fn room(&self) -> u32 {
+        let used = self.prod.prod.wrapping_sub(self.comp.cons);
+        self.usable.saturating_sub(used)
+    }
+
+    #[inline(always)]
+    fn marks_free(&self) -> bool {
+        self.prod.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32
+    }
+
+    /// Posts a signaled one-TXBB NOP, whose completion covers everything posted before it.
+    fn post_signaled_nop(&mut self) {
+        let start = self.prod.prod;
+        wqe::write_nop(&mut self.hw.sq.wqe_mut(start, 1), 1, true);
+        self.prod.prod = start.wrapping_add(1);
+        let mask = self.marks.len() as u32 - 1;
+        self.marks[(self.prod.marks_head & mask) as usize] = CompMark {
+            txbb_end: self.prod.prod,
+            elts_end: self.elts.head(),
+            wqe_index: start as u16,
+        };
+        self.prod.marks_head = self.prod.marks_head.wrapping_add(1);
+        (self.prod.since_comp, self.prod.txbbs_since_comp) = (0, 0);
+        self.hw
+            .sq
+            .publish(start, self.hw.sq.owner_word(start, opcode::NOP));
+    }
+
+    /// Posts as many of `pkts` as fit; returns how many were taken. Taken packets belong to
+    /// the queue (sent, or dropped and counted in `errors` if they can never be sent).
+    #[inline(always)]
+    pub fn burst(&mut self, pkts: &[B]) -> usize {
+        if pkts.is_empty() {
+            return 0;
+        }
+        // Completions make the room, so they come first. With none waiting and the queue
+        // healthy this is one load and a compare, and the front calls nothing but `post`.
+        if self.hw.cq.has_cqe() || self.comp.detour != 0 {
+            return self.burst_detour(pkts);
+        }
+        // `room()` spelled out: one subtraction whose flags say full.
+        let used = self.prod.prod.wrapping_sub(self.comp.cons);
+        if used >= self.usable {
+            return self.full();
+        }
+        self.post_any::<false>(pkts, self.usable - used)
+    }
+
+    /// The front's way out: completions waiting, a failed queue, or doorbell avoidance on.
+    #[inline(never)]
+    fn burst_detour(&mut self, pkts: &[B]) -> usize {
+        self.complete();
+        if self.failed() {
+            // The control path recreates the queue (`recover`), with the device in hand.
+            return 0;
+        }
+        // `room()` spelled out: one subtraction whose flags say full.
+        let used = self.prod.prod.wrapping_sub(self.comp.cons);
+        if used >= self.usable {
+            return self.full();
+        }
+        if self.comp.detour & AVOIDING != 0 {
+            self.post_any::<true>(pkts, self.usable - used)
+        } else {
+            self.post_any::<false>(pkts, self.usable - used)
+        }
+    }
+
+    /// A burst of one packet goes its own way: see [`TxQueue::post_one`]. `AVOID`: doorbell
+    /// avoidance is on, and the burst's end decides it.
+    #[inline(always)]
+    fn post_any<const AVOID: bool>(&mut self, pkts: &[B], room: u32) -> usize {
+        match pkts {
+            [pkt] => self.post_one::<AVOID>(pkt, room),
+            _ => self.post::<AVOID>(pkts, room),
+        }
+    }
+
+    /// Destroys the device queue, then frees what was still in flight. A queue dropped without
+    /// this leaves its device queue (and its memory) to the backend, and leaks its buffers.
+    pub fn destroy(self, dev: &dyn Device) {
+        let TxQueue { hw, mut elts, .. } = self;
+        // The device must stop reading the ring and the buffers before either goes away.
+        destroy_hw(dev, hw);
+        // Not the fast-free path: what is left may hold chains of several segments.
+        let (a, b) = elts.take_all();
+        release(a, false);
+        release(b, false);
+    }
+}
+
+/// Creates a CQ of `cqe_cnt` entries and an SQ of `txbb_cnt` TXBBs completing into it.
+fn create_hw(
+    dev: &dyn Device,
+    txbb_cnt: u32,
+    cqe_cnt: u32,
+    cfg: &TxConfig,
+) -> Result<HwQueue, HwError> {
+    let socket = cfg.source.socket();
+    let cq = dev.create_cq(cqe_cnt, socket)?;
+    let sq = match dev.create_sq(txbb_cnt, &cq, socket) {
+        Ok(sq) => sq,
+        Err(e) => {
+            let _ = dev.destroy_cq(cq);
+            return Err(e);
+        }
+    };
+    let sq = SqRing::new(sq);
+    let qpn = sq.desc().qpn();
+    let bf = match cfg.path {
+        TxPath::BlueFlame => sq.bf_reg(cfg.copy),
+        TxPath::Doorbell => None,
+    };
+    Ok(HwQueue {
+        qpn,
+        doorbell: sq.doorbell(),
+        bf,
+        bf_qpn: (qpn & 0x00ff_ffff) << 8,
+        sq,
+        cq: CqRing::new(cq),
+    })
+}
+
+/// Destroys the SQ, then its CQ; the registers go first, with the rings.
+fn destroy_hw(dev: &dyn Device, hw: HwQueue) {
+    let HwQueue { sq, cq, .. } = hw;
+    let _ = dev.destroy_sq(sq.into_desc());
+    let _ = dev.destroy_cq(cq.into_desc());
+}
+
+/// Keeps packets for the release at the end of the burst, releasing a full batch on the way.
+#[inline]
+fn stash<B: TxBuf, const N: usize>(done: &mut BufBatch<B, N>, pkts: &[B], fast: bool) {
+    for &b in pkts {
+        if !done.push(b) {
+            release(done.take(), fast);
+            done.push(b);
+        }
+    }
+}
+
+/// Returns buffers the queue is done with. `fast`: the application promised `MBUF_FAST_FREE`
+/// and every one of them is a single segment.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn release<B: TxBuf>(bufs: &[B], fast: bool) {
+    if bufs.is_empty() {
+        return;
+    }
+    // SAFETY: `tx_burst` handed these buffers to the queue, which is done with them (copied
+    // inline, or completed), holds them nowhere else (a packet is either released with its
+    // chunk or held in the gather ring, and the ring gives each up once) and never touches
+    // them again; with `fast`, the caller checked the single-segment condition.
+    unsafe {
+        if fast {
+            B::free_bulk_fast(bufs)
+        } else {
+            B::free_bulk(bufs)
+        }
+    }
+}

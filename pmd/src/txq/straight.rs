@@ -1,0 +1,399 @@
+//! The straight-line poster: bursts of plain packets in tight loops (`inline_run`,
+//! `gather_run`), a burst of one in place (`post_one`), and the end of every burst: the
+//! completion request, doorbell avoidance, the BlueFlame copy or the doorbell.
+
+use super::*;
+
+impl<B: TxBuf> TxQueue<B> {
+    /// A burst of one packet, what a latency-bound application sends: a plain packet that
+    /// fits a straight-line inline WQE before the ring's end is written in place, without
+    /// the poster's set-up for a run (the run's end, the pending owner store, the loop and its
+    /// tally), which a burst of one pays in full for nothing; the end of the burst is the
+    /// same. Anything else is a burst like any other ([`TxQueue::post`]).
+    #[inline(never)]
+    pub(super) fn post_one<const AVOID: bool>(&mut self, pkt: &B, room: u32) -> usize {
+        let pkts = std::slice::from_ref(pkt);
+        let Some(data) = pkt.plain() else {
+            return self.post::<AVOID>(pkts, room);
+        };
+        let len = data.len();
+        let start = self.prod.prod;
+        let txbbs = wqe::plain_inline_txbbs(len);
+        // Two TXBBs before the ring's end whatever the class: the writers' own bound checks
+        // then fold away (a one-TXBB WQE in the last slot is rare, and `post` takes it).
+        let cnt = self.hw.sq.txbb_cnt();
+        let slot = start & (cnt - 1);
+        // `len > PLAIN_INLINE_MAX` is implied by the first test (the threshold is clamped to
+        // it); said again so that the compiler knows the second chunk's size.
+        if len.wrapping_sub(1) >= self.plain_inline_max
+            || len > wqe::PLAIN_INLINE_MAX
+            || txbbs > room
+            || slot + 2 > cnt
+        {
+            return self.post::<AVOID>(pkts, room);
+        }
+        if len <= wqe::FIRST_CHUNK {
+            wqe::write_plain_inline1(&mut self.hw.sq.wqe_fixed::<1>(start), data);
+        } else {
+            wqe::write_plain_inline2(&mut self.hw.sq.wqe_fixed::<2>(start), data);
+        }
+        let end = start.wrapping_add(txbbs);
+        let last = LastWqe {
+            start,
+            txbbs,
+            send_be: self.hw.sq.owner_word(start, opcode::SEND).to_be(),
+        };
+        let posted = Posted {
+            end,
+            last: Some(last),
+        };
+        self.end_burst::<AVOID>(posted, start, pkts, Tally::straight(1, len as u64))
+    }
+
+    /// The burst proper, with `room` TXBBs (more than none) to fill. A burst of plain packets
+    /// that fit inline WQEs (the common one) is one straight-line run; anything else continues
+    /// in [`post_rest`].
+    #[inline(never)]
+    pub(super) fn post<const AVOID: bool>(&mut self, pkts: &[B], room: u32) -> usize {
+        let start = self.prod.prod;
+        let sink = AtomicU32::new(0);
+        let mut poster = self.hw.sq.poster(start, start.wrapping_add(room), &sink);
+        let (mut n, mut bytes) = (0, 0);
+        let stop = inline_run(&mut poster, pkts, &mut n, self.plain_inline_max, &mut bytes);
+        if stop == Stop::End {
+            // Every packet went the straight-line way: the tally is two registers, and the
+            // end of the burst a copy of its own with the rest folded away.
+            let posted = poster.finish();
+            return self.end_burst::<AVOID>(posted, start, pkts, Tally::straight(n, bytes));
+        }
+        let rest = Rest {
+            inline_max: usize::from(self.cfg.inline_max),
+            plain_inline_max: self.plain_inline_max,
+            elts_room: self.elts.capacity() - self.elts.len(),
+            fast_free: self.cfg.fast_free,
+            prod: &mut self.prod,
+            elts: &mut self.elts,
+            done: &mut self.done,
+            segs: &mut self.segs,
+        };
+        // The poster goes in and out by value, so that it need not live in memory on the
+        // straight-line path.
+        let (poster, t) = post_rest(poster, pkts, stop, Tally::straight(n, bytes), rest);
+        let posted = poster.finish();
+        let taken = self.end_burst::<AVOID>(posted, start, pkts, t);
+        if t.last && taken < pkts.len() {
+            // A WQE that had to be the last went out with its doorbell: the rest continue
+            // as a burst of their own.
+            return taken + self.burst(&pkts[taken..]);
+        }
+        if taken == 0 {
+            // Too little room for the first packet: as for a full ring (see `full`).
+            self.look_without_room();
+        }
+        taken
+    }
+
+    /// Once per burst: the completion request, the BlueFlame copy or the doorbell, the
+    /// release of what was copied inline, the counters.
+    #[inline(always)]
+    pub(super) fn end_burst<const AVOID: bool>(
+        &mut self,
+        posted: Posted,
+        start: u32,
+        pkts: &[B],
+        t: Tally,
+    ) -> usize {
+        let end = posted.end;
+        let p = &mut self.prod;
+        p.prod = end;
+        if let Some(last) = posted.last {
+            let posted_n = (t.n as u32) - t.errors;
+            // Before the completion request, which it may force.
+            let skip = AVOID && self.may_skip(end, posted_n);
+            self.ask_if_due(last, start, end, posted_n);
+            if skip {
+                self.hw.sq.publish(last.start, u32::from_be(last.send_be));
+                self.prod.doorbells_avoided += 1;
+            } else {
+                self.ring_for(last);
+            }
+        }
+        // Inline and dropped packets go back to their pools now (an inline packet's bytes
+        // are in its WQE): straight from the caller's array unless gather packets came
+        // between them.
+        let fast = self.cfg.fast_free && t.single_seg;
+        if t.kept == 0 && t.n == pkts.len() {
+            release(pkts, fast);
+        } else if self.done.is_empty() {
+            release(&pkts[t.kept..t.n], fast);
+        } else {
+            stash(&mut self.done, &pkts[t.kept..t.n], fast);
+            release(self.done.take(), fast);
+        }
+        let p = &mut self.prod;
+        p.packets += (t.n - t.errors as usize) as u64;
+        p.bytes += t.bytes;
+        t.n
+    }
+
+    /// The completion request of a burst's last WQE: when enough went unsignaled, if the
+    /// bookkeeping has room.
+    #[inline(always)]
+    pub(super) fn ask_if_due(&mut self, last: LastWqe, start: u32, end: u32, n: u32) {
+        let p = &mut self.prod;
+        p.since_comp += n;
+        p.txbbs_since_comp += end.wrapping_sub(start);
+        if (p.since_comp >= self.comp_every || p.txbbs_since_comp >= self.comp_txbbs)
+            && p.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32
+        {
+            wqe::set_signaled(&mut self.hw.sq.wqe_mut(last.start, last.txbbs));
+            let mask = self.marks.len() as u32 - 1;
+            self.marks[(p.marks_head & mask) as usize] = CompMark {
+                txbb_end: end,
+                elts_end: self.elts.head(),
+                wqe_index: last.start as u16,
+            };
+            p.marks_head = p.marks_head.wrapping_add(1);
+            (p.since_comp, p.txbbs_since_comp) = (0, 0);
+        }
+    }
+
+    /// Publishes the burst's last WQE and tells the device: the BlueFlame copy when the path
+    /// is live and the WQE fits a half, else the doorbell.
+    #[inline(always)]
+    pub(super) fn ring_for(&mut self, last: LastWqe) {
+        let p = &mut self.prod;
+        let word = u32::from_be(last.send_be);
+        let hw = &mut self.hw;
+        match hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
+            Some(half) => {
+                let dword1 = hw.sq.ctrl_dword1(last.start);
+                // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its
+                // tag: such a WQE never goes through BF. The ring keeps a plain WQE for a
+                // device that falls back to fetching it.
+                if (dword1 >> 8) & 0xff == 0 {
+                    let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
+                    let mut head = [0u8; 8];
+                    head[..4].copy_from_slice(&word.to_be_bytes());
+                    head[4..].copy_from_slice(&(hw.bf_qpn | (dword1 & 0xff)).to_be_bytes());
+                    half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
+                    p.bf_writes += 1;
+                } else {
+                    hw.sq.publish(last.start, word);
+                    hw.doorbell.ring();
+                    p.doorbells += 1;
+                }
+            }
+            None => {
+                hw.sq.publish(last.start, word);
+                hw.doorbell.ring();
+                p.doorbells += 1;
+            }
+        }
+    }
+
+    /// With doorbell avoidance on: whether the burst ending at `end`, of `n` packets, may
+    /// leave its doorbell to a later call (see [`DbAvoid`] for the conditions); if so, counts
+    /// its packets against the bound. If not, the burst rings: this records it, and makes its
+    /// last WQE ask for a completion, so that the next burst can tell when the device caught
+    /// up.
+    #[inline(always)]
+    pub(super) fn may_skip(&mut self, end: u32, n: u32) -> bool {
+        if self.skip_allowed(end, n) {
+            return true;
+        }
+        let p = &mut self.prod;
+        (p.bell, p.unrung) = (end, 0);
+        // `ask_if_due` adds the burst's packets to this, and asks.
+        p.since_comp = p.since_comp.max(self.comp_every);
+        false
+    }
+
+    #[inline(always)]
+    pub(super) fn skip_allowed(&mut self, end: u32, n: u32) -> bool {
+        let cons = self.comp.cons;
+        let p = &mut self.prod;
+        // The device finished what the last doorbell announced: nothing would ring for us.
+        if p.bell.wrapping_sub(cons) as i32 <= 0 {
+            return false;
+        }
+        let unrung = p.unrung + n;
+        if unrung > self.avoid_packets {
+            return false;
+        }
+        // Room for the largest WQE before the ring's end or after it, and a gather slot.
+        let used = end.wrapping_sub(cons);
+        if used + 2 * MAX_WQE_TXBBS > self.usable || self.elts.len() >= self.elts.capacity() {
+            return false;
+        }
+        let now = crate::mmio::tsc();
+        if p.unrung == 0 {
+            p.unrung_deadline = now.wrapping_add(self.avoid_cycles);
+        } else if now.wrapping_sub(p.unrung_deadline) as i64 >= 0 {
+            return false;
+        }
+        p.unrung = unrung;
+        true
+    }
+
+    /// Rings for what doorbell avoidance left waiting, asking for a completion first if the
+    /// last WQE did not, so that the next burst can tell when the device caught up.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn ring_unrung(&mut self) {
+        self.ask_completion();
+        self.hw.doorbell.ring();
+        let p = &mut self.prod;
+        p.doorbells += 1;
+        (p.bell, p.unrung) = (p.prod, 0);
+    }
+}
+
+/// Why a straight-line run stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// Every packet of the chunk is posted.
+    End,
+    /// No room for the next packet.
+    Full,
+    /// The next packet, of this many TXBBs, does not fit before the current run's end.
+    RunEnd(u32),
+    /// The next packet is not for this run.
+    Other,
+}
+
+/// Posts plain packets that fit an inline WQE of one or two TXBBs, from `pkts[*n]` on, until
+/// one does not; adds their bytes to `bytes`.
+#[inline(always)]
+pub(super) fn inline_run<B: TxBuf>(
+    poster: &mut Poster<'_>,
+    pkts: &[B],
+    n: &mut usize,
+    plain_inline_max: usize,
+    bytes: &mut u64,
+) -> Stop {
+    let mut sum = *bytes;
+    let mut poster = poster.cursor();
+    let todo = &pkts[*n..];
+    let mut i = 0;
+    let stop = loop {
+        if i == todo.len() {
+            break Stop::End;
+        }
+        let Some(data) = todo[i].plain() else {
+            break Stop::Other;
+        };
+        let len = data.len();
+        if len.wrapping_sub(1) >= plain_inline_max {
+            break Stop::Other;
+        }
+        // Each length class with its own constant WQE size.
+        if len <= wqe::FIRST_CHUNK {
+            let Some(mut w) = poster.take::<1>() else {
+                break Stop::RunEnd(1);
+            };
+            wqe::write_plain_inline1(&mut w, data);
+        } else {
+            // Already known (the threshold is clamped to it); said again so that the compiler
+            // knows the second chunk's size too.
+            if len > wqe::PLAIN_INLINE_MAX {
+                break Stop::Other;
+            }
+            let Some(mut w) = poster.take::<2>() else {
+                break Stop::RunEnd(2);
+            };
+            wqe::write_plain_inline2(&mut w, data);
+        }
+        sum += len as u64;
+        i += 1;
+    };
+    *n += i;
+    *bytes = sum;
+    stop
+}
+
+/// Posts plain packets above the inline threshold whose buffer lies in the lkey cache's
+/// region, as gather WQEs of one data segment, from `pkts[*n]` on, holding each in `elts`;
+/// adds their bytes to `bytes`.
+#[inline(always)]
+pub(super) fn gather_run<B: TxBuf>(
+    poster: &mut Poster<'_>,
+    pkts: &[B],
+    n: &mut usize,
+    inline_max: usize,
+    lkeys: &Lkeys,
+    elts: &mut BufRing<B>,
+    bytes: &mut u64,
+) -> Stop {
+    // The region in registers; a buffer outside it goes the general way, which looks it up.
+    let Some(mr) = lkeys.cached() else {
+        return Stop::Other;
+    };
+    let mut sum = *bytes;
+    let mut poster = poster.cursor();
+    let mut held = elts.pusher();
+    let todo = &pkts[*n..];
+    let mut i = 0;
+    let stop = loop {
+        if i == todo.len() {
+            break Stop::End;
+        }
+        let pkt = todo[i];
+        let Some(data) = pkt.plain() else {
+            break Stop::Other;
+        };
+        let (addr, len) = (data.as_ptr() as usize, data.len());
+        if len <= inline_max || !mr.contains(addr, len) {
+            break Stop::Other;
+        }
+        if held.is_full() {
+            break Stop::Full;
+        }
+        let Some(mut w) = poster.take::<1>() else {
+            break Stop::RunEnd(1);
+        };
+        wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
+        held.push(pkt);
+        sum += len as u64;
+        i += 1;
+    };
+    *n += i;
+    *bytes = sum;
+    stop
+}
+
+/// What a burst came to.
+#[derive(Clone, Copy)]
+pub(super) struct Tally {
+    /// Packets taken (posted or dropped).
+    pub(super) n: usize,
+    pub(super) bytes: u64,
+    pub(super) gathers: u32,
+    pub(super) errors: u32,
+    /// Packets before this are held for gather WQEs or kept in `done`; from it up to `n`,
+    /// they are released straight from the caller's array.
+    pub(super) kept: usize,
+    /// No packet released with this burst's may have several segments (fast free allowed).
+    pub(super) single_seg: bool,
+    /// The burst stopped for want of room.
+    pub(super) full: bool,
+    /// The burst ended with a WQE that must be its last ([`Step::GatherLast`]).
+    pub(super) last: bool,
+}
+
+impl Tally {
+    /// `n` packets of `bytes` in all, every one posted by the straight-line path.
+    #[inline(always)]
+    fn straight(n: usize, bytes: u64) -> Tally {
+        Tally {
+            n,
+            bytes,
+            gathers: 0,
+            errors: 0,
+            kept: 0,
+            single_seg: true,
+            full: false,
+            last: false,
+        }
+    }
+}
