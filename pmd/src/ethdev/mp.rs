@@ -55,10 +55,19 @@ impl Op {
     }
 }
 
-/// Whether this process is a DPDK secondary process.
-pub(super) fn secondary() -> bool {
-    // SAFETY: a plain query of EAL's configuration, initialised before any probe.
-    unsafe { sys::rte_eal_process_type() == sys::rte_proc_type_t_RTE_PROC_SECONDARY }
+pub(super) use eth::secondary;
+
+/// Runs `f` with this process's handles to port `port_id`, if it is a port of this driver,
+/// from a thread that is not running an op on it (the IPC thread).
+fn with_proc<T>(port_id: u16, f: impl FnOnce(&eth::Proc) -> T) -> Option<T> {
+    let _open = eth::CLOSING.read();
+    // SAFETY: only a port whose ops are ours is taken (checked before its Proc is used), and
+    // closing, excluded above, alone frees its Proc.
+    let (_, ops, p) = unsafe { eth::port_of(port_id) }?;
+    if !std::ptr::eq(ops, &*super::ops::OPS) {
+        return None;
+    }
+    p.map(f)
 }
 
 /// In the primary: answer secondaries' requests from now on (once per process).
@@ -135,10 +144,8 @@ unsafe extern "C" fn handle(msg: *const sys::rte_mp_msg, peer: *const c_void) ->
             let index = u16::from_le_bytes([*i0, *i1]);
             match Op::from_u8(*op) {
                 Some(op) => {
-                    // SAFETY: our ports are set up as probe leaves them; with_proc answers
-                    // under the lock that keeps them from closing meanwhile.
-                    let a =
-                        unsafe { eth::with_proc(port_id, |p| answer(op, p.dev.as_ref(), index)) };
+                    // Under the lock that keeps the port from closing meanwhile.
+                    let a = with_proc(port_id, |p| answer(op, p.dev.as_ref(), index));
                     a.unwrap_or_else(|| (-libc::ENODEV).to_le_bytes().to_vec())
                 }
                 None => (-libc::EINVAL).to_le_bytes().to_vec(),

@@ -13,8 +13,7 @@ use std::ptr;
 
 use dpdk_sys as sys;
 
-use super::probe::attach_port;
-use super::{errno, Error, DRIVER_NAME};
+use super::attach::{attach_port, DRIVER_NAME};
 use crate::devargs::{Devargs, DeviceLoop};
 use crate::mem::MemSource;
 use crate::pmd_log;
@@ -153,7 +152,7 @@ unsafe extern "C" fn pci_probe(
         Ok(p) => p,
         Err(e) => {
             pmd_log!(ERR, "{pci}: {e}");
-            return errno(&Error::from(e));
+            return e.errno();
         }
     };
     let source = MemSource::Dpdk { socket };
@@ -169,7 +168,7 @@ unsafe extern "C" fn pci_probe(
             Ok(p) => p,
             Err(e) => {
                 pmd_log!(ERR, "{name}: cannot open: {e}");
-                status = errno(&Error::from(e));
+                status = e.errno();
                 continue;
             }
         };
@@ -177,7 +176,7 @@ unsafe extern "C" fn pci_probe(
             Ok(()) => up += 1,
             Err(e) => {
                 pmd_log!(ERR, "{name}: {e}");
-                status = errno(&e);
+                status = e.errno();
             }
         }
     }

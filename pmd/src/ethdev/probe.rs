@@ -1,21 +1,18 @@
 //! Registration with EAL's vdev bus, probe and remove.
 
 use std::ffi::{c_char, c_int, CStr};
-use std::mem::size_of;
 use std::ptr;
 
 use dpdk_sys as sys;
 
+use super::attach::{attach_port, DRIVER_NAME};
 use super::eth::Proc;
-use super::{errno, fmt_mac, mp, ops, queue, release, Error};
+use super::{mp, ops, queue, release, Error};
 use crate::devargs::Devargs;
 use crate::hw::Device;
-use crate::mem::{DmaBox, DmaRange, MemSource};
+use crate::mem::{DmaRange, MemSource};
 use crate::pmd_log;
 use crate::port::Port;
-
-/// Driver name as EAL matches it against `--vdev net_mlx4rs<N>`.
-pub const DRIVER_NAME: &CStr = c"net_mlx4rs";
 
 /// The vdev driver record. EAL links it into its driver list, so it must live for the whole
 /// process and have a stable address.
@@ -149,7 +146,7 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
             Ok(()) => 0,
             Err(e) => {
                 pmd_log!(ERR, "{name}: {e}");
-                errno(&e)
+                e.errno()
             }
         };
     }
@@ -166,7 +163,7 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
         Ok(p) => p,
         Err(e) => {
             pmd_log!(ERR, "{name}: cannot open: {e}");
-            return errno(&Error::from(e));
+            return e.errno();
         }
     };
     // SAFETY: EAL passes a live vdev device.
@@ -175,7 +172,7 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
         Ok(()) => 0,
         Err(e) => {
             pmd_log!(ERR, "{name}: {e}");
-            errno(&e)
+            e.errno()
         }
     }
 }
@@ -220,73 +217,6 @@ fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), E
         sys::rte_eth_dev_probing_finish(dev);
     }
     pmd_log!(NOTICE, "{name}: attached to the primary's port {port_id}");
-    Ok(())
-}
-
-/// Allocates the ethdev of bus device `device`: `port` goes into DPDK shared memory as its
-/// private data, `proc_` is this process's.
-pub(super) fn attach_port(
-    device: *mut sys::rte_device,
-    name: &str,
-    socket: c_int,
-    port: Port,
-    proc_: Proc,
-) -> Result<(), Error> {
-    let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
-    let mac = port.mac;
-    // ethdev keeps the application's addresses here, one slot per address the port takes.
-    let n_macs = (port.caps.max_mac_addrs as usize).clamp(1, crate::port::MAX_MAC_ADDRS);
-    // rte_eth_dev_release_port frees `dev_private` and `mac_addrs` with rte_free: both come
-    // from rte_zmalloc.
-    let private = DmaBox::new(port, MemSource::Dpdk { socket })
-        .ok_or_else(|| Error::NoMemory("no DPDK memory for the port".into()))?;
-    // SAFETY: plain allocation call.
-    let macs = unsafe {
-        sys::rte_zmalloc_socket(
-            c"mlx4rs_mac".as_ptr(),
-            n_macs * size_of::<sys::rte_ether_addr>(),
-            0,
-            socket,
-        )
-    } as *mut sys::rte_ether_addr;
-    if macs.is_null() {
-        return Err(Error::NoMemory("no DPDK memory for the MAC table".into()));
-    }
-    // SAFETY: plain ethdev call with a valid C string.
-    let dev = unsafe { sys::rte_eth_dev_allocate(cname.as_ptr()) };
-    if dev.is_null() {
-        // SAFETY: allocated above, not handed to anyone.
-        unsafe { sys::rte_free(macs.cast()) };
-        return Err(Error::Invalid(
-            "cannot allocate an ethdev (name taken or no free port id)".into(),
-        ));
-    }
-    // SAFETY: `dev` is freshly allocated and ours, with zeroed data; `device` is the live
-    // device being probed.
-    unsafe {
-        let d = &mut *(*dev).data;
-        (*macs).addr_bytes = mac;
-        d.dev_private = private.into_raw().as_ptr().cast();
-        d.mac_addrs = macs;
-        d.numa_node = socket;
-        d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
-        (*dev).device = device;
-        let bursts = match proc_.lcore {
-            Some(_) => queue::Bursts::Lcore,
-            None => queue::Bursts::Plain,
-        };
-        (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
-        (*dev).dev_ops = &*ops::OPS;
-        queue::set_bursts(&mut *dev, bursts);
-        super::intr::install(dev, name);
-        sys::rte_eth_dev_probing_finish(dev);
-        pmd_log!(
-            INFO,
-            "{name}: port {} ready, MAC {}",
-            d.port_id,
-            fmt_mac(&mac)
-        );
-    }
     Ok(())
 }
 
