@@ -30,10 +30,11 @@ use crate::pmd_log;
 /// `dev` is a port of this driver being probed in the primary, its `process_private` set.
 pub(super) unsafe fn install(dev: *mut sys::rte_eth_dev, name: &str) {
     // SAFETY: the caller's port; process_private is its Proc.
-    let Some(proc_) = (unsafe { ((*dev).process_private as *const eth::Proc).as_ref() }) else {
+    let proc_ = unsafe { ((*dev).process_private as *const eth::Proc).as_ref() };
+    let Some(fd) = proc_.map(|p| p.dev.event_fd()) else {
         return;
     };
-    let fd = match proc_.dev.event_fd() {
+    let fd = match fd {
         Ok(fd) => fd,
         Err(e) => {
             pmd_log!(INFO, "{name}: no link status or removal events: {e}");

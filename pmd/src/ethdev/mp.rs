@@ -74,10 +74,12 @@ fn with_proc<T>(port_id: u16, f: impl FnOnce(&eth::Proc) -> T) -> Option<T> {
 pub(super) fn serve() {
     static SERVING: OnceLock<()> = OnceLock::new();
     SERVING.get_or_init(|| {
-        // SAFETY: a static NUL-terminated name and a handler that lives as long as the process.
-        let rc = unsafe { sys::rte_mp_action_register(ACTION.as_ptr(), Some(handle)) };
-        // SAFETY: reads EAL's per-thread errno.
-        let errno = unsafe { sys::mlx4rs_errno() };
+        // SAFETY: a static NUL-terminated name and a handler that lives as long as the
+        // process; then EAL's per-thread errno.
+        let (rc, errno) = unsafe {
+            let rc = sys::rte_mp_action_register(ACTION.as_ptr(), Some(handle));
+            (rc, sys::mlx4rs_errno())
+        };
         if rc < 0 && errno == libc::ENOTSUP {
             // EAL refuses IPC actions where it has no multi-process channel by configuration
             // (`--in-memory`, `--no-shconf`, as Open vSwitch always runs): there are no
@@ -182,15 +184,17 @@ fn request(op: Op, port_id: u16, index: u16) -> Result<Vec<u8>, Error> {
         tv_sec: TIMEOUT.as_secs() as _,
         tv_nsec: 0,
     };
-    // SAFETY: valid message and reply; EAL allocates reply.msgs with malloc, freed below.
-    let rc = unsafe { sys::rte_mp_request_sync(&mut msg, &mut reply, &ts) };
-    let got = (rc == 0 && reply.nb_received == 1 && !reply.msgs.is_null()).then(|| {
-        // SAFETY: one message received.
-        let m = unsafe { &*reply.msgs };
-        m.param[..(m.len_param.clamp(0, PARAM as c_int) as usize)].to_vec()
-    });
-    // SAFETY: NULL or the array EAL malloc'ed for us.
-    unsafe { libc::free(reply.msgs.cast()) };
+    // SAFETY: valid message and reply; EAL mallocs reply.msgs (NULL or as many messages as
+    // received), which is copied from and freed here.
+    let got = unsafe {
+        let rc = sys::rte_mp_request_sync(&mut msg, &mut reply, &ts);
+        let got = (rc == 0 && reply.nb_received == 1 && !reply.msgs.is_null()).then(|| {
+            let m = &*reply.msgs;
+            m.param[..(m.len_param.clamp(0, PARAM as c_int) as usize)].to_vec()
+        });
+        libc::free(reply.msgs.cast());
+        got
+    };
     let got = got.ok_or_else(|| {
         Error::Device(format!(
             "the primary process did not answer ({op:?} on port {port_id})"

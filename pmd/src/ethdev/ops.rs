@@ -128,14 +128,14 @@ fn stop(e: &mut EthMut<'_>) -> Result<(), Error> {
     e.set_queue_states(false);
     let (dev, name) = (e.dev, e.port.name);
     // Let the device send what tx_burst already took, then stop it.
-    for (i, s) in e.txqs() {
-        // SAFETY: the port is stopping: ethdev has pointed the bursts elsewhere, and the
-        // queues' own bursts answer 0.
-        if !unsafe { s.queue() }.drain(dev, Duration::from_secs(1)) {
-            pmd_log!(
-                WARNING,
-                "{name}: TX queue {i}: the device did not drain within 1 s"
-            );
+    for i in 0..e.conf.nb_tx_queues {
+        if let Some((_, q)) = e.stopped_txq(i) {
+            if !q.drain(dev, Duration::from_secs(1)) {
+                pmd_log!(
+                    WARNING,
+                    "{name}: TX queue {i}: the device did not drain within 1 s"
+                );
+            }
         }
     }
     // A device that runs in the polling lcore finishes what reached the port, as its thread

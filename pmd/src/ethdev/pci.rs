@@ -138,8 +138,7 @@ unsafe extern "C" fn pci_probe(
             return -libc::EINVAL;
         }
     };
-    // SAFETY: plain EAL query.
-    if unsafe { sys::rte_eal_process_type() } == sys::rte_proc_type_t_RTE_PROC_SECONDARY {
+    if super::eth::secondary() {
         pmd_log!(
             ERR,
             "{pci}: secondary processes cannot attach to a ConnectX-3 port yet (the verbs \
@@ -188,12 +187,11 @@ unsafe extern "C" fn pci_probe(
 }
 
 unsafe extern "C" fn pci_remove(pdev: *mut sys::rte_pci_device) -> c_int {
-    // SAFETY: EAL passes a live PCI device.
-    let device = unsafe { ptr::addr_of!((*pdev).device) };
     let mut rc = 0;
-    // SAFETY: ethdev lookups of ports whose parent is this device; closing runs our dev_close
-    // and releases each port.
+    // SAFETY: EAL passes a live PCI device; ethdev looks up the ports whose parent it is, and
+    // closing runs our dev_close and releases each port.
     unsafe {
+        let device = ptr::addr_of!((*pdev).device);
         let mut id = sys::rte_eth_find_next_of(0, device);
         while u32::from(id) < sys::RTE_MAX_ETHPORTS {
             rc |= sys::rte_eth_dev_close(id);

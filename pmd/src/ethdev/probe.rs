@@ -243,16 +243,15 @@ fn memseg_ranges() -> Vec<DmaRange> {
 }
 
 unsafe extern "C" fn vdev_remove(vdev: *mut sys::rte_vdev_device) -> c_int {
-    // SAFETY: EAL passes a live vdev device.
-    let name = unsafe { (*vdev).device.name };
-    // SAFETY: lookup by name; NULL when the primary released the port. A secondary's lookup
-    // still finds a port it closed (shared data outlives its per-process state): its state
-    // says so.
-    let dev = unsafe { sys::rte_eth_dev_allocated(name) };
-    // SAFETY: a non-NULL answer is an entry of ethdev's array.
-    if dev.is_null() || unsafe { (*dev).state } == sys::rte_eth_dev_state_RTE_ETH_DEV_UNUSED {
-        return 0;
+    // SAFETY: EAL passes a live vdev device. The lookup by name answers NULL when the primary
+    // released the port; a secondary's lookup still finds a port it closed (shared data
+    // outlives its per-process state), whose state says so. A live port's close runs our
+    // dev_close and releases it.
+    unsafe {
+        let dev = sys::rte_eth_dev_allocated((*vdev).device.name);
+        if dev.is_null() || (*dev).state == sys::rte_eth_dev_state_RTE_ETH_DEV_UNUSED {
+            return 0;
+        }
+        sys::rte_eth_dev_close((*(*dev).data).port_id)
     }
-    // SAFETY: `dev` is live; closing runs our dev_close and releases the port.
-    unsafe { sys::rte_eth_dev_close((*(*dev).data).port_id) }
 }

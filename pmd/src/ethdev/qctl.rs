@@ -24,15 +24,14 @@ ops! {
 
 fn rx_start(e: &mut EthMut<'_>, qid: u16) -> Result<(), Error> {
     e.primary_only()?;
-    let s = e
-        .rxq(qid)
-        .ok_or_else(|| invalid!("RX queue {qid} not set up"))?;
-    if s.started() {
-        return Ok(());
-    }
-    // SAFETY: a stopped queue's bursts do not touch it.
-    let q = unsafe { s.queue() };
-    q.reset(e.dev)?;
+    let dev = e.dev;
+    let Some((s, q)) = e.stopped_rxq(qid) else {
+        return e
+            .rxq(qid)
+            .map(|_| ())
+            .ok_or_else(|| invalid!("RX queue {qid} not set up"));
+    };
+    q.reset(dev)?;
     s.set_qpn(q.qpn());
     // The redirection table names the new RQ.
     e.apply_rx()?;
@@ -52,17 +51,16 @@ fn rx_stop(e: &mut EthMut<'_>, qid: u16) -> Result<(), Error> {
 
 fn tx_start(e: &mut EthMut<'_>, qid: u16) -> Result<(), Error> {
     e.primary_only()?;
-    let s = e
-        .txq(qid)
-        .ok_or_else(|| invalid!("TX queue {qid} not set up"))?;
-    if s.started() {
-        return Ok(());
-    }
-    // SAFETY: a stopped queue's bursts do not touch it.
-    let q = unsafe { s.queue() };
-    q.reset(e.dev)?;
+    let (dev, lcore) = (e.dev, e.lcore);
+    let Some((s, q)) = e.stopped_txq(qid) else {
+        return e
+            .txq(qid)
+            .map(|_| ())
+            .ok_or_else(|| invalid!("TX queue {qid} not set up"));
+    };
+    q.reset(dev)?;
     s.set_qpn(q.qpn());
-    if let Some(l) = e.lcore {
+    if let Some(l) = lcore {
         l.set_sq(qid, Some(q.qpn()));
     }
     e.set_queue_state(true, qid, true);
@@ -71,19 +69,19 @@ fn tx_start(e: &mut EthMut<'_>, qid: u16) -> Result<(), Error> {
 
 fn tx_stop(e: &mut EthMut<'_>, qid: u16) -> Result<(), Error> {
     e.primary_only()?;
-    let s = e
-        .txq(qid)
-        .ok_or_else(|| invalid!("TX queue {qid} not set up"))?;
+    if e.txq(qid).is_none() {
+        return Err(invalid!("TX queue {qid} not set up"));
+    }
     e.set_queue_state(true, qid, false);
-    // SAFETY: the queue's bursts answer 0 from here on.
-    if !unsafe { s.queue() }.drain(e.dev, Duration::from_secs(1)) {
+    let (dev, name) = (e.dev, e.port.name);
+    let (s, q) = e.stopped_txq(qid).expect("set up, and stopped above");
+    if !q.drain(dev, Duration::from_secs(1)) {
         pmd_log!(
             WARNING,
-            "{}: TX queue {qid}: the device did not drain within 1 s",
-            e.port.name
+            "{name}: TX queue {qid}: the device did not drain within 1 s"
         );
     }
-    e.dev.set_sq_ready(s.qpn(), false)?;
+    dev.set_sq_ready(s.qpn(), false)?;
     Ok(())
 }
 
@@ -103,22 +101,24 @@ pub(super) fn defer(e: &mut EthMut<'_>) -> Result<(), Error> {
 /// At port stop, with the device stopped: every buffer still in flight is reclaimed and each
 /// queue starts afresh at the next start.
 pub(super) fn reset_all(e: &mut EthMut<'_>) {
-    let (dev, name) = (e.dev, e.port.name);
-    for (i, s) in e.txqs() {
-        // SAFETY: the port is stopped: no lcore polls its queues.
-        let q = unsafe { s.queue() };
+    let (dev, name, lcore) = (e.dev, e.port.name, e.lcore);
+    for i in 0..e.conf.nb_tx_queues {
+        let Some((s, q)) = e.stopped_txq(i) else {
+            continue;
+        };
         if let Err(err) = q.reset(dev) {
             pmd_log!(ERR, "{name}: TX queue {i}: reset failed: {err}");
         }
         s.set_qpn(q.qpn());
-        if let Some(l) = e.lcore {
+        if let Some(l) = lcore {
             l.set_sq(i, Some(q.qpn()));
         }
     }
     dev.rq_batch(e.conf.nb_rx_queues);
-    for (i, s) in e.rxqs() {
-        // SAFETY: as above.
-        let q = unsafe { s.queue() };
+    for i in 0..e.conf.nb_rx_queues {
+        let Some((s, q)) = e.stopped_rxq(i) else {
+            continue;
+        };
         if let Err(err) = q.reset(dev) {
             pmd_log!(ERR, "{name}: RX queue {i}: reset failed: {err}");
         }

@@ -322,13 +322,14 @@ fn rx_lcore(s: &RxSlot, q: &mut RxQ, out: &mut [Mbuf]) -> u16 {
 }
 
 pub(super) unsafe extern "C" fn tx_done_cleanup(q: *mut c_void, free_cnt: u32) -> c_int {
-    // SAFETY: as for the bursts.
-    let s = unsafe { &*(q as *const TxSlot) };
-    if !s.started() {
-        return 0;
-    }
-    // SAFETY: as for the bursts: called from the queue's lcore.
-    let q = unsafe { s.queue() };
+    // SAFETY: as for the bursts: a live slot, called from the queue's lcore.
+    let (s, q) = unsafe {
+        let s = &*(q as *const TxSlot);
+        if !s.started() {
+            return 0;
+        }
+        (s, s.queue())
+    };
     let n = q.done_cleanup(free_cnt) as c_int;
     if q.failed() {
         recover_txq(s, q);
