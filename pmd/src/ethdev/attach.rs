@@ -32,27 +32,24 @@ pub(super) fn attach_port(
     // from rte_zmalloc.
     let private = DmaBox::new(port, MemSource::Dpdk { socket })
         .ok_or_else(|| Error::NoMemory("no DPDK memory for the port".into()))?;
-    // SAFETY: plain allocation call.
-    let macs = unsafe {
-        sys::rte_zmalloc_socket(
-            c"mlx4rs_mac".as_ptr(),
-            n_macs * size_of::<sys::rte_ether_addr>(),
-            0,
-            socket,
-        )
-    } as *mut sys::rte_ether_addr;
-    if macs.is_null() {
-        return Err(Error::NoMemory("no DPDK memory for the MAC table".into()));
-    }
-    // SAFETY: plain ethdev call with a valid C string.
-    let dev = unsafe { sys::rte_eth_dev_allocate(cname.as_ptr()) };
-    if dev.is_null() {
-        // SAFETY: allocated above, not handed to anyone.
-        unsafe { sys::rte_free(macs.cast()) };
-        return Err(Error::Invalid(
-            "cannot allocate an ethdev (name taken or no free port id)".into(),
-        ));
-    }
+    // SAFETY: plain allocation calls with a valid C string; the table is freed again if no
+    // ethdev takes it.
+    let (macs, dev) = unsafe {
+        let size = n_macs * size_of::<sys::rte_ether_addr>();
+        let macs = sys::rte_zmalloc_socket(c"mlx4rs_mac".as_ptr(), size, 0, socket)
+            as *mut sys::rte_ether_addr;
+        if macs.is_null() {
+            return Err(Error::NoMemory("no DPDK memory for the MAC table".into()));
+        }
+        let dev = sys::rte_eth_dev_allocate(cname.as_ptr());
+        if dev.is_null() {
+            sys::rte_free(macs.cast());
+            return Err(Error::Invalid(
+                "cannot allocate an ethdev (name taken or no free port id)".into(),
+            ));
+        }
+        (macs, dev)
+    };
     // SAFETY: `dev` is freshly allocated and ours, with zeroed data; `device` is the live
     // device being probed.
     unsafe {

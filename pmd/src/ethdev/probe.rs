@@ -78,12 +78,12 @@ unsafe fn registered_before(me: *mut sys::rte_vdev_driver) -> Option<*mut sys::r
     loop {
         // SAFETY: `tqe_prev` points at the previous link's first word (or the head's), and
         // the word after it leads to that link's predecessor; the head ends the walk with NULL.
-        cur = unsafe { *(*((*cur).next.tqe_prev as *const Link)).tqe_prev };
-        if cur.is_null() {
-            return None;
-        }
-        // SAFETY: every registered driver has a NUL-terminated static name (or none).
+        // Every registered driver has a NUL-terminated static name (or none).
         let same = unsafe {
+            cur = *(*((*cur).next.tqe_prev as *const Link)).tqe_prev;
+            if cur.is_null() {
+                return None;
+            }
             let name = (*cur).driver.name;
             !name.is_null() && CStr::from_ptr(name) == DRIVER_NAME
         };
@@ -118,8 +118,9 @@ fn c_str<'a>(p: *const c_char) -> &'a str {
 unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
     // SAFETY: EAL passes a live vdev device; its devargs, when set, are EAL's parsed copy,
     // alive as long as the device.
-    let (name, args, socket) = unsafe {
-        let d = &(*vdev).device;
+    let (name, args, socket, device) = unsafe {
+        let device = ptr::addr_of_mut!((*vdev).device);
+        let d = &*device;
         let args = d
             .devargs
             .as_ref()
@@ -128,6 +129,7 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
             c_str(d.name).to_owned(),
             c_str(args).to_owned(),
             d.numa_node,
+            device,
         )
     };
     let devargs: Devargs = match args
@@ -166,8 +168,6 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
             return e.errno();
         }
     };
-    // SAFETY: EAL passes a live vdev device.
-    let device = unsafe { ptr::addr_of_mut!((*vdev).device) };
     match attach_port(device, &name, socket, port, handles) {
         Ok(()) => 0,
         Err(e) => {
@@ -183,21 +183,21 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
 /// functions.
 fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), Error> {
     let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
-    // SAFETY: plain ethdev call with a valid C string.
-    let dev = unsafe { sys::rte_eth_dev_attach_secondary(cname.as_ptr()) };
-    if dev.is_null() {
-        return Err(Error::Invalid(
-            "the primary process drives no port of this name".into(),
-        ));
-    }
-    // SAFETY: an attached ethdev shares the primary's data; its private data is the Port the
-    // primary's probe wrote, which this process only reads here.
-    let (port_id, caps) = unsafe {
+    // SAFETY: a plain ethdev call with a valid C string; an attached ethdev shares the
+    // primary's data, whose private data is the Port the primary's probe wrote, which this
+    // process only reads here.
+    let (dev, port_id, caps) = unsafe {
+        let dev = sys::rte_eth_dev_attach_secondary(cname.as_ptr());
+        if dev.is_null() {
+            return Err(Error::Invalid(
+                "the primary process drives no port of this name".into(),
+            ));
+        }
         let d = &*(*dev).data;
         let port = (d.dev_private as *const Port)
             .as_ref()
             .ok_or_else(|| Error::Invalid("the primary's port is closed".into()))?;
-        (d.port_id, port.caps)
+        (dev, d.port_id, port.caps)
     };
     let remote = mp::Remote::new(port_id, caps);
     // A device the primary runs in its polling lcore must now run by itself.
