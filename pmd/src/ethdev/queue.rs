@@ -7,7 +7,6 @@
 //! without touching them.
 
 use std::ffi::{c_int, c_void};
-use std::ptr::NonNull;
 
 use dpdk_sys as sys;
 
@@ -218,33 +217,37 @@ pub(super) fn set_bursts(dev: &mut sys::rte_eth_dev, which: Bursts) {
     dev.tx_pkt_burst = tx;
 }
 
-/// Generates the burst entry points: each converts the queue and the packet array once, and
-/// a stopped queue answers 0 before its queue is touched.
+/// Generates the burst entry points: each converts the queue and the packet array once
+/// (`|p, n| slice`), and a stopped queue answers 0 before its queue is touched.
 macro_rules! bursts {
-    ($($name:ident: $slot:ty, $parts:ident => $body:ident;)*) => {$(
+    ($($name:ident: $slot:ty, |$p:ident, $n:ident| $pkts:expr => $body:ident;)*) => {$(
         unsafe extern "C" fn $name(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
-            let p = NonNull::new(pkts.cast::<Mbuf>()).unwrap_or(NonNull::dangling());
             // SAFETY: `q` is a slot a queue setup installed, which lives until its release;
-            // `pkts` holds (TX) or has room for (RX) `n` mbuf pointers, and `Mbuf` is a
-            // transparent pointer. The queue is this lcore's alone (ethdev's rule: one lcore
-            // per queue) while it is started.
+            // `pkts` holds (TX) or has room for (RX) `n` mbuf pointers (TX may pass NULL with
+            // none), and `Mbuf` is a transparent pointer. The queue is this lcore's alone
+            // (ethdev's rule: one lcore per queue) while it is started.
             unsafe {
                 let s = &*(q as *const $slot);
                 if !s.started() {
                     return 0;
                 }
-                $body(s, s.queue(), std::slice::$parts(p.as_ptr(), usize::from(n)))
+                let ($p, $n) = (pkts.cast::<Mbuf>(), usize::from(n));
+                $body(s, s.queue(), $pkts)
             }
         }
     )*};
 }
 
+// An empty TX burst may pass NULL; its test is the one tx_plain makes anyway.
 bursts! {
-    tx_burst: TxSlot, from_raw_parts => tx_plain;
-    tx_burst_lcore: TxSlot, from_raw_parts => tx_lcore;
-    tx_burst_secondary: TxSlot, from_raw_parts => tx_secondary;
-    rx_burst: RxSlot, from_raw_parts_mut => rx_plain;
-    rx_burst_lcore: RxSlot, from_raw_parts_mut => rx_lcore;
+    tx_burst: TxSlot, |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) }
+        => tx_plain;
+    tx_burst_lcore: TxSlot, |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) }
+        => tx_lcore;
+    tx_burst_secondary: TxSlot,
+        |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) } => tx_secondary;
+    rx_burst: RxSlot, |p, n| std::slice::from_raw_parts_mut(p, n) => rx_plain;
+    rx_burst_lcore: RxSlot, |p, n| std::slice::from_raw_parts_mut(p, n) => rx_lcore;
 }
 
 /// This process's handles to a queue's port (a queue's port outlives it).
