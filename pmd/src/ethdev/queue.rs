@@ -63,7 +63,8 @@ fn tx_setup(
 }
 
 fn tx_release(e: &mut EthMut<'_>, qid: u16) {
-    if e.primary_only().is_err() {
+    if let Err(err) = e.primary_only() {
+        crate::pmd_log!(ERR, "{}: TX queue release: {err}", e.port.name);
         return;
     }
     if let Some(l) = e.lcore {
@@ -148,7 +149,8 @@ fn with_queue(dir: &str, qid: u16, e: Error) -> Error {
 }
 
 fn rx_release(e: &mut EthMut<'_>, qid: u16) {
-    if e.primary_only().is_err() {
+    if let Err(err) = e.primary_only() {
+        crate::pmd_log!(ERR, "{}: RX queue release: {err}", e.port.name);
         return;
     }
     if let Some(s) = e.take::<RxQ, RxFixed>(false, qid) {
