@@ -3,7 +3,8 @@
 //! with a pcap wire: an RSS key buffer smaller than the key, and bad mbufs among good ones.
 //! Every bad mbuf must be refused and counted (`oerrors`, `tx_bad_mbufs`), its buffers freed
 //! once, and the good frames around it must reach the wire byte for byte; nothing may abort or
-//! hang (a run that does shows here as a kill after the limit, without a PASS line).
+//! hang (a run that does shows here as a kill after the limit, without a PASS line). And
+//! bursts on a stopped queue (issue 26, item 8), which must take and touch nothing.
 
 mod common;
 
@@ -169,4 +170,16 @@ fn pkt_len_and_chain_length_must_match_the_segments() {
 fn tso_requests_a_card_refuses_are_refused() {
     tx_case("tso_mss0");
     tx_case("tso_hdr");
+}
+
+#[test]
+fn bursts_on_a_stopped_queue_take_and_touch_nothing() {
+    let r = run_case("stopped");
+    assert_eq!(
+        r.wire, r.sent,
+        "the wire holds the frame sent before the stop and the one after the start, and none \
+         of those offered to the stopped queue:\n{}",
+        r.text
+    );
+    assert_eq!(r.sent.len(), 2, "two frames printed:\n{}", r.text);
 }

@@ -129,12 +129,24 @@ fn unless_default(r: Result<(), HwError>, default: bool) -> Result<(), HwError> 
 }
 
 /// One RX queue's receive interrupt.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Default)]
 pub struct RxIntr {
     /// Its completion channel and the channel's fd (the primary's; only it takes interrupts).
     pub channel: Option<(u32, std::os::fd::RawFd)>,
-    /// The CQ arm sequence number (2 bits), moved on per event taken.
-    pub sn: u32,
+    /// The CQ arm sequence number (2 bits), moved on per event taken. The queue's lcore
+    /// moves it (`rte_eth_dev_rx_intr_disable`) while other ops may read the port.
+    sn: std::sync::atomic::AtomicU32,
+}
+
+impl RxIntr {
+    pub fn sn(&self) -> u32 {
+        self.sn.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn next_sn(&self) {
+        let sn = self.sn() + 1;
+        self.sn.store(sn & 3, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The regions a port registered, inline.
@@ -295,7 +307,7 @@ impl Port {
             mrs,
             rx: RxState::default(),
             device_loop: args.device_loop,
-            rx_intr: [RxIntr::default(); MAX_QUEUES as usize],
+            rx_intr: std::array::from_fn(|_| RxIntr::default()),
             filters: Filters::default(),
         };
         Ok(port)

@@ -328,6 +328,26 @@ impl<B: RxBuf> RxQueue<B> {
         self.stats.reset();
     }
 
+    /// The counters, read beside the lcore that bursts, through `q` rather than a reference.
+    ///
+    /// # Safety
+    /// `q` points to a live queue.
+    #[allow(unsafe_code)]
+    pub unsafe fn stats_raw(q: *const Self) -> RxStats {
+        // SAFETY: the caller's live queue.
+        unsafe { RxStats::read_volatile(std::ptr::addr_of!((*q).stats)) }
+    }
+
+    /// Zeroes the counters from beside the lcore.
+    ///
+    /// # Safety
+    /// `q` points to a live queue.
+    #[allow(unsafe_code)]
+    pub unsafe fn reset_stats_raw(q: *mut Self) {
+        // SAFETY: the caller's live queue.
+        unsafe { RxStats::write_volatile(std::ptr::addr_of_mut!((*q).stats), RxStats::default()) }
+    }
+
     /// Descriptors as setup counts them: posted buffers (WQEs times scatter entries).
     pub fn nb_desc(&self) -> u32 {
         self.elts.len() as u32

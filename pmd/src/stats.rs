@@ -11,6 +11,19 @@ pub enum Kind {
     Extended,
 }
 
+/// A set of counters that add up, field by field.
+pub trait Counters: Default {
+    fn add(&mut self, other: &Self);
+}
+
+/// The sum of each queue's counters: the port's totals.
+pub fn sum<C: Counters>(each: impl IntoIterator<Item = C>) -> C {
+    each.into_iter().fold(C::default(), |mut t, c| {
+        t.add(&c);
+        t
+    })
+}
+
 /// Declares a set of `u64` counters: the struct, its names and kinds, iteration, sum and reset.
 macro_rules! counters {
     ($(#[$meta:meta])* pub struct $name:ident {
@@ -48,6 +61,32 @@ macro_rules! counters {
             /// Zeroes every counter.
             pub fn reset(&mut self) {
                 *self = Self::default();
+            }
+
+            /// Reads the counters at `p` word by word, as a thread beside their writer does.
+            ///
+            /// # Safety
+            /// `p` points to a live, aligned set of these counters.
+            #[allow(unsafe_code)]
+            pub unsafe fn read_volatile(p: *const Self) -> Self {
+                // SAFETY: the caller's pointer; each field is an aligned u64.
+                unsafe { Self { $($field: std::ptr::addr_of!((*p).$field).read_volatile(),)* } }
+            }
+
+            /// Writes `v` over the counters at `p` word by word.
+            ///
+            /// # Safety
+            /// As for `read_volatile`.
+            #[allow(unsafe_code)]
+            pub unsafe fn write_volatile(p: *mut Self, v: Self) {
+                // SAFETY: as for read_volatile.
+                unsafe { $(std::ptr::addr_of_mut!((*p).$field).write_volatile(v.$field);)* }
+            }
+        }
+
+        impl $crate::stats::Counters for $name {
+            fn add(&mut self, other: &Self) {
+                $name::add(self, other)
             }
         }
     };

@@ -10,6 +10,10 @@
  * (the pool has no cache, so its counts are exact). The "rss" case queries the RSS key into
  * buffers too small and large enough, with guard bytes after them.
  *
+ * The "stopped" case bursts on a stopped TX queue (and polls a stopped RX queue): the bursts
+ * must take nothing and touch nothing (the counters and the pool stay as they were), and the
+ * queue, started again, sends.
+ *
  * Prints "badmbuf: PASS <case> ..." or "badmbuf: FAIL <case>: why"; exit code 0 or 1. A case
  * that makes the driver abort or hang shows as no PASS line (the test kills a hung run).
  */
@@ -185,6 +189,81 @@ static int rss_case(uint16_t port)
 	return 0;
 }
 
+/* Waits (with a deadline) until the port has sent `want` packets. */
+static bool wait_opackets(uint16_t port, uint64_t want, struct rte_eth_stats *st)
+{
+	uint64_t deadline = rte_get_timer_cycles() + 5 * rte_get_timer_hz();
+
+	for (;;) {
+		rte_eth_tx_done_cleanup(port, 0, 0);
+		if (rte_eth_stats_get(port, st) != 0)
+			return false;
+		if (st->opackets == want)
+			return true;
+		if (rte_get_timer_cycles() > deadline) {
+			printf("opackets %" PRIu64 ", want %" PRIu64 "\n", st->opackets, want);
+			return false;
+		}
+		rte_delay_us_sleep(1000);
+	}
+}
+
+static int stopped_case(uint16_t port, struct rte_mempool *pool)
+{
+	struct rte_eth_stats st;
+	struct rte_mbuf *first = good(pool, 1);
+
+	if (rte_eth_tx_burst(port, 0, &first, 1) != 1)
+		return fail("the first frame was not taken");
+	if (!wait_opackets(port, 1, &st))
+		return fail("the first frame was not sent");
+	if (rte_eth_dev_tx_queue_stop(port, 0) != 0 || rte_eth_dev_rx_queue_stop(port, 0) != 0)
+		return fail("queue stop");
+	unsigned int base = rte_mempool_in_use_count(pool);
+	struct rte_mbuf *pkts[3];
+	for (int i = 0; i < 3; i++) {
+		pkts[i] = seg(pool, 64, (uint8_t)(10 + i));
+		frame(rte_pktmbuf_mtod(pkts[i], uint8_t *), 64, (uint8_t)(10 + i), false);
+	}
+	struct rte_mbuf *rx[8];
+	for (int round = 0; round < 100; round++) {
+		uint16_t took = rte_eth_tx_burst(port, 0, pkts, 3);
+		uint16_t got = rte_eth_rx_burst(port, 0, rx, 8);
+
+		if (took != 0 || got != 0) {
+			printf("a stopped TX queue took %u, a stopped RX queue gave %u\n", took, got);
+			return fail("a stopped queue's burst touched the queue");
+		}
+		rte_eth_tx_burst(port, 0, NULL, 0);
+		rte_eth_tx_done_cleanup(port, 0, 0);
+	}
+	if (rte_eth_stats_get(port, &st) != 0)
+		return fail("stats_get");
+	unsigned int in_use = rte_mempool_in_use_count(pool);
+	if (st.opackets != 1 || st.oerrors != 0 || in_use != base + 3) {
+		printf("opackets %" PRIu64 ", oerrors %" PRIu64 ", in use %u (%u + 3 expected)\n",
+		       st.opackets, st.oerrors, in_use, base);
+		return fail("bursts on a stopped queue changed the counters or the pool");
+	}
+	for (int i = 0; i < 3; i++)
+		rte_pktmbuf_free(pkts[i]);
+	if (rte_eth_dev_tx_queue_start(port, 0) != 0 || rte_eth_dev_rx_queue_start(port, 0) != 0)
+		return fail("queue start");
+	struct rte_mbuf *again = good(pool, 2);
+	if (rte_eth_tx_burst(port, 0, &again, 1) != 1)
+		return fail("the started queue took nothing");
+	if (!wait_opackets(port, 2, &st))
+		return fail("the started queue did not send");
+	printf("badmbuf: PASS stopped: 100 rounds of bursts on the stopped queues took and gave nothing; opackets %" PRIu64
+	       ", oerrors %" PRIu64 "\n",
+	       st.opackets, st.oerrors);
+	if (rte_eth_dev_stop(port) != 0)
+		return fail("stop");
+	rte_eth_dev_close(port);
+	rte_eal_cleanup();
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int n = rte_eal_init(argc, argv);
@@ -223,6 +302,8 @@ int main(int argc, char **argv)
 		return fail("start");
 	if (strcmp(cname, "rss") == 0)
 		return rss_case(port);
+	if (strcmp(cname, "stopped") == 0)
+		return stopped_case(port, pool);
 
 	/* rx queue's buffers are out of the pool: the baseline. */
 	unsigned int base = rte_mempool_in_use_count(pool);

@@ -18,8 +18,7 @@ use std::ptr;
 
 use dpdk_sys as sys;
 
-use super::eth::{self, Eth};
-use super::ops::op;
+use super::eth::{self, ops, Eth, EthMut};
 use super::{invalid, Error};
 use crate::hw::PortEvent;
 use crate::pmd_log;
@@ -31,10 +30,11 @@ use crate::pmd_log;
 /// `dev` is a port of this driver being probed in the primary, its `process_private` set.
 pub(super) unsafe fn install(dev: *mut sys::rte_eth_dev, name: &str) {
     // SAFETY: the caller's port; process_private is its Proc.
-    let Some(proc_) = (unsafe { ((*dev).process_private as *const eth::Proc).as_ref() }) else {
+    let proc_ = unsafe { ((*dev).process_private as *const eth::Proc).as_ref() };
+    let Some(fd) = proc_.map(|p| p.dev.event_fd()) else {
         return;
     };
-    let fd = match proc_.dev.event_fd() {
+    let fd = match fd {
         Ok(fd) => fd,
         Err(e) => {
             pmd_log!(INFO, "{name}: no link status or removal events: {e}");
@@ -97,57 +97,55 @@ pub(super) unsafe fn uninstall(dev: *mut sys::rte_eth_dev) {
 /// EAL's interrupt thread: the device's event fd is readable.
 unsafe extern "C" fn port_event(arg: *mut c_void) {
     let port_id = arg as usize as u16;
-    // SAFETY: registered for a port of ours, unregistered (synchronously) before it closes.
-    let dev = unsafe { eth::dev_of(port_id) };
-    // SAFETY: as above: the port's Proc lives until after the handler is unregistered.
-    let Some(proc_) = (unsafe { eth::proc_of(port_id) }) else {
+    // SAFETY: registered for a port of ours, unregistered (synchronously) before it closes,
+    // so the port and its Proc live while this runs; intr_conf and dev_started are only read.
+    let Some((dev, proc_, lsc, rmv)) = (unsafe {
+        eth::port_of(port_id).and_then(|(dev, _, p)| {
+            let d = &*(*dev.as_ptr()).data;
+            let c = &d.dev_conf.intr_conf;
+            Some((dev, p?, c.lsc() != 0, c.rmv() != 0))
+        })
+    }) else {
         return;
     };
-    // SAFETY: a live port's data; intr_conf and dev_started are only read.
-    let (lsc, rmv) = unsafe {
-        let c = &(*(*dev).data).dev_conf.intr_conf;
-        (c.lsc() != 0, c.rmv() != 0)
+    let started = || {
+        // SAFETY: as above: a plain read of the live port's data.
+        unsafe { (*(*dev.as_ptr()).data).dev_started() != 0 }
     };
     while let Some(ev) = proc_.dev.next_event() {
-        match ev {
+        let kind = match ev {
             PortEvent::LinkUp | PortEvent::LinkDown => {
-                // SAFETY: as above.
-                let started = unsafe { (*(*dev).data).dev_started() } != 0;
-                let up = started && ev == PortEvent::LinkUp;
-                // SAFETY: a live port; ethdev stores the link atomically.
-                unsafe { eth::publish_link(dev, up) };
-                if lsc {
-                    // SAFETY: a live port; ethdev runs the application's callbacks.
-                    unsafe {
-                        sys::rte_eth_dev_callback_process(
-                            dev,
-                            sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_LSC,
-                            ptr::null_mut(),
-                        )
-                    };
-                }
+                eth::publish_link(dev, started() && ev == PortEvent::LinkUp);
+                lsc.then_some(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_LSC)
             }
             PortEvent::Removed => {
                 pmd_log!(WARNING, "port {port_id}: the device was removed");
-                if rmv {
-                    // SAFETY: as above.
-                    unsafe {
-                        sys::rte_eth_dev_callback_process(
-                            dev,
-                            sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RMV,
-                            ptr::null_mut(),
-                        )
-                    };
-                }
+                rmv.then_some(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RMV)
             }
+        };
+        if let Some(kind) = kind {
+            // SAFETY: a live port; ethdev runs the application's callbacks.
+            unsafe { sys::rte_eth_dev_callback_process(dev.as_ptr(), kind, ptr::null_mut()) };
         }
     }
 }
 
-op!(dev_set_link_up, "set link up", |e| set_link(e, true));
-op!(dev_set_link_down, "set link down", |e| set_link(e, false));
+ops! {
+    fn dev_set_link_up() -> c_int = exclusive link_up, "set link up";
+    fn dev_set_link_down() -> c_int = exclusive link_down, "set link down";
+    fn rx_queue_intr_enable(qid: u16) -> c_int = shared intr_enable, "RX interrupt on";
+    fn rx_queue_intr_disable(qid: u16) -> c_int = shared intr_disable, "RX interrupt off";
+}
 
-fn set_link(e: &mut Eth<'_>, up: bool) -> Result<(), Error> {
+fn link_up(e: &mut EthMut<'_>) -> Result<(), Error> {
+    set_link(e, true)
+}
+
+fn link_down(e: &mut EthMut<'_>) -> Result<(), Error> {
+    set_link(e, false)
+}
+
+fn set_link(e: &mut EthMut<'_>, up: bool) -> Result<(), Error> {
     e.primary_only()?;
     e.dev.set_link(up)?;
     let now = e.port.link_up(e.dev);
@@ -157,15 +155,15 @@ fn set_link(e: &mut Eth<'_>, up: bool) -> Result<(), Error> {
 
 /// With `intr_conf.rxq`: a completion channel per RX queue, its fd in the interrupt handle.
 /// Called at start, once the queues exist.
-pub(super) fn setup_rx(e: &mut Eth<'_>) -> Result<(), Error> {
-    if !e.intr_conf_rxq() {
+pub(super) fn setup_rx(e: &mut EthMut<'_>) -> Result<(), Error> {
+    if !e.conf.intr_conf_rxq {
         return Ok(());
     }
-    let h = e.intr_handle();
+    let h = e.conf.intr_handle;
     if h.is_null() {
         return Err(Error::Unsupported("receive interrupts on this device"));
     }
-    let n = e.nb_rx_queues();
+    let n = e.conf.nb_rx_queues;
     let mut fds = Vec::with_capacity(usize::from(n));
     for i in 0..n {
         let fd = match e.port.rx_intr[usize::from(i)].channel {
@@ -199,48 +197,33 @@ pub(super) fn setup_rx(e: &mut Eth<'_>) -> Result<(), Error> {
     Ok(())
 }
 
-pub(super) unsafe extern "C" fn rx_queue_intr_enable(
-    dev: *mut sys::rte_eth_dev,
-    qid: u16,
-) -> c_int {
-    // SAFETY: as for every op; called from the queue's lcore between its bursts.
-    unsafe {
-        eth::run(dev, "RX interrupt on", |e| {
-            let Some((ch, _)) = e.port.rx_intr[usize::from(qid)].channel else {
-                return Err(invalid!(
-                    "RX queue {qid}: receive interrupts were not configured (intr_conf.rxq)"
-                ));
-            };
-            let sn = e.port.rx_intr[usize::from(qid)].sn;
-            let dev = e.dev;
-            let q = &e
-                .rxq(qid)
-                .ok_or_else(|| invalid!("RX queue {qid} not set up"))?
-                .q;
-            let (cq, ci) = q.cq_arm_point();
-            Ok(dev.arm_cq(cq, ci, sn, ch)?)
-        })
-    }
+/// Arms the queue's CQ; called from the queue's lcore between its bursts.
+fn intr_enable(e: &Eth<'_>, qid: u16) -> Result<(), Error> {
+    let intr = &e.port.rx_intr[usize::from(qid)];
+    let Some((ch, _)) = intr.channel else {
+        return Err(invalid!(
+            "RX queue {qid}: receive interrupts were not configured (intr_conf.rxq)"
+        ));
+    };
+    let s = e
+        .rxq(qid)
+        .ok_or_else(|| invalid!("RX queue {qid} not set up"))?;
+    // SAFETY: the queue's own lcore calls this between its bursts (ethdev's rule for
+    // rte_eth_dev_rx_intr_enable), so it has the queue to itself.
+    let (cq, ci) = unsafe { s.queue() }.cq_arm_point();
+    e.dev.arm_cq(cq, ci, intr.sn(), ch)
 }
 
-pub(super) unsafe extern "C" fn rx_queue_intr_disable(
-    dev: *mut sys::rte_eth_dev,
-    qid: u16,
-) -> c_int {
-    // SAFETY: as above.
-    unsafe {
-        eth::run(dev, "RX interrupt off", |e| {
-            let intr = &mut e.port.rx_intr[usize::from(qid)];
-            let Some((ch, _)) = intr.channel else {
-                return Err(invalid!(
-                    "RX queue {qid}: receive interrupts were not configured (intr_conf.rxq)"
-                ));
-            };
-            // Each event taken moves the arm sequence on, as an acknowledged CQ event does.
-            while e.dev.next_cq_event(ch).is_some() {
-                intr.sn = intr.sn.wrapping_add(1) & 3;
-            }
-            Ok(())
-        })
+fn intr_disable(e: &Eth<'_>, qid: u16) -> Result<(), Error> {
+    let intr = &e.port.rx_intr[usize::from(qid)];
+    let Some((ch, _)) = intr.channel else {
+        return Err(invalid!(
+            "RX queue {qid}: receive interrupts were not configured (intr_conf.rxq)"
+        ));
+    };
+    // Each event taken moves the arm sequence on, as an acknowledged CQ event does.
+    while e.dev.next_cq_event(ch).is_some() {
+        intr.next_sn();
     }
+    Ok(())
 }

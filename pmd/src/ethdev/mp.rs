@@ -55,20 +55,31 @@ impl Op {
     }
 }
 
-/// Whether this process is a DPDK secondary process.
-pub(super) fn secondary() -> bool {
-    // SAFETY: a plain query of EAL's configuration, initialised before any probe.
-    unsafe { sys::rte_eal_process_type() == sys::rte_proc_type_t_RTE_PROC_SECONDARY }
+pub(super) use eth::secondary;
+
+/// Runs `f` with this process's handles to port `port_id`, if it is a port of this driver,
+/// from a thread that is not running an op on it (the IPC thread).
+fn with_proc<T>(port_id: u16, f: impl FnOnce(&eth::Proc) -> T) -> Option<T> {
+    let _open = eth::CLOSING.read();
+    // SAFETY: only a port whose ops are ours is taken (checked before its Proc is used), and
+    // closing, excluded above, alone frees its Proc.
+    let (_, ops, p) = unsafe { eth::port_of(port_id) }?;
+    if !std::ptr::eq(ops, &*super::ops::OPS) {
+        return None;
+    }
+    p.map(f)
 }
 
 /// In the primary: answer secondaries' requests from now on (once per process).
 pub(super) fn serve() {
     static SERVING: OnceLock<()> = OnceLock::new();
     SERVING.get_or_init(|| {
-        // SAFETY: a static NUL-terminated name and a handler that lives as long as the process.
-        let rc = unsafe { sys::rte_mp_action_register(ACTION.as_ptr(), Some(handle)) };
-        // SAFETY: reads EAL's per-thread errno.
-        let errno = unsafe { sys::mlx4rs_errno() };
+        // SAFETY: a static NUL-terminated name and a handler that lives as long as the
+        // process; then EAL's per-thread errno.
+        let (rc, errno) = unsafe {
+            let rc = sys::rte_mp_action_register(ACTION.as_ptr(), Some(handle));
+            (rc, sys::mlx4rs_errno())
+        };
         if rc < 0 && errno == libc::ENOTSUP {
             // EAL refuses IPC actions where it has no multi-process channel by configuration
             // (`--in-memory`, `--no-shconf`, as Open vSwitch always runs): there are no
@@ -135,10 +146,8 @@ unsafe extern "C" fn handle(msg: *const sys::rte_mp_msg, peer: *const c_void) ->
             let index = u16::from_le_bytes([*i0, *i1]);
             match Op::from_u8(*op) {
                 Some(op) => {
-                    // SAFETY: our ports are set up as probe leaves them; with_proc answers
-                    // under the lock that keeps them from closing meanwhile.
-                    let a =
-                        unsafe { eth::with_proc(port_id, |p| answer(op, p.dev.as_ref(), index)) };
+                    // Under the lock that keeps the port from closing meanwhile.
+                    let a = with_proc(port_id, |p| answer(op, p.dev.as_ref(), index));
                     a.unwrap_or_else(|| (-libc::ENODEV).to_le_bytes().to_vec())
                 }
                 None => (-libc::EINVAL).to_le_bytes().to_vec(),
@@ -175,15 +184,17 @@ fn request(op: Op, port_id: u16, index: u16) -> Result<Vec<u8>, Error> {
         tv_sec: TIMEOUT.as_secs() as _,
         tv_nsec: 0,
     };
-    // SAFETY: valid message and reply; EAL allocates reply.msgs with malloc, freed below.
-    let rc = unsafe { sys::rte_mp_request_sync(&mut msg, &mut reply, &ts) };
-    let got = (rc == 0 && reply.nb_received == 1 && !reply.msgs.is_null()).then(|| {
-        // SAFETY: one message received.
-        let m = unsafe { &*reply.msgs };
-        m.param[..(m.len_param.clamp(0, PARAM as c_int) as usize)].to_vec()
-    });
-    // SAFETY: NULL or the array EAL malloc'ed for us.
-    unsafe { libc::free(reply.msgs.cast()) };
+    // SAFETY: valid message and reply; EAL mallocs reply.msgs (NULL or as many messages as
+    // received), which is copied from and freed here.
+    let got = unsafe {
+        let rc = sys::rte_mp_request_sync(&mut msg, &mut reply, &ts);
+        let got = (rc == 0 && reply.nb_received == 1 && !reply.msgs.is_null()).then(|| {
+            let m = &*reply.msgs;
+            m.param[..(m.len_param.clamp(0, PARAM as c_int) as usize)].to_vec()
+        });
+        libc::free(reply.msgs.cast());
+        got
+    };
     let got = got.ok_or_else(|| {
         Error::Device(format!(
             "the primary process did not answer ({op:?} on port {port_id})"

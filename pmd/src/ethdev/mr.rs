@@ -13,7 +13,7 @@ use std::ffi::c_void;
 
 use dpdk_sys as sys;
 
-use super::eth::Eth;
+use super::eth::EthMut;
 use super::Error;
 use crate::mem::DmaRange;
 use crate::pmd_log;
@@ -55,7 +55,7 @@ fn chunks(pool: Option<*mut sys::rte_mempool>) -> Vec<(usize, usize)> {
 /// Registers the chunks of `pool` (every pool when `None`) that the port's regions do not
 /// cover yet.
 pub(super) fn register_pools(
-    e: &mut Eth<'_>,
+    e: &mut EthMut<'_>,
     pool: Option<*mut sys::rte_mempool>,
 ) -> Result<(), Error> {
     for (start, end) in chunks(pool) {

@@ -13,8 +13,7 @@ use std::ptr;
 
 use dpdk_sys as sys;
 
-use super::probe::attach_port;
-use super::{errno, Error, DRIVER_NAME};
+use super::attach::{attach_port, DRIVER_NAME};
 use crate::devargs::{Devargs, DeviceLoop};
 use crate::mem::MemSource;
 use crate::pmd_log;
@@ -139,8 +138,7 @@ unsafe extern "C" fn pci_probe(
             return -libc::EINVAL;
         }
     };
-    // SAFETY: plain EAL query.
-    if unsafe { sys::rte_eal_process_type() } == sys::rte_proc_type_t_RTE_PROC_SECONDARY {
+    if super::eth::secondary() {
         pmd_log!(
             ERR,
             "{pci}: secondary processes cannot attach to a ConnectX-3 port yet (the verbs \
@@ -153,7 +151,7 @@ unsafe extern "C" fn pci_probe(
         Ok(p) => p,
         Err(e) => {
             pmd_log!(ERR, "{pci}: {e}");
-            return errno(&Error::from(e));
+            return e.errno();
         }
     };
     let source = MemSource::Dpdk { socket };
@@ -169,7 +167,7 @@ unsafe extern "C" fn pci_probe(
             Ok(p) => p,
             Err(e) => {
                 pmd_log!(ERR, "{name}: cannot open: {e}");
-                status = errno(&Error::from(e));
+                status = e.errno();
                 continue;
             }
         };
@@ -177,7 +175,7 @@ unsafe extern "C" fn pci_probe(
             Ok(()) => up += 1,
             Err(e) => {
                 pmd_log!(ERR, "{name}: {e}");
-                status = errno(&e);
+                status = e.errno();
             }
         }
     }
@@ -189,12 +187,11 @@ unsafe extern "C" fn pci_probe(
 }
 
 unsafe extern "C" fn pci_remove(pdev: *mut sys::rte_pci_device) -> c_int {
-    // SAFETY: EAL passes a live PCI device.
-    let device = unsafe { ptr::addr_of!((*pdev).device) };
     let mut rc = 0;
-    // SAFETY: ethdev lookups of ports whose parent is this device; closing runs our dev_close
-    // and releases each port.
+    // SAFETY: EAL passes a live PCI device; ethdev looks up the ports whose parent it is, and
+    // closing runs our dev_close and releases each port.
     unsafe {
+        let device = ptr::addr_of!((*pdev).device);
         let mut id = sys::rte_eth_find_next_of(0, device);
         while u32::from(id) < sys::RTE_MAX_ETHPORTS {
             rc |= sys::rte_eth_dev_close(id);

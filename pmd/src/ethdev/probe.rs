@@ -1,21 +1,18 @@
 //! Registration with EAL's vdev bus, probe and remove.
 
 use std::ffi::{c_char, c_int, CStr};
-use std::mem::size_of;
 use std::ptr;
 
 use dpdk_sys as sys;
 
+use super::attach::{attach_port, DRIVER_NAME};
 use super::eth::Proc;
-use super::{errno, fmt_mac, mp, ops, queue, release, Error};
+use super::{mp, ops, queue, release, Error};
 use crate::devargs::Devargs;
 use crate::hw::Device;
-use crate::mem::{DmaBox, DmaRange, MemSource};
+use crate::mem::{DmaRange, MemSource};
 use crate::pmd_log;
 use crate::port::Port;
-
-/// Driver name as EAL matches it against `--vdev net_mlx4rs<N>`.
-pub const DRIVER_NAME: &CStr = c"net_mlx4rs";
 
 /// The vdev driver record. EAL links it into its driver list, so it must live for the whole
 /// process and have a stable address.
@@ -81,12 +78,12 @@ unsafe fn registered_before(me: *mut sys::rte_vdev_driver) -> Option<*mut sys::r
     loop {
         // SAFETY: `tqe_prev` points at the previous link's first word (or the head's), and
         // the word after it leads to that link's predecessor; the head ends the walk with NULL.
-        cur = unsafe { *(*((*cur).next.tqe_prev as *const Link)).tqe_prev };
-        if cur.is_null() {
-            return None;
-        }
-        // SAFETY: every registered driver has a NUL-terminated static name (or none).
+        // Every registered driver has a NUL-terminated static name (or none).
         let same = unsafe {
+            cur = *(*((*cur).next.tqe_prev as *const Link)).tqe_prev;
+            if cur.is_null() {
+                return None;
+            }
             let name = (*cur).driver.name;
             !name.is_null() && CStr::from_ptr(name) == DRIVER_NAME
         };
@@ -121,8 +118,9 @@ fn c_str<'a>(p: *const c_char) -> &'a str {
 unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
     // SAFETY: EAL passes a live vdev device; its devargs, when set, are EAL's parsed copy,
     // alive as long as the device.
-    let (name, args, socket) = unsafe {
-        let d = &(*vdev).device;
+    let (name, args, socket, device) = unsafe {
+        let device = ptr::addr_of_mut!((*vdev).device);
+        let d = &*device;
         let args = d
             .devargs
             .as_ref()
@@ -131,6 +129,7 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
             c_str(d.name).to_owned(),
             c_str(args).to_owned(),
             d.numa_node,
+            device,
         )
     };
     let devargs: Devargs = match args
@@ -149,7 +148,7 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
             Ok(()) => 0,
             Err(e) => {
                 pmd_log!(ERR, "{name}: {e}");
-                errno(&e)
+                e.errno()
             }
         };
     }
@@ -166,16 +165,14 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
         Ok(p) => p,
         Err(e) => {
             pmd_log!(ERR, "{name}: cannot open: {e}");
-            return errno(&Error::from(e));
+            return e.errno();
         }
     };
-    // SAFETY: EAL passes a live vdev device.
-    let device = unsafe { ptr::addr_of_mut!((*vdev).device) };
     match attach_port(device, &name, socket, port, handles) {
         Ok(()) => 0,
         Err(e) => {
             pmd_log!(ERR, "{name}: {e}");
-            errno(&e)
+            e.errno()
         }
     }
 }
@@ -186,21 +183,21 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
 /// functions.
 fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), Error> {
     let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
-    // SAFETY: plain ethdev call with a valid C string.
-    let dev = unsafe { sys::rte_eth_dev_attach_secondary(cname.as_ptr()) };
-    if dev.is_null() {
-        return Err(Error::Invalid(
-            "the primary process drives no port of this name".into(),
-        ));
-    }
-    // SAFETY: an attached ethdev shares the primary's data; its private data is the Port the
-    // primary's probe wrote, which this process only reads here.
-    let (port_id, caps) = unsafe {
+    // SAFETY: a plain ethdev call with a valid C string; an attached ethdev shares the
+    // primary's data, whose private data is the Port the primary's probe wrote, which this
+    // process only reads here.
+    let (dev, port_id, caps) = unsafe {
+        let dev = sys::rte_eth_dev_attach_secondary(cname.as_ptr());
+        if dev.is_null() {
+            return Err(Error::Invalid(
+                "the primary process drives no port of this name".into(),
+            ));
+        }
         let d = &*(*dev).data;
         let port = (d.dev_private as *const Port)
             .as_ref()
             .ok_or_else(|| Error::Invalid("the primary's port is closed".into()))?;
-        (d.port_id, port.caps)
+        (dev, d.port_id, port.caps)
     };
     let remote = mp::Remote::new(port_id, caps);
     // A device the primary runs in its polling lcore must now run by itself.
@@ -220,73 +217,6 @@ fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), E
         sys::rte_eth_dev_probing_finish(dev);
     }
     pmd_log!(NOTICE, "{name}: attached to the primary's port {port_id}");
-    Ok(())
-}
-
-/// Allocates the ethdev of bus device `device`: `port` goes into DPDK shared memory as its
-/// private data, `proc_` is this process's.
-pub(super) fn attach_port(
-    device: *mut sys::rte_device,
-    name: &str,
-    socket: c_int,
-    port: Port,
-    proc_: Proc,
-) -> Result<(), Error> {
-    let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
-    let mac = port.mac;
-    // ethdev keeps the application's addresses here, one slot per address the port takes.
-    let n_macs = (port.caps.max_mac_addrs as usize).clamp(1, crate::port::MAX_MAC_ADDRS);
-    // rte_eth_dev_release_port frees `dev_private` and `mac_addrs` with rte_free: both come
-    // from rte_zmalloc.
-    let private = DmaBox::new(port, MemSource::Dpdk { socket })
-        .ok_or_else(|| Error::NoMemory("no DPDK memory for the port".into()))?;
-    // SAFETY: plain allocation call.
-    let macs = unsafe {
-        sys::rte_zmalloc_socket(
-            c"mlx4rs_mac".as_ptr(),
-            n_macs * size_of::<sys::rte_ether_addr>(),
-            0,
-            socket,
-        )
-    } as *mut sys::rte_ether_addr;
-    if macs.is_null() {
-        return Err(Error::NoMemory("no DPDK memory for the MAC table".into()));
-    }
-    // SAFETY: plain ethdev call with a valid C string.
-    let dev = unsafe { sys::rte_eth_dev_allocate(cname.as_ptr()) };
-    if dev.is_null() {
-        // SAFETY: allocated above, not handed to anyone.
-        unsafe { sys::rte_free(macs.cast()) };
-        return Err(Error::Invalid(
-            "cannot allocate an ethdev (name taken or no free port id)".into(),
-        ));
-    }
-    // SAFETY: `dev` is freshly allocated and ours, with zeroed data; `device` is the live
-    // device being probed.
-    unsafe {
-        let d = &mut *(*dev).data;
-        (*macs).addr_bytes = mac;
-        d.dev_private = private.into_raw().as_ptr().cast();
-        d.mac_addrs = macs;
-        d.numa_node = socket;
-        d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
-        (*dev).device = device;
-        let bursts = match proc_.lcore {
-            Some(_) => queue::Bursts::Lcore,
-            None => queue::Bursts::Plain,
-        };
-        (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
-        (*dev).dev_ops = &*ops::OPS;
-        queue::set_bursts(&mut *dev, bursts);
-        super::intr::install(dev, name);
-        sys::rte_eth_dev_probing_finish(dev);
-        pmd_log!(
-            INFO,
-            "{name}: port {} ready, MAC {}",
-            d.port_id,
-            fmt_mac(&mac)
-        );
-    }
     Ok(())
 }
 
@@ -313,26 +243,22 @@ fn memseg_ranges() -> Vec<DmaRange> {
 }
 
 unsafe extern "C" fn vdev_remove(vdev: *mut sys::rte_vdev_device) -> c_int {
-    // SAFETY: EAL passes a live vdev device.
-    let name = unsafe { (*vdev).device.name };
-    // SAFETY: lookup by name; NULL when the primary released the port. A secondary's lookup
-    // still finds a port it closed (shared data outlives its per-process state): its state
-    // says so.
-    let dev = unsafe { sys::rte_eth_dev_allocated(name) };
-    // SAFETY: a non-NULL answer is an entry of ethdev's array.
-    if dev.is_null() || unsafe { (*dev).state } == sys::rte_eth_dev_state_RTE_ETH_DEV_UNUSED {
-        return 0;
+    // SAFETY: EAL passes a live vdev device. The lookup by name answers NULL when the primary
+    // released the port; a secondary's lookup still finds a port it closed (shared data
+    // outlives its per-process state), whose state says so. An application that exits with
+    // the port started (dpdk-test's pmd_perf_autotest does) gets here from EAL cleanup:
+    // ethdev refuses to close a started port, and its device would then run on in memory
+    // that EAL frees next, so a primary stops it first; a secondary leaves the primary's port
+    // alone. A live port's close runs our dev_close and releases it.
+    unsafe {
+        let dev = sys::rte_eth_dev_allocated((*vdev).device.name);
+        if dev.is_null() || (*dev).state == sys::rte_eth_dev_state_RTE_ETH_DEV_UNUSED {
+            return 0;
+        }
+        let port = (*(*dev).data).port_id;
+        if (*(*dev).data).dev_started() != 0 && !mp::secondary() {
+            sys::rte_eth_dev_stop(port);
+        }
+        sys::rte_eth_dev_close(port)
     }
-    // SAFETY: `dev` is live.
-    let (port, started) = unsafe { ((*(*dev).data).port_id, (*(*dev).data).dev_started() != 0) };
-    // An application that exits with the port started (dpdk-test's pmd_perf_autotest does)
-    // gets here from EAL cleanup: ethdev refuses to close a started port, and its device
-    // would then run on in memory that EAL frees next. A secondary leaves the primary's port
-    // alone.
-    if started && !mp::secondary() {
-        // SAFETY: `port` is a live port of ours; stopping runs our dev_stop.
-        unsafe { sys::rte_eth_dev_stop(port) };
-    }
-    // SAFETY: `dev` is live; closing runs our dev_close and releases the port.
-    unsafe { sys::rte_eth_dev_close(port) }
 }

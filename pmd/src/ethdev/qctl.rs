@@ -1,123 +1,127 @@
-//! Starting and stopping single queues while the port runs, and deferred start.
+//! Starting and stopping single queues while the port runs, deferred start, and the reset of
+//! every queue at port stop.
 //!
-//! A stopped queue's device queue is in reset: an RQ in reset takes no frame (the device drops
-//! its share of the traffic and counts it), an SQ in reset executes nothing. Starting a queue
-//! gives it a fresh device queue, as a port start does: what a stopped RX queue held is gone,
-//! and what a TX queue had not sent when it stopped is freed.
+//! A stopped queue's bursts answer 0 without touching it, so an application still polling it
+//! reaches neither its rings nor its buffers. Its device queue is in reset: an RQ in reset
+//! takes no frame (the device drops its share of the traffic and counts it), an SQ in reset
+//! executes nothing. Starting a queue gives it a fresh device queue, as a port start does:
+//! what a stopped RX queue held is gone, and what a TX queue had not sent when it stopped is
+//! freed.
 
 use std::ffi::c_int;
 use std::time::Duration;
 
-use dpdk_sys as sys;
-
-use super::eth::{self, Eth};
-use super::{invalid, ops, Error};
+use super::eth::{ops, EthMut};
+use super::{invalid, Error};
 use crate::pmd_log;
 
-/// Runs `f` on queue `qid` of `dev` in the primary.
-///
-/// # Safety
-/// As for every op.
-unsafe fn qop(
-    dev: *mut sys::rte_eth_dev,
-    qid: u16,
-    what: &str,
-    f: fn(&mut Eth<'_>, u16) -> Result<(), Error>,
-) -> c_int {
-    // SAFETY: as for every op; ethdev checked that qid is a configured queue.
-    unsafe {
-        eth::run(dev, what, |e| {
-            e.primary_only()?;
-            f(e, qid)
-        })
-    }
+ops! {
+    fn rx_queue_start(qid: u16) -> c_int = exclusive rx_start, "RX queue start";
+    fn rx_queue_stop(qid: u16) -> c_int = exclusive rx_stop, "RX queue stop";
+    fn tx_queue_start(qid: u16) -> c_int = exclusive tx_start, "TX queue start";
+    fn tx_queue_stop(qid: u16) -> c_int = exclusive tx_stop, "TX queue stop";
 }
 
-pub(super) unsafe extern "C" fn rx_queue_start(dev: *mut sys::rte_eth_dev, qid: u16) -> c_int {
-    // SAFETY: as for every op.
-    unsafe { qop(dev, qid, "RX queue start", rx_start) }
-}
-
-pub(super) unsafe extern "C" fn rx_queue_stop(dev: *mut sys::rte_eth_dev, qid: u16) -> c_int {
-    // SAFETY: as for every op.
-    unsafe { qop(dev, qid, "RX queue stop", rx_stop) }
-}
-
-pub(super) unsafe extern "C" fn tx_queue_start(dev: *mut sys::rte_eth_dev, qid: u16) -> c_int {
-    // SAFETY: as for every op.
-    unsafe { qop(dev, qid, "TX queue start", tx_start) }
-}
-
-pub(super) unsafe extern "C" fn tx_queue_stop(dev: *mut sys::rte_eth_dev, qid: u16) -> c_int {
-    // SAFETY: as for every op.
-    unsafe { qop(dev, qid, "TX queue stop", tx_stop) }
-}
-
-fn rx_start(e: &mut Eth<'_>, qid: u16) -> Result<(), Error> {
+fn rx_start(e: &mut EthMut<'_>, qid: u16) -> Result<(), Error> {
+    e.primary_only()?;
     let dev = e.dev;
-    let s = e
-        .rxq(qid)
-        .ok_or_else(|| invalid!("RX queue {qid} not set up"))?;
-    s.q.reset(dev)?;
+    let Some((s, q)) = e.stopped_rxq(qid) else {
+        return e
+            .rxq(qid)
+            .map(|_| ())
+            .ok_or_else(|| invalid!("RX queue {qid} not set up"));
+    };
+    q.reset(dev)?;
+    s.set_qpn(q.qpn());
     // The redirection table names the new RQ.
-    ops::apply_rx(e)?;
+    e.apply_rx()?;
     e.set_queue_state(false, qid, true);
     Ok(())
 }
 
-fn rx_stop(e: &mut Eth<'_>, qid: u16) -> Result<(), Error> {
-    let dev = e.dev;
+fn rx_stop(e: &mut EthMut<'_>, qid: u16) -> Result<(), Error> {
+    e.primary_only()?;
     let s = e
         .rxq(qid)
         .ok_or_else(|| invalid!("RX queue {qid} not set up"))?;
-    dev.set_rq_ready(s.q.qpn(), false)?;
     e.set_queue_state(false, qid, false);
+    e.dev.set_rq_ready(s.qpn(), false)?;
     Ok(())
 }
 
-fn tx_start(e: &mut Eth<'_>, qid: u16) -> Result<(), Error> {
+fn tx_start(e: &mut EthMut<'_>, qid: u16) -> Result<(), Error> {
+    e.primary_only()?;
     let (dev, lcore) = (e.dev, e.lcore);
-    let s = e
-        .txq(qid)
-        .ok_or_else(|| invalid!("TX queue {qid} not set up"))?;
-    s.q.reset(dev)?;
+    let Some((s, q)) = e.stopped_txq(qid) else {
+        return e
+            .txq(qid)
+            .map(|_| ())
+            .ok_or_else(|| invalid!("TX queue {qid} not set up"));
+    };
+    q.reset(dev)?;
+    s.set_qpn(q.qpn());
     if let Some(l) = lcore {
-        l.set_sq(qid, Some(s.q.qpn()));
+        l.set_sq(qid, Some(q.qpn()));
     }
     e.set_queue_state(true, qid, true);
     Ok(())
 }
 
-fn tx_stop(e: &mut Eth<'_>, qid: u16) -> Result<(), Error> {
+fn tx_stop(e: &mut EthMut<'_>, qid: u16) -> Result<(), Error> {
+    e.primary_only()?;
+    if e.txq(qid).is_none() {
+        return Err(invalid!("TX queue {qid} not set up"));
+    }
+    e.set_queue_state(true, qid, false);
     let (dev, name) = (e.dev, e.port.name);
-    let s = e
-        .txq(qid)
-        .ok_or_else(|| invalid!("TX queue {qid} not set up"))?;
-    if !s.q.drain(dev, Duration::from_secs(1)) {
+    let (s, q) = e.stopped_txq(qid).expect("set up, and stopped above");
+    if !q.drain(dev, Duration::from_secs(1)) {
         pmd_log!(
             WARNING,
             "{name}: TX queue {qid}: the device did not drain within 1 s"
         );
     }
-    dev.set_sq_ready(s.q.qpn(), false)?;
-    e.set_queue_state(true, qid, false);
+    dev.set_sq_ready(s.qpn(), false)?;
     Ok(())
 }
 
 /// At port start: queues set up with deferred start stay stopped until started by name.
-pub(super) fn defer(e: &mut Eth<'_>) -> Result<(), Error> {
-    let dev = e.dev;
-    for i in 0..e.nb_rx_queues() {
-        if let Some(s) = e.rxq(i).filter(|s| s.deferred) {
-            dev.set_rq_ready(s.q.qpn(), false)?;
-            e.set_queue_state(false, i, false);
-        }
+pub(super) fn defer(e: &mut EthMut<'_>) -> Result<(), Error> {
+    for (i, s) in e.rxqs().filter(|(_, s)| s.x.deferred) {
+        e.set_queue_state(false, i, false);
+        e.dev.set_rq_ready(s.qpn(), false)?;
     }
-    for i in 0..e.nb_tx_queues() {
-        if let Some(s) = e.txq(i).filter(|s| s.deferred) {
-            dev.set_sq_ready(s.q.qpn(), false)?;
-            e.set_queue_state(true, i, false);
-        }
+    for (i, s) in e.txqs().filter(|(_, s)| s.x.deferred) {
+        e.set_queue_state(true, i, false);
+        e.dev.set_sq_ready(s.qpn(), false)?;
     }
     Ok(())
+}
+
+/// At port stop, with the device stopped: every buffer still in flight is reclaimed and each
+/// queue starts afresh at the next start.
+pub(super) fn reset_all(e: &mut EthMut<'_>) {
+    let (dev, name, lcore) = (e.dev, e.port.name, e.lcore);
+    for i in 0..e.conf.nb_tx_queues {
+        let Some((s, q)) = e.stopped_txq(i) else {
+            continue;
+        };
+        if let Err(err) = q.reset(dev) {
+            pmd_log!(ERR, "{name}: TX queue {i}: reset failed: {err}");
+        }
+        s.set_qpn(q.qpn());
+        if let Some(l) = lcore {
+            l.set_sq(i, Some(q.qpn()));
+        }
+    }
+    dev.rq_batch(e.conf.nb_rx_queues);
+    for i in 0..e.conf.nb_rx_queues {
+        let Some((s, q)) = e.stopped_rxq(i) else {
+            continue;
+        };
+        if let Err(err) = q.reset(dev) {
+            pmd_log!(ERR, "{name}: RX queue {i}: reset failed: {err}");
+        }
+        s.set_qpn(q.qpn());
+    }
 }

@@ -1,85 +1,50 @@
 //! Queue setup, release and info, and the burst functions.
 //!
-//! An ethdev queue slot holds the queue and its port id, so that the burst glue can reach the
-//! port's device on the rare paths that need it (recovering a queue an error completion
-//! stopped) without the queue holding a device.
+//! An ethdev queue entry is a [`Slot`]: the queue, its port id (so that the burst glue can
+//! reach the port's device on the rare paths that need it, recovering a queue an error
+//! completion stopped, without the queue holding a device), and what other threads read about
+//! it. A queue keeps its rings from setup to release; a stopped queue's burst returns 0
+//! without touching them.
 
 use std::ffi::{c_int, c_void};
 
 use dpdk_sys as sys;
 
-use super::eth::{self, Eth, RxQ, TxQ};
+use super::eth::{given, ops, CMut, CRef, Eth, EthMut, Proc};
+use super::slot::{RxFixed, RxQ, RxSlot, Slot, TxFixed, TxQ, TxSlot};
 use super::{invalid, Error};
 use crate::mbuf::{Mbuf, Pool};
 use crate::mem::MemSource;
 use crate::rxq::RxConfig;
 
-/// What a `tx_queues` slot points to.
-pub(super) struct TxSlot {
-    pub q: TxQ,
-    pub port_id: u16,
-    /// The queue's doorbell and BlueFlame registers are mapped at the same address in every
-    /// process, so a secondary may transmit on it.
-    pub registers_shared: bool,
-    /// Left stopped at port start (`tx_deferred_start`).
-    pub deferred: bool,
-}
-
-/// What an `rx_queues` slot points to.
-pub(super) struct RxSlot {
-    pub q: RxQ,
-    pub port_id: u16,
-    /// Left stopped at port start (`rx_deferred_start`).
-    pub deferred: bool,
-}
-
-/// What a queue's setup conf says that the driver uses.
-#[derive(Clone, Copy)]
-struct QueueConf {
-    offloads: u64,
-    /// Left stopped at port start.
-    deferred: bool,
-}
-
-pub(super) unsafe extern "C" fn tx_queue_setup(
-    dev: *mut sys::rte_eth_dev,
-    qid: u16,
-    nb_desc: u16,
-    socket: u32,
-    conf: *const sys::rte_eth_txconf,
-) -> c_int {
-    // SAFETY: ethdev passes a valid conf.
-    let conf = unsafe {
-        QueueConf {
-            offloads: (*conf).offloads,
-            deferred: (*conf).tx_deferred_start != 0,
-        }
-    };
-    // SAFETY: as for every op; ethdev released any previous queue at this index.
-    unsafe {
-        eth::run(dev, "TX queue setup", |e| {
-            tx_setup(e, qid, nb_desc, socket as i32, conf)
-        })
-    }
+ops! {
+    fn tx_queue_setup(qid: u16, nb_desc: u16, socket: u32, conf: *const sys::rte_eth_txconf)
+        -> c_int = exclusive tx_setup, "TX queue setup";
+    fn tx_queue_release(qid: u16) = exclusive tx_release, "TX queue release";
+    fn rx_queue_setup(qid: u16, nb_desc: u16, socket: u32, conf: *const sys::rte_eth_rxconf,
+        mp: *mut sys::rte_mempool) -> c_int = exclusive rx_setup, "RX queue setup";
+    fn rx_queue_release(qid: u16) = exclusive rx_release, "RX queue release";
+    fn rxq_info_get(qid: u16, info: *mut sys::rte_eth_rxq_info) = shared rxq_info, "RX queue info";
+    fn txq_info_get(qid: u16, info: *mut sys::rte_eth_txq_info) = shared txq_info, "TX queue info";
 }
 
 fn tx_setup(
-    e: &mut Eth<'_>,
+    e: &mut EthMut<'_>,
     qid: u16,
     nb_desc: u16,
-    socket: i32,
-    conf: QueueConf,
+    socket: u32,
+    conf: CRef<'_, sys::rte_eth_txconf>,
 ) -> Result<(), Error> {
     e.primary_only()?;
-    let offloads = conf.offloads | e.tx_offloads();
+    let conf = given(conf.get())?;
+    let offloads = conf.offloads | e.conf.tx_offloads;
     let fast_free = offloads & sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0;
     super::mr::register_pools(e, None)?;
     let p = &*e.port;
-    let cfg = p.tx_config(fast_free, socket);
+    let cfg = p.tx_config(fast_free, socket as i32);
     let mut q = TxQ::new(e.dev, p.name.as_str(), qid, nb_desc, cfg, p.mrs.as_slice())
-        .map_err(|err| with_queue("TX", qid, err.into()))?;
+        .map_err(|err| with_queue("TX", qid, err))?;
     q.set_db_avoid(p.tx_db_avoid.then(crate::txq::DbAvoid::default_bound));
-    let port_id = e.port_id();
     if let Some(l) = e.lcore {
         l.set_sq(qid, Some(q.qpn()));
     }
@@ -89,76 +54,47 @@ fn tx_setup(
         && sq
             .bf()
             .is_none_or(|b| in_dpdk_memory(b.reg.as_ptr().cast()));
-    e.install_txq(
-        qid,
-        TxSlot {
-            q,
-            port_id,
-            registers_shared,
-            deferred: conf.deferred,
-        },
-    )
+    let fixed = TxFixed {
+        registers_shared,
+        deferred: conf.tx_deferred_start != 0,
+        nb_desc: q.nb_desc() as u16,
+    };
+    let slot = Slot::new(e.conf.port_id, fixed, q.qpn(), q);
+    e.install(true, qid, slot)
 }
 
-pub(super) unsafe extern "C" fn tx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
-    // SAFETY: as for every op; qid < nb_tx_queues (ethdev checks).
-    unsafe {
-        eth::run(dev, "TX queue release", |e| {
-            e.primary_only()?;
-            if let Some(l) = e.lcore {
-                l.set_sq(qid, None);
-            }
-            if let Some(s) = e.take_txq(qid) {
-                s.q.destroy(e.dev);
-            }
-            Ok(())
-        })
-    };
-}
-
-pub(super) unsafe extern "C" fn rx_queue_setup(
-    dev: *mut sys::rte_eth_dev,
-    qid: u16,
-    nb_desc: u16,
-    socket: u32,
-    conf: *const sys::rte_eth_rxconf,
-    mp: *mut sys::rte_mempool,
-) -> c_int {
-    // SAFETY: ethdev passes a valid conf and a valid pktmbuf pool (it checked the pool).
-    let (conf, room) = unsafe {
-        (
-            QueueConf {
-                offloads: (*conf).offloads,
-                deferred: (*conf).rx_deferred_start != 0,
-            },
-            sys::mlx4rs_pktmbuf_data_room_size(mp)
-                .saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16)
-                .max(1),
-        )
-    };
-    // SAFETY: as for every op; ethdev released any previous queue at this index.
-    unsafe {
-        eth::run(dev, "RX queue setup", |e| {
-            rx_setup(e, qid, nb_desc, socket as i32, conf, Pool(mp), room)
-        })
+fn tx_release(e: &mut EthMut<'_>, qid: u16) {
+    if let Err(err) = e.primary_only() {
+        crate::pmd_log!(ERR, "{}: TX queue release: {err}", e.port.name);
+        return;
+    }
+    if let Some(l) = e.lcore {
+        l.set_sq(qid, None);
+    }
+    if let Some(s) = e.take::<TxQ, TxFixed>(true, qid) {
+        s.into_queue().destroy(e.dev);
     }
 }
 
 fn rx_setup(
-    e: &mut Eth<'_>,
+    e: &mut EthMut<'_>,
     qid: u16,
     nb_desc: u16,
-    socket: i32,
-    conf: QueueConf,
-    pool: Pool,
-    room: u16,
+    socket: u32,
+    conf: CRef<'_, sys::rte_eth_rxconf>,
+    mp: CMut<'_, sys::rte_mempool>,
 ) -> Result<(), Error> {
     e.primary_only()?;
     use sys::bits::*;
-    let offloads = conf.offloads | e.rx_offloads();
+    let (conf, pool) = (given(conf.get())?, Pool(given(mp.get())?));
+    // SAFETY: ethdev checked that the pool is a pktmbuf pool.
+    let room = unsafe { sys::mlx4rs_pktmbuf_data_room_size(pool.0) }
+        .saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16)
+        .max(1);
+    let offloads = conf.offloads | e.conf.rx_offloads;
     let keep_crc = offloads & RTE_ETH_RX_OFFLOAD_KEEP_CRC != 0;
     // A kept FCS takes buffer room after the frame.
-    let max_frame = u32::from(e.mtu()) + 18 + if keep_crc { 4 } else { 0 };
+    let max_frame = u32::from(e.conf.mtu) + 18 + if keep_crc { 4 } else { 0 };
     let sges = if offloads & RTE_ETH_RX_OFFLOAD_SCATTER != 0 {
         max_frame
             .div_ceil(u32::from(room))
@@ -182,24 +118,25 @@ fn rx_setup(
         rss: offloads & RTE_ETH_RX_OFFLOAD_RSS_HASH != 0,
         keep_crc,
         tunnel: e.port.caps.tunnel_offloads,
-        port_id: e.port_id(),
-        source: MemSource::Dpdk { socket },
+        port_id: e.conf.port_id,
+        source: MemSource::Dpdk {
+            socket: socket as i32,
+        },
     };
     if qid == 0 {
-        e.dev.rq_batch(e.nb_rx_queues());
+        e.dev.rq_batch(e.conf.nb_rx_queues);
     }
     super::mr::register_pools(e, Some(pool.0))?;
     let q = RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice())
-        .map_err(|err| with_queue("RX", qid, err.into()))?;
-    let port_id = e.port_id();
-    e.install_rxq(
-        qid,
-        RxSlot {
-            q,
-            port_id,
-            deferred: conf.deferred,
-        },
-    )
+        .map_err(|err| with_queue("RX", qid, err))?;
+    let fixed = RxFixed {
+        deferred: conf.rx_deferred_start != 0,
+        nb_desc: q.nb_desc() as u16,
+        pool: q.pool(),
+        scattered: q.sges() > 1,
+    };
+    let slot = Slot::new(e.conf.port_id, fixed, q.qpn(), q);
+    e.install(false, qid, slot)
 }
 
 /// Names the queue in an error, keeping its kind.
@@ -212,59 +149,52 @@ fn with_queue(dir: &str, qid: u16, e: Error) -> Error {
     }
 }
 
-pub(super) unsafe extern "C" fn rx_queue_release(dev: *mut sys::rte_eth_dev, qid: u16) {
-    // SAFETY: as for every op; qid < nb_rx_queues (ethdev checks).
-    unsafe {
-        eth::run(dev, "RX queue release", |e| {
-            e.primary_only()?;
-            if let Some(s) = e.take_rxq(qid) {
-                s.q.destroy(e.dev);
-            }
-            Ok(())
-        })
-    };
+fn rx_release(e: &mut EthMut<'_>, qid: u16) {
+    if let Err(err) = e.primary_only() {
+        crate::pmd_log!(ERR, "{}: RX queue release: {err}", e.port.name);
+        return;
+    }
+    if let Some(s) = e.take::<RxQ, RxFixed>(false, qid) {
+        s.into_queue().destroy(e.dev);
+    }
 }
 
-pub(super) unsafe extern "C" fn rxq_info_get(
-    dev: *mut sys::rte_eth_dev,
-    qid: u16,
-    info: *mut sys::rte_eth_rxq_info,
-) {
-    // SAFETY: ethdev checked qid and passes a zeroed info of its own.
-    let info = unsafe { &mut *info };
-    // SAFETY: as for every op.
-    unsafe {
-        eth::query(dev, |e| {
-            let offloads = e.rx_offloads();
-            if let Some(s) = e.rxq(qid) {
-                info.mp = s.q.pool().0;
-                info.nb_desc = s.q.nb_desc() as u16;
-                info.scattered_rx = u8::from(s.q.sges() > 1);
-                info.conf.offloads = offloads;
-                info.conf.rx_deferred_start = u8::from(s.deferred);
-            }
-        })
-    };
+/// At close: every queue destroyed.
+pub(super) fn close_queues(e: &mut EthMut<'_>) {
+    for i in 0..e.conf.nb_rx_queues {
+        if let Some(s) = e.take::<RxQ, RxFixed>(false, i) {
+            s.into_queue().destroy(e.dev);
+        }
+    }
+    for i in 0..e.conf.nb_tx_queues {
+        if let Some(s) = e.take::<TxQ, TxFixed>(true, i) {
+            s.into_queue().destroy(e.dev);
+        }
+    }
 }
 
-pub(super) unsafe extern "C" fn txq_info_get(
-    dev: *mut sys::rte_eth_dev,
-    qid: u16,
-    info: *mut sys::rte_eth_txq_info,
-) {
-    // SAFETY: ethdev checked qid and passes a zeroed info of its own.
-    let info = unsafe { &mut *info };
-    // SAFETY: as for every op.
-    unsafe {
-        eth::query(dev, |e| {
-            let offloads = e.tx_offloads();
-            if let Some(s) = e.txq(qid) {
-                info.nb_desc = s.q.nb_desc() as u16;
-                info.conf.offloads = offloads;
-                info.conf.tx_deferred_start = u8::from(s.deferred);
-            }
-        })
-    };
+fn rxq_info(e: &Eth<'_>, qid: u16, info: CMut<'_, sys::rte_eth_rxq_info>) {
+    if let (Some(s), Some(info)) = (e.rxq(qid), info.get()) {
+        info.mp = s.x.pool.0;
+        info.nb_desc = s.x.nb_desc;
+        info.scattered_rx = u8::from(s.x.scattered);
+        info.conf.offloads = e.conf.rx_offloads;
+        info.conf.rx_deferred_start = u8::from(s.x.deferred);
+    }
+}
+
+fn txq_info(e: &Eth<'_>, qid: u16, info: CMut<'_, sys::rte_eth_txq_info>) {
+    if let (Some(s), Some(info)) = (e.txq(qid), info.get()) {
+        info.nb_desc = s.x.nb_desc;
+        info.conf.offloads = e.conf.tx_offloads;
+        info.conf.tx_deferred_start = u8::from(s.x.deferred);
+    }
+}
+
+/// Whether `p` lies in DPDK memory (mapped at the same address in every process).
+fn in_dpdk_memory(p: *const c_void) -> bool {
+    // SAFETY: a lookup in EAL's memory map, which exists whenever a port does.
+    !unsafe { sys::rte_mem_virt2memseg_list(p) }.is_null()
 }
 
 /// Which burst functions a process installs.
@@ -290,28 +220,81 @@ pub(super) fn set_bursts(dev: &mut sys::rte_eth_dev, which: Bursts) {
     dev.tx_pkt_burst = tx;
 }
 
-/// Whether `p` lies in DPDK memory (mapped at the same address in every process).
-fn in_dpdk_memory(p: *const c_void) -> bool {
-    // SAFETY: a lookup in EAL's memory map, which exists whenever a port does.
-    !unsafe { sys::rte_mem_virt2memseg_list(p) }.is_null()
+/// Generates the burst entry points: each converts the queue and the packet array once
+/// (`|p, n| slice`), and a stopped queue answers 0 before its queue is touched.
+macro_rules! bursts {
+    ($($name:ident: $slot:ty, |$p:ident, $n:ident| $pkts:expr => $body:ident;)*) => {$(
+        unsafe extern "C" fn $name(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
+            // SAFETY: `q` is a slot a queue setup installed, which lives until its release;
+            // `pkts` holds (TX) or has room for (RX) `n` mbuf pointers (TX may pass NULL with
+            // none), and `Mbuf` is a transparent pointer. The queue is this lcore's alone
+            // (ethdev's rule: one lcore per queue) while it is started.
+            unsafe {
+                let s = &*(q as *const $slot);
+                if !s.started() {
+                    return 0;
+                }
+                let ($p, $n) = (pkts.cast::<Mbuf>(), usize::from(n));
+                $body(s, s.queue(), $pkts)
+            }
+        }
+    )*};
 }
 
-/// `tx_pkt_burst` in a secondary process: the queue's registers must be reachable from here.
-/// The software HCA's device pages live in the primary's heap today, so a secondary takes
-/// nothing from the application (its rings, CQ and buffers are shared; its doorbell is not).
-unsafe extern "C" fn tx_burst_secondary(
-    q: *mut c_void,
-    pkts: *mut *mut sys::rte_mbuf,
-    n: u16,
-) -> u16 {
-    // SAFETY: `q` is a slot tx_queue_setup installed in the primary, in shared memory.
-    let s = unsafe { &*(q as *const TxSlot) };
-    if !s.registers_shared {
+// An empty TX burst may pass NULL; its test is the one tx_plain makes anyway.
+bursts! {
+    tx_burst: TxSlot, |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) }
+        => tx_plain;
+    tx_burst_lcore: TxSlot, |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) }
+        => tx_lcore;
+    tx_burst_secondary: TxSlot,
+        |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) } => tx_secondary;
+    rx_burst: RxSlot, |p, n| std::slice::from_raw_parts_mut(p, n) => rx_plain;
+    rx_burst_lcore: RxSlot, |p, n| std::slice::from_raw_parts_mut(p, n) => rx_lcore;
+}
+
+/// This process's handles to a queue's port (a queue's port outlives it).
+fn handles(port_id: u16) -> Option<&'static Proc> {
+    // SAFETY: a port closes only after its queues are released, and no lcore polls then.
+    unsafe { super::eth::port_of(port_id) }.and_then(|(_, _, p)| p)
+}
+
+#[inline(always)]
+fn tx_plain(s: &TxSlot, q: &mut TxQ, pkts: &[Mbuf]) -> u16 {
+    let sent = if pkts.is_empty() {
+        // An empty burst looks after WQEs a lost doorbell may have stranded.
+        q.kick();
+        0
+    } else {
+        q.burst(pkts) as u16
+    };
+    if q.failed() {
+        recover_txq(s, q);
+    }
+    sent
+}
+
+/// With the device run in the polling lcore: after the queue posted, the device executes it.
+fn tx_lcore(s: &TxSlot, q: &mut TxQ, pkts: &[Mbuf]) -> u16 {
+    let sent = tx_plain(s, q, pkts);
+    // An empty burst may have rung again (`TxQueue::kick`).
+    if sent > 0 || pkts.is_empty() {
+        if let Some(l) = handles(s.port_id).and_then(|p| p.lcore.as_ref()) {
+            l.after_tx(q.qid);
+        }
+    }
+    sent
+}
+
+/// In a secondary process: the queue's registers must be reachable from here. The software
+/// HCA's device pages live in the primary's heap today, so a secondary takes nothing from the
+/// application (its rings, CQ and buffers are shared; its doorbell is not).
+fn tx_secondary(s: &TxSlot, q: &mut TxQ, pkts: &[Mbuf]) -> u16 {
+    if !s.x.registers_shared {
         refuse_secondary_tx(s.port_id);
         return 0;
     }
-    // SAFETY: as for tx_burst, whose contract this shares.
-    unsafe { tx_burst(q, pkts, n) }
+    tx_plain(s, q, pkts)
 }
 
 #[cold]
@@ -326,86 +309,36 @@ fn refuse_secondary_tx(port_id: u16) {
     });
 }
 
-/// `tx_pkt_burst` with the device run in the polling lcore: after the queue posted, the
-/// device executes it.
-unsafe extern "C" fn tx_burst_lcore(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
-    // SAFETY: as for tx_burst, whose contract this shares.
-    let sent = unsafe { tx_burst(q, pkts, n) };
-    // An empty burst may have rung again (`TxQueue::kick`).
-    if sent > 0 || n == 0 {
-        // SAFETY: `q` is a slot of a port of this driver, which outlives its queues.
-        let s = unsafe { &*(q as *const TxSlot) };
-        // SAFETY: as above.
-        if let Some(l) = unsafe { eth::proc_of(s.port_id) }.and_then(|p| p.lcore.as_ref()) {
-            l.after_tx(s.q.qid);
-        }
-    }
-    sent
-}
-
-/// `rx_pkt_burst` with the device run in the polling lcore: before the queue polls, the
-/// device delivers what waits at the port.
-unsafe extern "C" fn rx_burst_lcore(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
-    // SAFETY: `q` is a slot of a port of this driver, which outlives its queues.
-    let s = unsafe { &*(q as *const RxSlot) };
-    // SAFETY: as above.
-    if let Some(l) = unsafe { eth::proc_of(s.port_id) }.and_then(|p| p.lcore.as_ref()) {
-        l.before_rx();
-    }
-    // SAFETY: as for rx_burst, whose contract this shares.
-    unsafe { rx_burst(q, pkts, n) }
-}
-
-/// `tx_pkt_burst`.
-unsafe extern "C" fn tx_burst(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
-    if n == 0 {
-        // An empty burst looks after WQEs a lost doorbell may have stranded.
-        // SAFETY: as below.
-        let s = unsafe { &mut *(q as *mut TxSlot) };
-        s.q.kick();
-        if s.q.failed() {
-            recover_txq(s);
-        }
-        return 0;
-    }
-    // SAFETY: `q` is a slot tx_queue_setup installed, used by one lcore at a time (ethdev's
-    // contract); `pkts` holds `n` valid mbuf pointers, and `Mbuf` is a transparent pointer.
-    let (s, pkts) = unsafe {
-        (
-            &mut *(q as *mut TxSlot),
-            std::slice::from_raw_parts(pkts as *const Mbuf, usize::from(n)),
-        )
-    };
-    let sent = s.q.burst(pkts) as u16;
-    if s.q.failed() {
-        recover_txq(s);
-    }
-    sent
-}
-
-/// `rx_pkt_burst`.
-unsafe extern "C" fn rx_burst(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
-    // SAFETY: `q` is a slot rx_queue_setup installed, used by one lcore at a time; `pkts` has
-    // room for `n` mbuf pointers, and `Mbuf` is a transparent pointer.
-    let (s, out) = unsafe {
-        (
-            &mut *(q as *mut RxSlot),
-            std::slice::from_raw_parts_mut(pkts as *mut Mbuf, usize::from(n)),
-        )
-    };
-    let got = s.q.burst(out) as u16;
-    if s.q.needs_recovery() {
-        recover_rxq(s);
+#[inline(always)]
+fn rx_plain(s: &RxSlot, q: &mut RxQ, out: &mut [Mbuf]) -> u16 {
+    let got = q.burst(out) as u16;
+    if q.needs_recovery() {
+        recover_rxq(s, q);
     }
     got
 }
 
+/// With the device run in the polling lcore: before the queue polls, the device delivers
+/// what waits at the port.
+fn rx_lcore(s: &RxSlot, q: &mut RxQ, out: &mut [Mbuf]) -> u16 {
+    if let Some(l) = handles(s.port_id).and_then(|p| p.lcore.as_ref()) {
+        l.before_rx();
+    }
+    rx_plain(s, q, out)
+}
+
 pub(super) unsafe extern "C" fn tx_done_cleanup(q: *mut c_void, free_cnt: u32) -> c_int {
-    // SAFETY: as for tx_burst.
-    let s = unsafe { &mut *(q as *mut TxSlot) };
-    let n = s.q.done_cleanup(free_cnt) as c_int;
-    if s.q.failed() {
-        recover_txq(s);
+    // SAFETY: as for the bursts: a live slot, called from the queue's lcore.
+    let (s, q) = unsafe {
+        let s = &*(q as *const TxSlot);
+        if !s.started() {
+            return 0;
+        }
+        (s, s.queue())
+    };
+    let n = q.done_cleanup(free_cnt) as c_int;
+    if q.failed() {
+        recover_txq(s, q);
     }
     n
 }
@@ -413,22 +346,21 @@ pub(super) unsafe extern "C" fn tx_done_cleanup(q: *mut c_void, free_cnt: u32) -
 /// Restarts an RX queue an error completion stopped, with this process's handle to its
 /// port's device. The lcore that owns the queue runs this, between bursts.
 #[cold]
-fn recover_rxq(s: &mut RxSlot) {
-    // SAFETY: a queue's port outlives it and is a port of this driver.
-    if let Some(p) = unsafe { eth::proc_of(s.port_id) } {
-        s.q.recover(p.dev.as_ref());
+fn recover_rxq(s: &RxSlot, q: &mut RxQ) {
+    if let Some(p) = handles(s.port_id) {
+        q.recover(p.dev.as_ref());
     }
 }
 
 /// Recreates a TX queue an error completion stopped, with this process's handle to its
 /// port's device. The lcore that owns the queue runs this, between bursts.
 #[cold]
-fn recover_txq(s: &mut TxSlot) {
-    // SAFETY: a queue's port outlives it and is a port of this driver.
-    if let Some(p) = unsafe { eth::proc_of(s.port_id) } {
-        if s.q.recover(p.dev.as_ref()) {
+fn recover_txq(s: &TxSlot, q: &mut TxQ) {
+    if let Some(p) = handles(s.port_id) {
+        if q.recover(p.dev.as_ref()) {
+            s.set_qpn(q.qpn());
             if let Some(l) = &p.lcore {
-                l.set_sq(s.q.qid, Some(s.q.qpn()));
+                l.set_sq(q.qid, Some(q.qpn()));
             }
         }
     }

@@ -14,76 +14,88 @@ use std::ffi::c_int;
 
 use dpdk_sys as sys;
 
-use super::{eth, ops, stats};
+use super::eth::{ops, CMut, Eth};
+use super::stats::{self, QueueCounters};
+use super::{info, Error};
 
 /// Where ethdev wants the per-queue counters (`q_ipackets` ... `q_errors`).
 #[cfg(not(dpdk = "25.11"))]
-pub(super) type QueueStats = sys::rte_eth_stats;
+type QueueStats = sys::rte_eth_stats;
 /// Where ethdev wants the per-queue counters (`q_ipackets` ... `q_errors`).
 #[cfg(dpdk = "25.11")]
-pub(super) type QueueStats = sys::eth_queue_stats;
+type QueueStats = sys::eth_queue_stats;
 
-/// `stats_get` up to 24.11: the queue counters are fields of `rte_eth_stats`.
+impl QueueCounters for QueueStats {
+    fn arrays(&mut self) -> [&mut [u64]; 5] {
+        [
+            &mut self.q_ipackets,
+            &mut self.q_opackets,
+            &mut self.q_ibytes,
+            &mut self.q_obytes,
+            &mut self.q_errors,
+        ]
+    }
+}
+
+// `stats_get` up to 24.11: the queue counters are fields of `rte_eth_stats`.
 #[cfg(not(dpdk = "25.11"))]
-pub(super) unsafe extern "C" fn stats_get(
-    dev: *mut sys::rte_eth_dev,
-    st: *mut sys::rte_eth_stats,
-) -> c_int {
-    // SAFETY: ethdev passes a zeroed stats struct of its own; the op runs like every op.
-    unsafe {
-        let st = &mut *st;
-        eth::run(dev, "stats", |e| {
-            stats::fill_totals(e, st);
-            stats::fill_queues(e, st);
-            Ok(())
-        })
-    }
+ops! {
+    fn stats_get(st: *mut sys::rte_eth_stats) -> c_int = shared stats_op, "stats";
 }
 
-/// `stats_get` from 25.11: the queue counters come separately, and only when ethdev asks.
+#[cfg(not(dpdk = "25.11"))]
+fn stats_op(e: &Eth<'_>, st: CMut<'_, sys::rte_eth_stats>) -> Result<(), Error> {
+    let st = super::eth::given(st.get())?;
+    stats::fill_totals(e, st);
+    stats::fill_queues(e, st);
+    Ok(())
+}
+
+// `stats_get` from 25.11: the queue counters come separately, and only when ethdev asks.
 #[cfg(dpdk = "25.11")]
-pub(super) unsafe extern "C" fn stats_get(
-    dev: *mut sys::rte_eth_dev,
-    st: *mut sys::rte_eth_stats,
-    qst: *mut sys::eth_queue_stats,
-) -> c_int {
-    // SAFETY: ethdev passes a zeroed stats struct of its own and a queue-stats struct or NULL;
-    // the op runs like every op.
-    unsafe {
-        let (st, qst) = (&mut *st, qst.as_mut());
-        eth::run(dev, "stats", |e| {
-            stats::fill_totals(e, st);
-            if let Some(q) = qst {
-                stats::fill_queues(e, q);
-            }
-            Ok(())
-        })
-    }
+ops! {
+    fn stats_get(st: *mut sys::rte_eth_stats, qst: *mut sys::eth_queue_stats) -> c_int
+        = shared stats_op, "stats";
 }
 
-/// `dev_supported_ptypes_get` up to 23.11: a list ending with `RTE_PTYPE_UNKNOWN`.
+#[cfg(dpdk = "25.11")]
+fn stats_op(
+    e: &Eth<'_>,
+    st: CMut<'_, sys::rte_eth_stats>,
+    qst: CMut<'_, sys::eth_queue_stats>,
+) -> Result<(), Error> {
+    stats::fill_totals(e, super::eth::given(st.get())?);
+    if let Some(q) = qst.get() {
+        stats::fill_queues(e, q);
+    }
+    Ok(())
+}
+
+// `dev_supported_ptypes_get` up to 23.11: a list ending with `RTE_PTYPE_UNKNOWN`.
 #[cfg(any(dpdk = "22.11", dpdk = "23.11"))]
-pub(super) unsafe extern "C" fn supported_ptypes(dev: *mut sys::rte_eth_dev) -> *const u32 {
-    // SAFETY: as for every op.
-    unsafe { ops::supported_ptypes(dev) }.map_or(std::ptr::null(), <[u32]>::as_ptr)
+ops! {
+    fn supported_ptypes() -> *const u32 = shared ptypes_op, "packet types";
 }
 
-/// `dev_supported_ptypes_get` from 24.03: the list and its length, which leaves the
-/// terminating `RTE_PTYPE_UNKNOWN` out.
+#[cfg(any(dpdk = "22.11", dpdk = "23.11"))]
+fn ptypes_op(e: &Eth<'_>) -> *const u32 {
+    info::supported_ptypes(e).as_ptr()
+}
+
+// `dev_supported_ptypes_get` from 24.03: the list and its length, which leaves the
+// terminating `RTE_PTYPE_UNKNOWN` out.
 #[cfg(not(any(dpdk = "22.11", dpdk = "23.11")))]
-pub(super) unsafe extern "C" fn supported_ptypes(
-    dev: *mut sys::rte_eth_dev,
-    len: *mut usize,
-) -> *const u32 {
-    // SAFETY: as for every op.
-    let list = unsafe { ops::supported_ptypes(dev) }.unwrap_or(&[0]);
-    // SAFETY: ethdev passes the address of its own count.
-    unsafe { *len = list.len() - 1 };
-    if list.len() > 1 {
-        list.as_ptr()
-    } else {
-        std::ptr::null()
+ops! {
+    fn supported_ptypes(len: *mut usize) -> *const u32 = shared ptypes_op, "packet types";
+}
+
+#[cfg(not(any(dpdk = "22.11", dpdk = "23.11")))]
+fn ptypes_op(e: &Eth<'_>, len: CMut<'_, usize>) -> *const u32 {
+    let list = info::supported_ptypes(e);
+    if let Some(len) = len.get() {
+        *len = list.len() - 1;
     }
+    list.as_ptr()
 }
 
 /// Fills the fast-path slots that 25.11's ethdev gives a primary's new port (functions that

@@ -4,145 +4,117 @@ use std::ffi::c_int;
 
 use dpdk_sys as sys;
 
-use super::eth;
-use super::invalid;
-use super::ops::update_rx;
+use super::eth::{given, ops, CMut, Eth, EthMut};
+use super::{invalid, Error};
 use crate::hw::RSS_KEY_LEN;
 use crate::port::{self, RETA_SIZE};
 
 /// Redirection-table groups of 64 entries.
 const GROUPS: usize = RETA_SIZE / sys::RTE_ETH_RETA_GROUP_SIZE as usize;
 
-pub(super) unsafe extern "C" fn reta_update(
-    dev: *mut sys::rte_eth_dev,
-    conf: *mut sys::rte_eth_rss_reta_entry64,
-    size: u16,
-) -> c_int {
-    // SAFETY: ethdev passes `size / 64` groups; read only when the size is ours.
-    let conf = (usize::from(size) == RETA_SIZE)
-        .then(|| unsafe { std::slice::from_raw_parts(conf, GROUPS) });
-    // SAFETY: as for every op.
-    unsafe {
-        eth::run(dev, "RETA update", |e| {
-            let conf =
-                conf.ok_or_else(|| invalid!("RETA size {size}, the device has {RETA_SIZE}"))?;
-            let nb_rxq = e.nb_rx_queues();
-            let mut reta = e.port.rx.reta;
-            for (g, c) in conf.iter().enumerate() {
-                for (i, &q) in c.reta.iter().enumerate() {
-                    if c.mask & (1 << i) != 0 {
-                        if q >= nb_rxq {
-                            return Err(invalid!("RETA entry names RX queue {q} of {nb_rxq}"));
-                        }
-                        reta[g * 64 + i] = q;
-                    }
-                }
-            }
-            update_rx(e, |r| r.reta = reta)
-        })
-    }
+ops! {
+    fn reta_update(conf: *mut sys::rte_eth_rss_reta_entry64, size: u16) -> c_int
+        = exclusive update_reta, "RETA update";
+    fn reta_query(conf: *mut sys::rte_eth_rss_reta_entry64, size: u16) -> c_int
+        = shared query_reta, "RETA query";
+    fn rss_hash_update(conf: *mut sys::rte_eth_rss_conf) -> c_int
+        = exclusive update_hash, "RSS hash update";
+    fn rss_hash_conf_get(conf: *mut sys::rte_eth_rss_conf) -> c_int
+        = shared query_hash, "RSS hash query";
 }
 
-pub(super) unsafe extern "C" fn reta_query(
-    dev: *mut sys::rte_eth_dev,
-    conf: *mut sys::rte_eth_rss_reta_entry64,
+/// The application's redirection-table groups, when their size is the device's.
+fn groups(
+    conf: CMut<'_, sys::rte_eth_rss_reta_entry64>,
     size: u16,
-) -> c_int {
+) -> Result<&mut [sys::rte_eth_rss_reta_entry64], Error> {
     if usize::from(size) != RETA_SIZE {
-        return -libc::EINVAL;
+        return Err(invalid!("RETA size {size}, the device has {RETA_SIZE}"));
     }
-    // SAFETY: ethdev passes `size / 64` groups, ours to fill.
-    let conf = unsafe { std::slice::from_raw_parts_mut(conf, GROUPS) };
-    // SAFETY: as for every op.
-    unsafe {
-        eth::run(dev, "RETA query", |e| {
-            for (g, c) in conf.iter_mut().enumerate() {
-                for i in 0..64 {
-                    if c.mask & (1 << i) != 0 {
-                        c.reta[i] = e.port.rx.reta[g * 64 + i];
-                    }
+    // SAFETY: ethdev passes `size / 64` groups.
+    given(unsafe { conf.slice(GROUPS) })
+}
+
+fn update_reta(
+    e: &mut EthMut<'_>,
+    conf: CMut<'_, sys::rte_eth_rss_reta_entry64>,
+    size: u16,
+) -> Result<(), Error> {
+    let conf = groups(conf, size)?;
+    let nb_rxq = e.conf.nb_rx_queues;
+    let mut reta = e.port.rx.reta;
+    for (g, c) in conf.iter().enumerate() {
+        for (i, &q) in c.reta.iter().enumerate() {
+            if c.mask & (1 << i) != 0 {
+                if q >= nb_rxq {
+                    return Err(invalid!("RETA entry names RX queue {q} of {nb_rxq}"));
                 }
+                reta[g * 64 + i] = q;
             }
-            Ok(())
-        })
+        }
     }
+    e.update_rx(|r| r.reta = reta)
 }
 
-pub(super) unsafe extern "C" fn rss_hash_update(
-    dev: *mut sys::rte_eth_dev,
-    conf: *mut sys::rte_eth_rss_conf,
-) -> c_int {
-    // SAFETY: ethdev passes a valid conf; its key (if any) holds rss_key_len bytes.
-    let (hf, key) = unsafe {
-        let c = &*conf;
-        let key = (!c.rss_key.is_null())
-            .then(|| std::slice::from_raw_parts(c.rss_key, usize::from(c.rss_key_len)));
-        (c.rss_hf, key)
-    };
-    // SAFETY: as for every op.
-    unsafe {
-        eth::run(dev, "RSS hash update", |e| {
-            if hf & !port::RSS_HF_ALL != 0 {
-                return Err(invalid!(
-                    "unsupported RSS hash types {:#x}",
-                    hf & !port::RSS_HF_ALL
-                ));
+fn query_reta(
+    e: &Eth<'_>,
+    conf: CMut<'_, sys::rte_eth_rss_reta_entry64>,
+    size: u16,
+) -> Result<(), Error> {
+    for (g, c) in groups(conf, size)?.iter_mut().enumerate() {
+        for i in 0..64 {
+            if c.mask & (1 << i) != 0 {
+                c.reta[i] = e.port.rx.reta[g * 64 + i];
             }
-            let mut new_key = e.port.rx.rss_key;
-            if let Some(k) = key {
-                new_key = k.try_into().map_err(|_| {
-                    invalid!(
-                        "RSS key of {} bytes, the device takes {RSS_KEY_LEN}",
-                        k.len()
-                    )
-                })?;
-            }
-            update_rx(e, |r| {
-                r.rss_key = new_key;
-                r.rss_hf = hf;
-            })
-        })
+        }
     }
+    Ok(())
 }
 
-pub(super) unsafe extern "C" fn rss_hash_conf_get(
-    dev: *mut sys::rte_eth_dev,
-    conf: *mut sys::rte_eth_rss_conf,
-) -> c_int {
-    // DPDK 22.11's ethdev passes the application's conf as it is, and the key buffer holds
-    // `rss_key_len` bytes, nothing more is known: a buffer smaller than the key is refused, as
-    // DPDK 23.11's ethdev does itself (issue 26 #1), and at most the key is written.
-    // SAFETY: ethdev passes a valid conf.
-    let c = unsafe { &mut *conf };
-    let (key, key_room) = (c.rss_key, usize::from(c.rss_key_len));
-    let key = if key.is_null() {
-        None
-    } else if key_room < RSS_KEY_LEN {
-        Some(None)
-    } else {
+fn update_hash(e: &mut EthMut<'_>, conf: CMut<'_, sys::rte_eth_rss_conf>) -> Result<(), Error> {
+    let c = given(conf.get())?;
+    let hf = c.rss_hf;
+    if hf & !port::RSS_HF_ALL != 0 {
+        return Err(invalid!(
+            "unsupported RSS hash types {:#x}",
+            hf & !port::RSS_HF_ALL
+        ));
+    }
+    let mut new_key = e.port.rx.rss_key;
+    if !c.rss_key.is_null() {
+        let len = usize::from(c.rss_key_len);
+        if len != RSS_KEY_LEN {
+            return Err(invalid!(
+                "RSS key of {len} bytes, the device takes {RSS_KEY_LEN}"
+            ));
+        }
+        // SAFETY: the key holds rss_key_len bytes (ethdev's contract), checked to be the
+        // device's length.
+        new_key.copy_from_slice(unsafe { std::slice::from_raw_parts(c.rss_key, RSS_KEY_LEN) });
+    }
+    e.update_rx(|r| {
+        r.rss_key = new_key;
+        r.rss_hf = hf;
+    })
+}
+
+/// DPDK 22.11's ethdev passes the application's conf as it is, and the key buffer holds
+/// `rss_key_len` bytes, nothing more is known: a buffer smaller than the key is refused, as
+/// DPDK 23.11's ethdev does itself, and at most the key is written.
+fn query_hash(e: &Eth<'_>, conf: CMut<'_, sys::rte_eth_rss_conf>) -> Result<(), Error> {
+    let c = given(conf.get())?;
+    if !c.rss_key.is_null() {
+        let room = usize::from(c.rss_key_len);
+        if room < RSS_KEY_LEN {
+            return Err(invalid!(
+                "RSS key buffer of {room} bytes (rss_key_len), the key has {RSS_KEY_LEN}"
+            ));
+        }
         // SAFETY: the application's key buffer holds rss_key_len >= RSS_KEY_LEN bytes.
-        Some(Some(unsafe {
-            std::slice::from_raw_parts_mut(key, RSS_KEY_LEN)
-        }))
-    };
-    let conf = c;
-    // SAFETY: as for every op.
-    unsafe {
-        eth::run(dev, "RSS hash query", |e| {
-            match key {
-                None => {}
-                Some(None) => {
-                    return Err(invalid!(
-                    "RSS key buffer of {key_room} bytes (rss_key_len), the key has {RSS_KEY_LEN}"
-                ))
-                }
-                Some(Some(out)) => {
-                    out.copy_from_slice(&e.port.rx.rss_key);
-                    conf.rss_key_len = RSS_KEY_LEN as u8;
-                }
-            }
-            conf.rss_hf = e.port.rx.rss_hf;
-            Ok(())
-        })
+        unsafe { std::slice::from_raw_parts_mut(c.rss_key, RSS_KEY_LEN) }
+            .copy_from_slice(&e.port.rx.rss_key);
+        c.rss_key_len = RSS_KEY_LEN as u8;
     }
+    c.rss_hf = e.port.rx.rss_hf;
+    Ok(())
 }

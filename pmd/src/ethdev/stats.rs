@@ -8,76 +8,67 @@ use std::ffi::{c_char, c_int};
 
 use dpdk_sys as sys;
 
-use super::eth::{self, Eth};
-use super::release::QueueStats;
+use super::eth::{ops, CMut, Eth};
+use super::Error;
+use crate::stats::sum;
 
 /// The port's totals (`stats_get` through [`super::release`]).
-pub(super) fn fill_totals(e: &mut Eth<'_>, st: &mut sys::rte_eth_stats) {
+pub(super) fn fill_totals(e: &Eth<'_>, st: &mut sys::rte_eth_stats) {
     // Frames the port received and lost before any queue took them, as a NIC counts them.
     st.imissed = e.dev.missed();
-    e.for_each_txq(|_, q| {
-        let s = q.stats();
-        st.opackets += s.packets;
-        st.obytes += s.bytes;
-        st.oerrors += s.errors;
-    });
-    e.for_each_rxq(|_, q| {
-        let s = q.stats();
-        st.ipackets += s.packets;
-        st.ibytes += s.bytes;
-        st.ierrors += s.errors;
-        st.rx_nombuf += s.nombuf;
-    });
+    let tx = sum(e.txqs().map(|(_, s)| s.stats()));
+    (st.opackets, st.obytes, st.oerrors) = (tx.packets, tx.bytes, tx.errors);
+    let rx = sum(e.rxqs().map(|(_, s)| s.stats()));
+    (st.ipackets, st.ibytes, st.ierrors) = (rx.packets, rx.bytes, rx.errors);
+    st.rx_nombuf = rx.nombuf;
+}
+
+/// Where ethdev wants each queue's counters (its struct differs between releases): `[ipackets,
+/// opackets, ibytes, obytes, errors]`, one entry per queue.
+pub(super) trait QueueCounters {
+    fn arrays(&mut self) -> [&mut [u64]; 5];
 }
 
 /// Each queue's counters, for as many queues as ethdev keeps them.
-pub(super) fn fill_queues(e: &mut Eth<'_>, q: &mut QueueStats) {
-    let n = q.q_opackets.len();
-    e.for_each_txq(|i, t| {
+pub(super) fn fill_queues(e: &Eth<'_>, q: &mut impl QueueCounters) {
+    let [ipackets, opackets, ibytes, obytes, errors] = q.arrays();
+    let n = opackets.len();
+    for (i, t) in e.txqs().filter(|(i, _)| usize::from(*i) < n) {
         let (s, i) = (t.stats(), usize::from(i));
-        if i < n {
-            q.q_opackets[i] = s.packets;
-            q.q_obytes[i] = s.bytes;
-        }
-    });
-    e.for_each_rxq(|i, r| {
+        (opackets[i], obytes[i]) = (s.packets, s.bytes);
+    }
+    for (i, r) in e.rxqs().filter(|(i, _)| usize::from(*i) < n) {
         let (s, i) = (r.stats(), usize::from(i));
-        if i < n {
-            q.q_ipackets[i] = s.packets;
-            q.q_ibytes[i] = s.bytes;
-            q.q_errors[i] = s.errors;
-        }
-    });
+        (ipackets[i], ibytes[i], errors[i]) = (s.packets, s.bytes, s.errors);
+    }
 }
 
 /// Zeroes the queues' counters.
-fn reset_queues(e: &mut Eth<'_>) {
-    e.for_each_txq(|_, q| q.reset_stats());
-    e.for_each_rxq(|_, q| q.reset_stats());
+fn stats_reset_op(e: &Eth<'_>) -> Result<(), Error> {
+    e.txqs().for_each(|(_, s)| s.reset_stats());
+    e.rxqs().for_each(|(_, s)| s.reset_stats());
+    Ok(())
 }
 
-super::ops::op!(stats_reset, "stats reset", |e| {
-    reset_queues(e);
+/// ethdev does not reset the basic stats when a driver resets its xstats, so this resets
+/// both, and the device's own counters.
+fn xstats_reset_op(e: &Eth<'_>) -> Result<(), Error> {
+    stats_reset_op(e)?;
+    e.dev.reset_counters();
     Ok(())
-});
+}
 
-super::ops::op!(
-    /// ethdev does not reset the basic stats when a driver resets its xstats, so this resets
-    /// both, and the device's own counters.
-    xstats_reset,
-    "xstats reset",
-    |e| {
-        reset_queues(e);
-        e.dev.reset_counters();
-        Ok(())
-    }
-);
+ops! {
+    fn stats_reset() -> c_int = shared stats_reset_op, "stats reset";
+    fn xstats_reset() -> c_int = shared xstats_reset_op, "xstats reset";
+    fn xstats_get_names(names: *mut sys::rte_eth_xstat_name, size: u32) -> c_int
+        = shared xstats_names_op, "xstats names";
+    fn xstats_get(stats: *mut sys::rte_eth_xstat, n: u32) -> c_int = shared xstats_op, "xstats";
+}
 
-fn xstats(e: &mut Eth<'_>) -> Vec<(String, u64)> {
-    let mut txqs = Vec::new();
-    e.for_each_txq(|_, q| txqs.push(q.stats()));
-    let mut rxqs = Vec::new();
-    e.for_each_rxq(|_, q| rxqs.push(q.stats()));
+fn xstats(e: &Eth<'_>) -> Vec<(String, u64)> {
+    let txqs: Vec<_> = e.txqs().map(|(_, s)| s.stats()).collect();
+    let rxqs: Vec<_> = e.rxqs().map(|(_, s)| s.stats()).collect();
     let mut x = e.port.xstats(e.dev, &txqs, &rxqs);
     let std = standard(&x);
     x.extend(std);
@@ -138,49 +129,36 @@ pub(crate) fn standard(x: &[(String, u64)]) -> Vec<(String, u64)> {
     out
 }
 
-pub(super) unsafe extern "C" fn xstats_get_names(
-    dev: *mut sys::rte_eth_dev,
-    names: *mut sys::rte_eth_xstat_name,
+/// ethdev's array of `len` entries at `first`, or None when it is absent or short of `need`.
+fn room<'a, T>(first: CMut<'a, T>, len: u32, need: usize) -> Option<&'a mut [T]> {
+    // SAFETY: ethdev passes an array of `len` >= `need` entries.
+    (len as usize >= need).then(|| unsafe { first.slice(need) })?
+}
+
+fn xstats_names_op(
+    e: &Eth<'_>,
+    names: CMut<'_, sys::rte_eth_xstat_name>,
     size: u32,
-) -> c_int {
-    // SAFETY: as for every op.
-    let Some(x) = (unsafe { eth::query(dev, xstats) }) else {
-        return -libc::ENODEV;
-    };
-    if names.is_null() || (size as usize) < x.len() {
-        return x.len() as c_int;
-    }
-    // SAFETY: `names` has room for `size` >= x.len() entries.
-    let out = unsafe { std::slice::from_raw_parts_mut(names, x.len()) };
-    for ((name, _), slot) in x.iter().zip(out) {
+) -> Result<c_int, Error> {
+    let x = xstats(e);
+    for ((name, _), slot) in x.iter().zip(room(names, size, x.len()).unwrap_or_default()) {
         let n = name.len().min(slot.name.len() - 1);
         for (d, s) in slot.name.iter_mut().zip(&name.as_bytes()[..n]) {
             *d = *s as c_char;
         }
         slot.name[n] = 0;
     }
-    x.len() as c_int
+    Ok(x.len() as c_int)
 }
 
-pub(super) unsafe extern "C" fn xstats_get(
-    dev: *mut sys::rte_eth_dev,
-    stats: *mut sys::rte_eth_xstat,
-    n: u32,
-) -> c_int {
-    // SAFETY: as for every op.
-    let Some(x) = (unsafe { eth::query(dev, xstats) }) else {
-        return -libc::ENODEV;
-    };
-    if stats.is_null() || (n as usize) < x.len() {
-        return x.len() as c_int;
-    }
-    // SAFETY: `stats` has room for `n` >= x.len() entries.
-    let out = unsafe { std::slice::from_raw_parts_mut(stats, x.len()) };
+fn xstats_op(e: &Eth<'_>, stats: CMut<'_, sys::rte_eth_xstat>, n: u32) -> Result<c_int, Error> {
+    let x = xstats(e);
+    let out = room(stats, n, x.len()).unwrap_or_default();
     for (i, ((_, v), slot)) in x.iter().zip(out).enumerate() {
         slot.id = i as u64;
         slot.value = *v;
     }
-    x.len() as c_int
+    Ok(x.len() as c_int)
 }
 
 #[cfg(test)]

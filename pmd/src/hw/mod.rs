@@ -59,6 +59,19 @@ impl fmt::Display for HwError {
 
 impl std::error::Error for HwError {}
 
+impl HwError {
+    /// The negative errno DPDK expects: `EINVAL` for a bad configuration, `ENOMEM` only for
+    /// memory, `EIO` for the device. Every op's failure goes through here.
+    pub fn errno(&self) -> std::ffi::c_int {
+        -match self {
+            HwError::Invalid(_) => libc::EINVAL,
+            HwError::NoMemory(_) => libc::ENOMEM,
+            HwError::Device(_) => libc::EIO,
+            HwError::Unsupported(_) => libc::ENOTSUP,
+        }
+    }
+}
+
 /// What the device reports about itself (QUERY_DEV_CAP, `ibv_query_device`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caps {

@@ -457,6 +457,87 @@ impl<B: TxBuf> TxQueue<B> {
         (r.flushed, r.queue_resets, r.doorbell_rerings) = (0, 0, 0);
     }
 
+    /// The counters, read beside the lcore that bursts (telemetry, `show port stats`, a
+    /// secondary) word by word through `q`, never through a reference to the queue.
+    ///
+    /// # Safety
+    /// `q` points to a live queue.
+    #[allow(unsafe_code)]
+    pub unsafe fn stats_raw(q: *const Self) -> TxStats {
+        use std::ptr::addr_of;
+        // SAFETY: the caller's live queue; each counter is an aligned u64 word.
+        unsafe {
+            let (p, c, r) = (
+                addr_of!((*q).prod),
+                addr_of!((*q).comp),
+                addr_of!((*q).recovery),
+            );
+            let rd = |w: *const u64| w.read_volatile();
+            let (packets, gather) = (
+                rd(addr_of!((*p).packets)),
+                rd(addr_of!((*p).gather_packets)),
+            );
+            TxStats {
+                packets,
+                bytes: rd(addr_of!((*p).bytes)),
+                errors: rd(addr_of!((*p).errors)),
+                doorbells: rd(addr_of!((*p).doorbells)),
+                bf_writes: rd(addr_of!((*p).bf_writes)),
+                inline_packets: packets.wrapping_sub(gather),
+                gather_packets: gather,
+                ring_full: rd(addr_of!((*p).ring_full)),
+                completions: rd(addr_of!((*c).completions)),
+                error_cqes: rd(addr_of!((*c).error_cqes)),
+                cqe_mismatches: rd(addr_of!((*c).cqe_mismatches)),
+                general_inline: rd(addr_of!((*p).general_inline)),
+                general_gather: rd(addr_of!((*p).general_gather)),
+                bad_mbufs: rd(addr_of!((*p).bad_mbufs)),
+                flushed: rd(addr_of!((*r).flushed)),
+                queue_resets: rd(addr_of!((*r).queue_resets)),
+                doorbell_rerings: rd(addr_of!((*r).doorbell_rerings)),
+                doorbells_avoided: rd(addr_of!((*p).doorbells_avoided)),
+            }
+        }
+    }
+
+    /// Zeroes the counters from beside the lcore, as [`TxQueue::stats_raw`] reads them.
+    ///
+    /// # Safety
+    /// `q` points to a live queue.
+    #[allow(unsafe_code)]
+    pub unsafe fn reset_stats_raw(q: *mut Self) {
+        use std::ptr::addr_of_mut;
+        // SAFETY: as for stats_raw.
+        unsafe {
+            let (p, c, r) = (
+                addr_of_mut!((*q).prod),
+                addr_of_mut!((*q).comp),
+                addr_of_mut!((*q).recovery),
+            );
+            for w in [
+                addr_of_mut!((*p).packets),
+                addr_of_mut!((*p).bytes),
+                addr_of_mut!((*p).errors),
+                addr_of_mut!((*p).doorbells),
+                addr_of_mut!((*p).bf_writes),
+                addr_of_mut!((*p).gather_packets),
+                addr_of_mut!((*p).ring_full),
+                addr_of_mut!((*p).general_inline),
+                addr_of_mut!((*p).general_gather),
+                addr_of_mut!((*p).bad_mbufs),
+                addr_of_mut!((*p).doorbells_avoided),
+                addr_of_mut!((*c).completions),
+                addr_of_mut!((*c).error_cqes),
+                addr_of_mut!((*c).cqe_mismatches),
+                addr_of_mut!((*r).flushed),
+                addr_of_mut!((*r).queue_resets),
+                addr_of_mut!((*r).doorbell_rerings),
+            ] {
+                w.write_volatile(0);
+            }
+        }
+    }
+
     /// TXBBs in the send ring.
     pub fn txbb_cnt(&self) -> u32 {
         self.hw.sq.txbb_cnt()

@@ -1,40 +1,16 @@
-//! `rte_flow`: the generic flow API over the device's flow steering.
-//!
-//! What a ConnectX-3 can match, and so what is accepted (anything else is refused with an
-//! `rte_flow_error` naming the item or action, `ENOTSUP`, or `EINVAL` for a bad queue):
-//! - items `eth` (the destination MAC, all of it or none: MAC steering is exact; not the
-//!   source MAC, EtherType or `has_vlan`), `vlan` (the VLAN ID, all 12 bits or none; not
-//!   PCP/DEI nor the inner EtherType), `ipv4` (source and destination addresses under any
-//!   mask; no other header field), `tcp`/`udp` (ports under any mask; no other field), each
-//!   at most once and in that order, `void` anywhere; no ranges (`last`);
-//! - actions `queue`, `rss` (Toeplitz over IPv4/IPv6 with or without TCP/UDP ports, outer
-//!   headers, a 40-byte key or the port's; other requested types are left out, none left is
-//!   refused), `drop` (one of the three), `count` (the
-//!   device counts every rule; `flow query ... count` reads it), `void`;
-//! - attributes: ingress, group 0, priority 0..=4095 (mlx4's range).
-//!
-//! Isolated mode drops what no rule takes. Rules are control state of the primary process,
-//! kept here per port in this process (a handle is the address of its [`Flow`]); they are
-//! given to the device while the port runs, and taken back at stop, because the receive
-//! queues get new device numbers at every start. So they survive a restart
-//! (`RTE_ETH_DEV_CAPA_FLOW_RULE_KEEP`), and their counts carry over.
+//! Reading an `rte_flow` rule from its C structures into what the port keeps ([`Conf`]), and
+//! why one is refused ([`Refusal`]).
 
-use std::collections::BTreeMap;
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_void, CStr};
 use std::mem::size_of;
 use std::ptr;
-use std::sync::LazyLock;
 
 use dpdk_sys as sys;
-use parking_lot::Mutex;
 
-use super::eth::{self, Eth};
-use super::{errno, Error};
-use crate::hw::flow::{
-    FlowCounters, FlowFate, FlowPattern, FlowRule, Ipv4Match, L4Match, L4Proto, Masked,
-};
+use super::super::eth::{CRef, Eth};
+use super::super::Error;
+use crate::hw::flow::{FlowFate, FlowPattern, Ipv4Match, L4Match, L4Proto, Masked};
 use crate::hw::RSS_KEY_LEN;
-use crate::pmd_log;
 use crate::port;
 
 /// The priorities mlx4 offers (`MLX4_IB_FLOW_MAX_PRIO`).
@@ -42,71 +18,30 @@ const MAX_PRIORITY: u32 = 0xfff;
 /// Items or actions in one rule, at most: a bound on walking C arrays that end with END.
 const MAX_ELEMS: usize = 64;
 
-static FLOW_OPS: LazyLock<sys::rte_flow_ops> = LazyLock::new(|| sys::rte_flow_ops {
-    validate: Some(validate),
-    create: Some(create),
-    destroy: Some(destroy),
-    flush: Some(flush),
-    query: Some(query),
-    isolate: Some(isolate),
-    ..Default::default()
-});
-
-pub(super) unsafe extern "C" fn flow_ops_get(
-    _dev: *mut sys::rte_eth_dev,
-    ops: *mut *const sys::rte_flow_ops,
-) -> c_int {
-    // SAFETY: ethdev passes where to put the ops table, which is static.
-    unsafe { *ops = &*FLOW_OPS };
-    0
-}
-
 /// A rule as the port keeps it: receive queues by ethdev index.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Conf {
-    priority: u16,
-    pattern: FlowPattern,
-    fate: FlowFate<u16>,
-    count: bool,
+pub(super) struct Conf {
+    pub priority: u16,
+    pub pattern: FlowPattern,
+    pub fate: FlowFate<u16>,
+    pub count: bool,
 }
-
-/// A rule of a port; its address is the `struct rte_flow *` the application holds.
-struct Flow {
-    conf: Conf,
-    /// The device's id while the port runs.
-    hw: Option<u32>,
-    /// What it matched in earlier runs of the port (or since a query reset it).
-    base: FlowCounters,
-}
-
-#[derive(Default)]
-struct PortFlows {
-    isolated: bool,
-    #[allow(
-        clippy::vec_box,
-        reason = "a rule's address is its handle: it must not move when the list grows"
-    )]
-    flows: Vec<Box<Flow>>,
-}
-
-/// This process's rules, by port id.
-static PORTS: Mutex<BTreeMap<u16, PortFlows>> = Mutex::new(BTreeMap::new());
 
 /// Why a rule (or a request about one) was refused: what the application gets in its
 /// `rte_flow_error`, and the kind that decides the errno.
-struct Refusal {
-    err: Error,
-    etype: sys::rte_flow_error_type,
-    cause: *const c_void,
-    msg: &'static CStr,
+pub(super) struct Refusal {
+    pub err: Error,
+    pub etype: sys::rte_flow_error_type,
+    pub cause: *const c_void,
+    pub msg: &'static CStr,
     /// More for the log than the C message can carry (a device's own words).
-    detail: Option<String>,
+    pub detail: Option<String>,
 }
 
-type Etype = sys::rte_flow_error_type;
+pub(super) type Etype = sys::rte_flow_error_type;
 
 /// The device cannot match or do this.
-fn unsupported(etype: Etype, cause: *const c_void, msg: &'static CStr) -> Refusal {
+pub(super) fn unsupported(etype: Etype, cause: *const c_void, msg: &'static CStr) -> Refusal {
     Refusal {
         err: Error::Unsupported("flow rule"),
         etype,
@@ -117,7 +52,7 @@ fn unsupported(etype: Etype, cause: *const c_void, msg: &'static CStr) -> Refusa
 }
 
 /// The request is wrong (a queue that does not exist, an unknown handle).
-fn bad(etype: Etype, cause: *const c_void, msg: &'static CStr) -> Refusal {
+pub(super) fn bad(etype: Etype, cause: *const c_void, msg: &'static CStr) -> Refusal {
     Refusal {
         err: Error::Invalid(String::new()),
         etype,
@@ -143,59 +78,6 @@ impl From<Error> for Refusal {
             msg,
         }
     }
-}
-
-impl From<crate::hw::HwError> for Refusal {
-    fn from(e: crate::hw::HwError) -> Refusal {
-        Error::from(e).into()
-    }
-}
-
-/// Runs a flow op on the port behind `dev`; a refusal fills `error` (which may be NULL), is
-/// logged, and becomes the negative errno of the one mapping.
-///
-/// # Safety
-/// As for [`eth::run`]; `error` is NULL or writable.
-unsafe fn flow_op<T>(
-    dev: *mut sys::rte_eth_dev,
-    error: *mut sys::rte_flow_error,
-    what: &str,
-    op: impl FnOnce(&mut Eth<'_>) -> Result<T, Refusal>,
-) -> Result<T, c_int> {
-    // SAFETY: guaranteed by the caller.
-    let answer = unsafe {
-        eth::query(dev, |e| {
-            let name = e.port.name.to_string();
-            e.primary_only()
-                .map_err(Refusal::from)
-                .and_then(|()| op(e))
-                .map_err(|r| (name, r))
-        })
-    };
-    let (name, r) = match answer {
-        Some(Ok(v)) => return Ok(v),
-        Some(Err(nr)) => nr,
-        None => {
-            // SAFETY: `error` is NULL or writable (the caller's contract); the message static.
-            return Err(unsafe {
-                sys::rte_flow_error_set(
-                    error,
-                    libc::ENODEV,
-                    sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_UNSPECIFIED,
-                    ptr::null(),
-                    c"port not attached".as_ptr(),
-                )
-            });
-        }
-    };
-    let msg = r.msg.to_string_lossy();
-    match &r.detail {
-        Some(d) => pmd_log!(ERR, "{name}: {what}: {msg}: {d}"),
-        None => pmd_log!(ERR, "{name}: {what}: {msg}"),
-    }
-    // SAFETY: as above; rte_flow_error_set keeps the pointers, which are static or the
-    // application's own (cause).
-    Err(unsafe { sys::rte_flow_error_set(error, -errno(&r.err), r.etype, r.cause, r.msg.as_ptr()) })
 }
 
 /// One pattern item, its structures as bytes (`len` each).
@@ -289,7 +171,7 @@ fn layer(ty: sys::rte_flow_item_type) -> Option<u8> {
 const E_ITEM: Etype = sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ITEM;
 const E_MASK: Etype = sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ITEM_MASK;
 const E_LAST: Etype = sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ITEM_LAST;
-const E_ACTION: Etype = sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ACTION;
+pub(super) const E_ACTION: Etype = sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ACTION;
 const E_CONF: Etype = sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ACTION_CONF;
 
 /// The pattern the device can match for `items`, or why not.
@@ -576,19 +458,16 @@ fn rss_fate(
 }
 
 /// The rule `attr`, `pattern` and `actions` describe, as the port keeps it.
-///
-/// # Safety
-/// The pointers are what `rte_flow_validate`/`create` were given: NULL or valid, items and
+/// `pattern` and `actions` are what `rte_flow_validate`/`create` were given: NULL or items and
 /// actions ending with END, specs and confs of the structures their types name.
-unsafe fn parse(
-    e: &mut Eth<'_>,
-    attr: *const sys::rte_flow_attr,
-    pattern: *const sys::rte_flow_item,
-    actions: *const sys::rte_flow_action,
+pub(super) fn parse(
+    e: &Eth<'_>,
+    attr: CRef<'_, sys::rte_flow_attr>,
+    pattern: CRef<'_, sys::rte_flow_item>,
+    actions: CRef<'_, sys::rte_flow_action>,
 ) -> Result<Conf, Refusal> {
     let nul = ptr::null();
-    // SAFETY: NULL or valid (the caller's contract).
-    let Some(attr) = (unsafe { attr.as_ref() }) else {
+    let Some(attr) = attr.get() else {
         return Err(bad(
             sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ATTR,
             nul,
@@ -617,9 +496,9 @@ unsafe fn parse(
             c"priorities are 0..=4095",
         ));
     }
-    // SAFETY: an END-terminated array (the caller's contract).
-    let items =
-        unsafe { until_end(pattern, |i: &sys::rte_flow_item| i.type_) }.ok_or_else(|| {
+    // SAFETY: an END-terminated array (rte_flow's contract).
+    let items = unsafe { until_end(pattern.as_ptr(), |i: &sys::rte_flow_item| i.type_) }
+        .ok_or_else(|| {
             unsupported(
                 sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ITEM_NUM,
                 nul,
@@ -645,15 +524,17 @@ unsafe fn parse(
         .collect();
     let pattern = parse_pattern(&items)?;
     // SAFETY: as above.
-    let actions =
-        unsafe { until_end(actions, |a: &sys::rte_flow_action| a.type_) }.ok_or_else(|| {
+    let actions = unsafe { until_end(actions.as_ptr(), |a: &sys::rte_flow_action| a.type_) }
+        .ok_or_else(|| {
             unsupported(
                 sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ACTION_NUM,
                 nul,
                 c"too many actions",
             )
         })?;
-    let set_up: Vec<bool> = (0..e.nb_rx_queues()).map(|q| e.rxq(q).is_some()).collect();
+    let set_up: Vec<bool> = (0..e.conf.nb_rx_queues)
+        .map(|q| e.rxq(q).is_some())
+        .collect();
     let key = e.port.rx.rss_key;
     let (fate, count) = parse_actions(&actions, &key, |q| {
         set_up.get(usize::from(q)).copied().unwrap_or(false)
@@ -664,256 +545,6 @@ unsafe fn parse(
         fate,
         count,
     })
-}
-
-/// Gives `f` to the device, with its queues' current device numbers.
-fn apply(e: &mut Eth<'_>, f: &mut Flow) -> Result<(), Refusal> {
-    let nb_rxq = e.nb_rx_queues();
-    let fate = f.conf.fate.map(|q| {
-        (q < nb_rxq)
-            .then(|| e.rxq(q).map(|s| s.q.qpn()))
-            .flatten()
-            .ok_or_else(|| {
-                bad(
-                    sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_HANDLE,
-                    ptr::null(),
-                    c"a rule names an RX queue the port no longer has",
-                )
-            })
-    })?;
-    let rule = FlowRule {
-        priority: f.conf.priority,
-        pattern: f.conf.pattern,
-        fate,
-    };
-    f.hw = Some(e.dev.create_flow(&rule)?);
-    Ok(())
-}
-
-/// Takes `f` back from the device, keeping what it counted.
-fn unapply(e: &Eth<'_>, f: &mut Flow) {
-    if let Some(id) = f.hw.take() {
-        if let Ok(c) = e.dev.flow_counters(id) {
-            f.base.frames += c.frames;
-            f.base.bytes += c.bytes;
-        }
-        if let Err(err) = e.dev.destroy_flow(id) {
-            pmd_log!(ERR, "{}: destroying flow rule {id}: {err}", e.port.name);
-        }
-    }
-}
-
-/// At port start, after the receive queues: every rule to the device.
-pub(super) fn port_started(e: &mut Eth<'_>) -> Result<(), Error> {
-    let mut ports = PORTS.lock();
-    let Some(pf) = ports.get_mut(&e.port_id()) else {
-        return Ok(());
-    };
-    if pf.isolated {
-        e.dev.set_flow_isolate(true)?;
-    }
-    for f in &mut pf.flows {
-        apply(e, f).map_err(|r| {
-            Error::Invalid(format!(
-                "flow rule {:p}: {}{}",
-                &**f,
-                r.msg.to_string_lossy(),
-                r.detail.map(|d| format!(": {d}")).unwrap_or_default()
-            ))
-        })?;
-    }
-    Ok(())
-}
-
-/// At port stop, before the receive queues are renewed: every rule back from the device.
-pub(super) fn port_stopping(e: &mut Eth<'_>) {
-    if let Some(pf) = PORTS.lock().get_mut(&e.port_id()) {
-        for f in &mut pf.flows {
-            unapply(e, f);
-        }
-    }
-}
-
-/// The port closed: its rules are gone with its device.
-pub(super) fn port_closed(port_id: u16) {
-    PORTS.lock().remove(&port_id);
-}
-
-unsafe extern "C" fn validate(
-    dev: *mut sys::rte_eth_dev,
-    attr: *const sys::rte_flow_attr,
-    pattern: *const sys::rte_flow_item,
-    actions: *const sys::rte_flow_action,
-    error: *mut sys::rte_flow_error,
-) -> c_int {
-    // SAFETY: ethdev's contract for flow ops; the pointers are the application's (see parse).
-    unsafe {
-        flow_op(dev, error, "flow validate", |e| {
-            parse(e, attr, pattern, actions).map(|_| 0)
-        })
-    }
-    .unwrap_or_else(|rc| rc)
-}
-
-unsafe extern "C" fn create(
-    dev: *mut sys::rte_eth_dev,
-    attr: *const sys::rte_flow_attr,
-    pattern: *const sys::rte_flow_item,
-    actions: *const sys::rte_flow_action,
-    error: *mut sys::rte_flow_error,
-) -> *mut sys::rte_flow {
-    // SAFETY: as for validate.
-    unsafe {
-        flow_op(dev, error, "flow create", |e| {
-            let conf = parse(e, attr, pattern, actions)?;
-            let mut f = Box::new(Flow {
-                conf,
-                hw: None,
-                base: FlowCounters::default(),
-            });
-            if e.port.started {
-                apply(e, &mut f)?;
-            }
-            // At debug level: a test (or a user) can know when a rule is in force.
-            let when = if e.port.started {
-                "in force"
-            } else {
-                "in force from port start"
-            };
-            pmd_log!(
-                DEBUG,
-                "{}: flow rule created, {when}: {:?}",
-                e.port.name,
-                f.conf
-            );
-            let handle = ptr::from_mut(&mut *f).cast::<sys::rte_flow>();
-            PORTS.lock().entry(e.port_id()).or_default().flows.push(f);
-            Ok(handle)
-        })
-    }
-    .unwrap_or(ptr::null_mut())
-}
-
-fn no_such_flow(flow: *const sys::rte_flow) -> Refusal {
-    bad(
-        sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_HANDLE,
-        flow.cast(),
-        c"no such flow rule on this port",
-    )
-}
-
-unsafe extern "C" fn destroy(
-    dev: *mut sys::rte_eth_dev,
-    flow: *mut sys::rte_flow,
-    error: *mut sys::rte_flow_error,
-) -> c_int {
-    // SAFETY: ethdev's contract for flow ops; the handle is only compared, never followed.
-    unsafe {
-        flow_op(dev, error, "flow destroy", |e| {
-            let mut ports = PORTS.lock();
-            let flows = &mut ports.entry(e.port_id()).or_default().flows;
-            let i = flows
-                .iter()
-                .position(|f| ptr::eq(&**f, flow.cast::<Flow>()))
-                .ok_or_else(|| no_such_flow(flow))?;
-            let mut f = flows.remove(i);
-            unapply(e, &mut f);
-            Ok(0)
-        })
-    }
-    .unwrap_or_else(|rc| rc)
-}
-
-unsafe extern "C" fn flush(dev: *mut sys::rte_eth_dev, error: *mut sys::rte_flow_error) -> c_int {
-    // SAFETY: ethdev's contract for flow ops.
-    unsafe {
-        flow_op(dev, error, "flow flush", |e| {
-            let flows = PORTS
-                .lock()
-                .get_mut(&e.port_id())
-                .map(|pf| std::mem::take(&mut pf.flows))
-                .unwrap_or_default();
-            for mut f in flows {
-                unapply(e, &mut f);
-            }
-            Ok(0)
-        })
-    }
-    .unwrap_or_else(|rc| rc)
-}
-
-unsafe extern "C" fn query(
-    dev: *mut sys::rte_eth_dev,
-    flow: *mut sys::rte_flow,
-    action: *const sys::rte_flow_action,
-    data: *mut c_void,
-    error: *mut sys::rte_flow_error,
-) -> c_int {
-    // SAFETY: ethdev's contract for flow ops; a COUNT query's data is an rte_flow_query_count
-    // (rte_flow_query's contract); the handle is only compared.
-    unsafe {
-        flow_op(dev, error, "flow query", |e| {
-            let counting = action
-                .as_ref()
-                .is_some_and(|a| a.type_ == sys::rte_flow_action_type_RTE_FLOW_ACTION_TYPE_COUNT);
-            if !counting || data.is_null() {
-                return Err(unsupported(
-                    E_ACTION,
-                    action.cast(),
-                    c"only count can be queried",
-                ));
-            }
-            let mut ports = PORTS.lock();
-            let f = ports
-                .get_mut(&e.port_id())
-                .and_then(|pf| {
-                    pf.flows
-                        .iter_mut()
-                        .find(|f| ptr::eq(&***f, flow.cast::<Flow>()))
-                })
-                .ok_or_else(|| no_such_flow(flow))?;
-            if !f.conf.count {
-                return Err(bad(
-                    E_ACTION,
-                    action.cast(),
-                    c"the rule has no count action",
-                ));
-            }
-            let now = match f.hw {
-                Some(id) => e.dev.flow_counters(id)?,
-                None => FlowCounters::default(),
-            };
-            let out = &mut *data.cast::<sys::rte_flow_query_count>();
-            out.hits = f.base.frames + now.frames;
-            out.bytes = f.base.bytes + now.bytes;
-            out.set_hits_set(1);
-            out.set_bytes_set(1);
-            if out.reset() != 0 {
-                f.base = FlowCounters {
-                    frames: f.base.frames.wrapping_sub(out.hits),
-                    bytes: f.base.bytes.wrapping_sub(out.bytes),
-                };
-            }
-            Ok(0)
-        })
-    }
-    .unwrap_or_else(|rc| rc)
-}
-
-unsafe extern "C" fn isolate(
-    dev: *mut sys::rte_eth_dev,
-    on: c_int,
-    error: *mut sys::rte_flow_error,
-) -> c_int {
-    // SAFETY: ethdev's contract for flow ops.
-    unsafe {
-        flow_op(dev, error, "flow isolate", |e| {
-            e.dev.set_flow_isolate(on != 0)?;
-            PORTS.lock().entry(e.port_id()).or_default().isolated = on != 0;
-            Ok(0)
-        })
-    }
-    .unwrap_or_else(|rc| rc)
 }
 
 #[cfg(test)]
@@ -966,7 +597,7 @@ mod tests {
             .err()
             .unwrap();
         assert!(r.msg.to_str().unwrap().contains("destination MAC"));
-        assert_eq!(errno(&r.err), -libc::ENOTSUP);
+        assert_eq!(r.err.errno(), -libc::ENOTSUP);
         // Half a MAC.
         let mut mask = [0u8; 20];
         mask[..3].fill(0xff);

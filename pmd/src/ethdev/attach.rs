@@ -1,0 +1,80 @@
+//! A new port: its ethdev allocated, with the port in DPDK shared memory and this process's
+//! handles, ops and burst functions (for the vdev and the PCI driver alike).
+
+use std::ffi::{c_int, CStr};
+use std::mem::size_of;
+
+use dpdk_sys as sys;
+
+use super::eth::Proc;
+use super::{fmt_mac, intr, ops, queue, Error};
+use crate::mem::{DmaBox, MemSource};
+use crate::pmd_log;
+use crate::port::Port;
+
+/// Driver name as EAL matches it against `--vdev net_mlx4rs<N>`.
+pub const DRIVER_NAME: &CStr = c"net_mlx4rs";
+
+/// Allocates the ethdev of bus device `device`: `port` goes into DPDK shared memory as its
+/// private data, `proc_` is this process's.
+pub(super) fn attach_port(
+    device: *mut sys::rte_device,
+    name: &str,
+    socket: c_int,
+    port: Port,
+    proc_: Proc,
+) -> Result<(), Error> {
+    let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
+    let mac = port.mac;
+    // ethdev keeps the application's addresses here, one slot per address the port takes.
+    let n_macs = (port.caps.max_mac_addrs as usize).clamp(1, crate::port::MAX_MAC_ADDRS);
+    // rte_eth_dev_release_port frees `dev_private` and `mac_addrs` with rte_free: both come
+    // from rte_zmalloc.
+    let private = DmaBox::new(port, MemSource::Dpdk { socket })
+        .ok_or_else(|| Error::NoMemory("no DPDK memory for the port".into()))?;
+    // SAFETY: plain allocation calls with a valid C string; the table is freed again if no
+    // ethdev takes it.
+    let (macs, dev) = unsafe {
+        let size = n_macs * size_of::<sys::rte_ether_addr>();
+        let macs = sys::rte_zmalloc_socket(c"mlx4rs_mac".as_ptr(), size, 0, socket)
+            as *mut sys::rte_ether_addr;
+        if macs.is_null() {
+            return Err(Error::NoMemory("no DPDK memory for the MAC table".into()));
+        }
+        let dev = sys::rte_eth_dev_allocate(cname.as_ptr());
+        if dev.is_null() {
+            sys::rte_free(macs.cast());
+            return Err(Error::Invalid(
+                "cannot allocate an ethdev (name taken or no free port id)".into(),
+            ));
+        }
+        (macs, dev)
+    };
+    // SAFETY: `dev` is freshly allocated and ours, with zeroed data; `device` is the live
+    // device being probed.
+    unsafe {
+        let d = &mut *(*dev).data;
+        (*macs).addr_bytes = mac;
+        d.dev_private = private.into_raw().as_ptr().cast();
+        d.mac_addrs = macs;
+        d.numa_node = socket;
+        d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
+        (*dev).device = device;
+        let bursts = match proc_.lcore {
+            Some(_) => queue::Bursts::Lcore,
+            None => queue::Bursts::Plain,
+        };
+        (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
+        (*dev).dev_ops = &*ops::OPS;
+        queue::set_bursts(&mut *dev, bursts);
+        intr::install(dev, name);
+        sys::rte_eth_dev_probing_finish(dev);
+        pmd_log!(
+            INFO,
+            "{name}: port {} ready, MAC {}",
+            d.port_id,
+            fmt_mac(&mac)
+        );
+    }
+    Ok(())
+}
