@@ -28,7 +28,7 @@ pub const PCI_IDS: [(u16, u16); 3] = [
 
 /// Devargs a card takes: the software HCA's own (wire, wc, busy_poll, device_loop) mean
 /// nothing there.
-pub const PCI_KEYS: [&str; 3] = ["bf", "txq_inline", "mac"];
+pub const PCI_KEYS: [&str; 4] = ["bf", "txq_inline", "mac", "tx_db_avoid"];
 
 const fn id(vendor: u16, device: u16) -> sys::rte_pci_id {
     sys::rte_pci_id {
@@ -211,9 +211,11 @@ mod tests {
 
     #[test]
     fn a_card_takes_its_keys_and_refuses_the_models() {
-        let d = parse_pci_devargs("bf=off,txq_inline=0,mac=02:00:00:00:00:05").unwrap();
+        let d =
+            parse_pci_devargs("bf=off,txq_inline=0,mac=02:00:00:00:00:05,tx_db_avoid=1").unwrap();
         assert_eq!(d.bf, crate::devargs::BfMode::Off);
         assert_eq!(d.txq_inline, 0);
+        assert!(d.tx_db_avoid);
         assert_eq!(d.device_loop, DeviceLoop::PortThread);
         for k in [
             "wire=loop",
@@ -224,7 +226,7 @@ mod tests {
         ] {
             let e = parse_pci_devargs(k).unwrap_err();
             assert!(
-                e.contains("software HCA") && e.contains("bf, txq_inline, mac"),
+                e.contains("software HCA") && e.contains("bf, txq_inline, mac, tx_db_avoid"),
                 "{e}"
             );
         }
