@@ -97,10 +97,14 @@ impl Session {
         self.out.lock().unwrap().clone()
     }
 
-    fn send(&mut self, line: &str) {
+    /// Sends a command; returns where in the output its answer starts. The answer cannot be
+    /// found by the command's echo: the echo and log lines from stderr interleave.
+    fn send(&mut self, line: &str) -> usize {
+        let mark = self.out.lock().unwrap().len();
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{line}").expect("dpdk-test exited");
         stdin.flush().unwrap();
+        mark
     }
 
     /// Waits for the `n`-th (from 0) occurrence of `needle` in the output; returns the output.
@@ -130,25 +134,15 @@ impl Session {
     }
 }
 
-/// `text` from the last `marker` on.
-fn after<'a>(text: &'a str, marker: &str) -> &'a str {
-    &text[text
-        .rfind(marker)
-        .unwrap_or_else(|| panic!("no {marker:?} in:\n{text}"))..]
-}
-
 #[test]
 fn pmd_perf_autotest_forwards_on_a_looped_port_and_conserves_the_primed_frames() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut s = Session::start("pmdperf", &["net_mlx4rs0,wire=loop"]);
-    s.send("ethdev_link_status");
+    let mark = s.send("ethdev_link_status");
     let t = s.wait_for("RTE>>", 1, Duration::from_secs(30));
-    assert!(
-        after(&t, "ethdev_link_status").contains("Test OK"),
-        "ethdev_link_status:\n{t}"
-    );
+    assert!(t[mark..].contains("Test OK"), "ethdev_link_status:\n{t}");
 
-    s.send("pmd_perf_autotest");
+    let mark = s.send("pmd_perf_autotest");
     let t = s.wait_for("Test will stop after", 0, Duration::from_secs(60));
     let injected = number_after(&t, "Total packets inject to prime ports =")
         .unwrap_or_else(|| panic!("no priming count:\n{t}"));
@@ -180,7 +174,7 @@ fn pmd_perf_autotest_forwards_on_a_looped_port_and_conserves_the_primed_frames()
     let st = Command::new("kill").args(["-USR1", &pid]).status().unwrap();
     assert!(st.success(), "kill -USR1 {pid}");
     let t = s.wait_for("RTE>>", 2, Duration::from_secs(60));
-    let run = after(&t, "pmd_perf_autotest");
+    let run = &t[mark..];
     assert!(run.contains("Test OK"), "pmd_perf_autotest failed:\n{run}");
     let freed = run
         .lines()
@@ -225,10 +219,10 @@ fn pmd_perf_autotest_burst_mode_receives_what_the_posted_descriptors_hold() {
     let mut s = Session::start("pmdburst", &["net_mlx4rs0,wire=loop"]);
     s.send("set_rxtx_sc poll_after_xmit");
     s.wait_for("RTE>>", 1, Duration::from_secs(30));
-    s.send("pmd_perf_autotest");
+    let mark = s.send("pmd_perf_autotest");
     // The test sends, waits 5 s, then polls.
     let t = s.wait_for("packets lost", 0, Duration::from_secs(120));
-    let run = after(&t, "pmd_perf_autotest").to_owned();
+    let run = t[mark..].to_owned();
     assert!(run.contains("CONFIG RXD=2048"), "{run}");
     let mut tel = Telemetry::connect(&s.prefix.0, Duration::from_secs(10));
     let x = tel.xstats(0);
