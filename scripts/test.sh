@@ -16,7 +16,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 # The integration tests load the plugin that this build makes.
 cargo build --workspace
 if [ "$codename" = bookworm ]; then
-  cargo test --workspace -- --test-threads=2
+  cargo test --workspace --no-fail-fast -- --test-threads=2
 else
   # DPDK's example programs are built from the DPDK source package, which Debian serves only
   # for bookworm: every other test target runs, and the ones that build examples are named.
@@ -28,7 +28,7 @@ for p in json.load(sys.stdin)["packages"]:
             print("--test=" + t["name"])')
   echo "test.sh: Debian $codename has no DPDK source package: skipping $example_target and" \
        "the l3fwd-power and multi_process example tests (they run on bookworm)"
-  cargo test --workspace --lib --bins "${targets[@]}" -- --test-threads=2 "${example_skips[@]}"
+  cargo test --workspace --no-fail-fast --lib --bins "${targets[@]}" -- --test-threads=2 "${example_skips[@]}"
 fi
 if [ "$codename" = bookworm ]; then
   for r in ${MLX4RS_OTHER_RELEASES-trixie}; do
