@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use crate::bar::Bar;
+use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::dma::HostMem;
+use crate::error::HcaError;
 use crate::events::{Channel, Events, PortEvent};
 use crate::fault::{FaultState, Faults};
 use crate::flow::{FlowAction, FlowCounters, FlowRule, FlowTable, RssContext, Verdict};
@@ -15,8 +17,8 @@ use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
 use crate::rx::{FlowControl, RxConfig, RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
 use crate::sq::{Bf, Scratch, Sq, SqWatch, TxCtx};
 use crate::tables::{MrTable, Pages, Slots, UarPage, CQN_BASE, QPN_BASE};
+use crate::types::{BfReg, Caps, QueueState, RqOptions, SqInfo, SqOptions, Uar};
 use crate::wire::{RxPort, WirePort};
-use crate::{BfReg, Caps, Counters, HcaError, QueueState, SqInfo, Uar};
 
 /// Received frames handled per poll, so TX doorbells are not starved by a receive flood.
 const RX_BUDGET: usize = 64;
@@ -236,7 +238,7 @@ impl DevState {
         ring: HostMem,
         txbbs: u32,
         cqn: u32,
-        opts: &crate::SqOptions,
+        opts: &SqOptions,
     ) -> Result<SqInfo, HcaError> {
         self.cq_mut(cqn)?;
         let state = self.initial_state();
@@ -289,7 +291,7 @@ impl DevState {
         (cnt, sges): (u32, u32),
         cqn: u32,
         db: HostMem,
-        opts: &crate::RqOptions,
+        opts: &RqOptions,
     ) -> Result<u32, HcaError> {
         self.cq_mut(cqn)?;
         let state = self.initial_state();

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::error::HcaError;
 use crate::runner::Inner;
-use crate::HcaError;
 
 /// Events kept for a driver that does not take them.
 const MAX_QUEUED: usize = 256;

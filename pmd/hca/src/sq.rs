@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{Counters, QueueState};
+use crate::counters::Counters;
+use crate::types::QueueState;
 
 /// How long the device keeps re-reading a BlueFlame copy that still differs from ring memory
 /// (the driver's stores may still be landing; a whole write lands in well under a microsecond)

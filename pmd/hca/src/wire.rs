@@ -13,9 +13,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use crate::cable::Cable;
+use crate::error::HcaError;
 use crate::inbox::{FrameRing, Producer};
 use crate::tap::Tap;
-use crate::HcaError;
 
 /// A closure that sees every transmitted frame.
 pub type FrameSink = Box<dyn FnMut(&[u8]) + Send>;
