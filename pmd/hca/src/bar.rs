@@ -29,8 +29,7 @@ use crate::counters::Counters;
 use crate::dma::{HostMem, Region};
 use crate::error::HcaError;
 use crate::inbox::{self, FrameRing};
-use crate::send::MAX_FRAME;
-use crate::types::HcaConfig;
+use crate::types::{HcaConfig, MAX_FRAME};
 
 const PAGE: usize = UAR_PAGE_SIZE;
 const MAGIC: u64 = u64::from_le_bytes(*b"MLX4HBAR");

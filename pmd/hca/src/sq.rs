@@ -17,7 +17,7 @@ use crate::cq::{Cq, CqCredit};
 use crate::dma::HostMem;
 use crate::fault::{FaultState, INJECTED_VENDOR_ERR};
 use crate::net;
-use crate::send::{self, Segs, Verdict, WqeBuf, WQE_UNITS};
+use crate::send::{self, Segs, WqeBuf, WQE_UNITS};
 use crate::shape::Shape;
 use crate::tables::{BfSlot, MrTable};
 use crate::wire::{RxPort, TxOutcome, WirePort};
@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::counters::Counters;
-use crate::types::QueueState;
+use crate::types::{QueueState, Verdict, MAX_FRAME};
 
 /// How long the device keeps re-reading a BlueFlame copy that still differs from ring memory
 /// (the driver's stores may still be landing; a whole write lands in well under a microsecond)
@@ -237,8 +237,8 @@ impl Scratch {
         Box::new(Scratch {
             wqe: [[0; DS_SIZE]; WQE_UNITS],
             segs: Segs::new(),
-            frame: Vec::with_capacity(send::MAX_FRAME + 8),
-            seg: Vec::with_capacity(send::MAX_FRAME + 8),
+            frame: Vec::with_capacity(MAX_FRAME + 8),
+            seg: Vec::with_capacity(MAX_FRAME + 8),
         })
     }
 }

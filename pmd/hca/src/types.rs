@@ -257,3 +257,17 @@ pub struct RqAttr {
 pub const PART_CX3: u32 = 0x1003;
 /// PCI device ID of a ConnectX-3 Pro.
 pub const PART_CX3_PRO: u32 = 0x1007;
+
+/// Largest frame the device assembles or accepts.
+pub(crate) const MAX_FRAME: usize = 65536;
+
+/// What a valid WQE puts on the wire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    /// Frames (0 for a NOP, several for a large send).
+    pub(crate) frames: u32,
+    /// Bytes of those frames.
+    pub(crate) len: u32,
+    /// Bytes gathered from host memory.
+    pub(crate) dma: u32,
+}
