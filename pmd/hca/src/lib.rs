@@ -127,6 +127,7 @@ mod events;
 mod fault;
 mod flow;
 mod inbox;
+mod monitor;
 mod net;
 mod rq;
 mod rss;
@@ -150,12 +151,13 @@ use parking_lot::Mutex;
 pub use bar::Bar;
 pub use counters::Counters;
 pub use error::HcaError;
-pub use events::{PortEvent, MONITOR_PERIOD, SERVICE_PERIOD};
+pub use events::PortEvent;
 pub use fault::{Faults, INJECTED_VENDOR_ERR};
 pub use flow::{
     EthMatch, FlowAction, FlowCounters, FlowPattern, FlowRule, Ipv4Match, L4Match, L4Proto, Masked,
     RssContext, VlanMatch, MAX_FLOWS, MAX_RSS_CONTEXTS,
 };
+pub use monitor::{MONITOR_PERIOD, SERVICE_PERIOD};
 pub use rss::{RssFields, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 pub use runner::{RxRunner, SqRunner};
 pub use rx::{FlowControl, RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
@@ -766,7 +768,7 @@ impl Hca {
     /// [`MONITOR_PERIOD`]; changes the driver makes itself are queued at once. The fd belongs
     /// to the adapter and stays valid until its last handle is dropped.
     pub fn event_fd(&self) -> Result<std::os::fd::RawFd, HcaError> {
-        events::watch(&self.shared.inner)?;
+        monitor::watch(&self.shared.inner)?;
         Ok(self.shared.inner.events.fd())
     }
 
@@ -790,7 +792,7 @@ impl Hca {
     pub fn create_comp_channel(&self) -> Result<u32, HcaError> {
         let id = self.state().create_channel()?;
         if !self.shared.threaded {
-            events::watch(&self.shared.inner)?;
+            monitor::watch(&self.shared.inner)?;
         }
         Ok(id)
     }
