@@ -9,7 +9,7 @@ pub enum HcaError {
     InvalidArgument(String),
     /// No such queue, CQ or memory region.
     NotFound(&'static str, u32),
-    /// A limit from [`Caps`] was reached.
+    /// A limit from [`Caps`](crate::Caps) was reached.
     NoResources(&'static str),
     /// The CQ still has queues reporting to it.
     Busy(u32),

@@ -18,8 +18,9 @@ pub struct HcaConfig {
     /// in a page.
     pub bf_regs_per_page: u32,
     /// Run the device loop on a thread between `start` and `stop`. False = the polled mode:
-    /// the device runs only when called, by the lcore that polls the port ([`Hca::sq_runner`],
-    /// [`Hca::rx_runner`]) or by tests ([`Hca::step`]).
+    /// the device runs only when called, by the lcore that polls the port
+    /// ([`Hca::sq_runner`](crate::Hca::sq_runner), [`Hca::rx_runner`](crate::Hca::rx_runner)) or
+    /// by tests ([`Hca::step`](crate::Hca::step)).
     pub threaded: bool,
     /// With `threaded`: one device thread for every adapter of the process that asks for it
     /// (for machines with few cores) instead of a thread per adapter.
@@ -37,12 +38,14 @@ pub struct HcaConfig {
     /// UAR pages of the device memory, one per send queue: the most send queues the adapter
     /// can have at once (default 64).
     pub uars: u32,
-    /// Faults to inject from the start (none by default); see [`Hca::set_faults`].
+    /// Faults to inject from the start (none by default); see
+    /// [`Hca::set_faults`](crate::Hca::set_faults).
     pub faults: Faults,
     /// Create queues in [`QueueState::Reset`]: they execute (SQ) or receive (RQ) only once
-    /// [`Hca::set_sq_state`] / [`Hca::set_rq_state`] moved them to `Ready`, as a QP executes
-    /// only in RTS and a WQ receives only in RDY. Off by default: queues are created `Ready`,
-    /// as drivers written before queue states expect.
+    /// [`Hca::set_sq_state`](crate::Hca::set_sq_state) /
+    /// [`Hca::set_rq_state`](crate::Hca::set_rq_state) moved them to `Ready`, as a QP executes
+    /// only in RTS and a WQ receives only in RDY. Off by default: queues are created `Ready`, as
+    /// drivers written before queue states expect.
     pub reset_on_create: bool,
     /// Be a ConnectX-3 Pro (PCI device and vendor part 0x1007) rather than a ConnectX-3
     /// (0x1003): VXLAN (UDP 4789) frames get their inner checksums filled on TX (owner_opcode
@@ -95,11 +98,12 @@ pub struct Caps {
     pub bf_regs_per_page: u32,
     /// Scatter entries per RX WQE.
     pub max_rq_sges: u32,
-    /// Unicast MAC addresses the port filters on ([`Hca::set_mac_table`]).
+    /// Unicast MAC addresses the port filters on
+    /// ([`Hca::set_mac_table`](crate::Hca::set_mac_table)).
     pub max_mac_addrs: u32,
-    /// Multicast addresses the port filters on ([`Hca::set_mc_list`]).
+    /// Multicast addresses the port filters on ([`Hca::set_mc_list`](crate::Hca::set_mc_list)).
     pub max_mc_addrs: u32,
-    /// RQs can keep the FCS ([`Hca::set_rq_scatter_fcs`]).
+    /// RQs can keep the FCS ([`Hca::set_rq_scatter_fcs`](crate::Hca::set_rq_scatter_fcs)).
     pub scatter_fcs: bool,
     /// PCI device ID and verbs vendor part: 0x1003 (ConnectX-3) or 0x1007 (ConnectX-3 Pro).
     pub vendor_part_id: u32,
@@ -173,11 +177,12 @@ pub struct SqOptions {
     /// TXBB); libmlx4 gives QPs with inline or LSO-header caps 128 bytes or more and puts one
     /// WQE per slot.
     pub stride_shift: u32,
-    /// Ring on this UAR page (from [`Hca::alloc_uar`]) with the other queues on it, as the QPs
-    /// of one verbs context share its page; `None` (the default): a page of its own.
+    /// Ring on this UAR page (from [`Hca::alloc_uar`](crate::Hca::alloc_uar)) with the other
+    /// queues on it, as the QPs of one verbs context share its page; `None` (the default): a page
+    /// of its own.
     pub uar: Option<u32>,
-    /// Take this QPN, a free number of a range from [`Hca::reserve_qpns`]; `None` (the
-    /// default): any free QPN.
+    /// Take this QPN, a free number of a range from
+    /// [`Hca::reserve_qpns`](crate::Hca::reserve_qpns); `None` (the default): any free QPN.
     pub qpn: Option<u32>,
 }
 
@@ -194,16 +199,17 @@ impl Default for SqOptions {
 /// How a receive queue is created, beyond [`RqAttr`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RqOptions {
-    /// Take this QPN, a free number of a range from [`Hca::reserve_qpns`] (an RSS
-    /// indirection table wants consecutive QPNs from an aligned base); `None` (the default):
-    /// any free QPN.
+    /// Take this QPN, a free number of a range from
+    /// [`Hca::reserve_qpns`](crate::Hca::reserve_qpns) (an RSS indirection table wants consecutive
+    /// QPNs from an aligned base); `None` (the default): any free QPN.
     pub qpn: Option<u32>,
-    /// Leave the 4-byte FCS on received frames ([`Hca::set_rq_scatter_fcs`]).
+    /// Leave the 4-byte FCS on received frames
+    /// ([`Hca::set_rq_scatter_fcs`](crate::Hca::set_rq_scatter_fcs)).
     pub scatter_fcs: bool,
 }
 
-/// A UAR page the opener allocated ([`Hca::alloc_uar`]), for send queues to share and for CQ
-/// arm doorbells.
+/// A UAR page the opener allocated ([`Hca::alloc_uar`](crate::Hca::alloc_uar)), for send queues to
+/// share and for CQ arm doorbells.
 #[derive(Debug, Clone, Copy)]
 pub struct Uar {
     /// The page's index (for [`SqOptions::uar`]).
