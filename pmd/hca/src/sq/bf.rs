@@ -9,7 +9,7 @@ use super::*;
 /// (the driver's stores may still be landing; a whole write lands in well under a microsecond)
 /// before it calls the copy torn: only a writer stopped in the middle of a copy, by preemption
 /// or an interrupt, leaves one incomplete that long.
-pub(super) const BF_PATIENCE: Duration = Duration::from_micros(100);
+const BF_PATIENCE: Duration = Duration::from_micros(100);
 
 /// A send queue's BlueFlame register as the device sees it.
 #[derive(Debug)]
@@ -34,7 +34,7 @@ pub(super) struct Latch {
 
 /// How the `srcrb_flags` of a BlueFlame copy that otherwise matches its ring WQE stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum CopySrcrb {
+enum CopySrcrb {
     /// The ring WQE's flags.
     Same([u8; 4]),
     /// The ring WQE's flags plus a completion or event request: what a copy may add (the WC
@@ -45,7 +45,7 @@ pub(super) enum CopySrcrb {
 
 /// What became of a BlueFlame copy the device tried to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Taken {
+enum Taken {
     /// It matches the WQE in ring memory: the walk will use it.
     Whole,
     /// A newer write to the same half began before the device had read it all.
@@ -73,7 +73,7 @@ impl Bf {
 /// Bits of a WQE's first, second and later 8-byte words (memory order, read natively) that a
 /// BlueFlame copy must share with the ring WQE: dword 0 but the BF counter, then bytes 12-15
 /// (bytes 4-11, QPN/DS and `srcrb_flags`, may differ), then everything.
-pub(super) const CTRL_COMPARED: [u64; 3] = [
+const CTRL_COMPARED: [u64; 3] = [
     u32::from_ne_bytes((!owner_opcode::BF_COUNTER_MASK).to_be_bytes()) as u64,
     u64::from_ne_bytes([0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]),
     !0,
@@ -81,7 +81,7 @@ pub(super) const CTRL_COMPARED: [u64; 3] = [
 
 /// The `srcrb_flags` of a copy's second qword `copy` against the ring WQE's `ring`: `None`
 /// unless the copy's are the ring's, or the ring's plus completion or event requests.
-pub(super) fn compare_srcrb(ring: u64, copy: u64) -> Option<CopySrcrb> {
+fn compare_srcrb(ring: u64, copy: u64) -> Option<CopySrcrb> {
     let r: [u8; 8] = ring.to_ne_bytes();
     let c: [u8; 8] = copy.to_ne_bytes();
     let flags: [u8; 4] = c[..4].try_into().expect("four bytes");
@@ -162,7 +162,7 @@ impl Sq {
     /// for good (the txbench stall). So flags that drop a request never count (the ring's
     /// WQE runs, fetched), and flags that add one count only once they held for the whole
     /// patience, longer than any writer between two adjacent stores but a preempted one.
-    pub(super) fn latch_copy(&self, bf: &mut Bf, h: usize, q: [u8; 8], ahead: u32) -> Taken {
+    fn latch_copy(&self, bf: &mut Bf, h: usize, q: [u8; 8], ahead: u32) -> Taken {
         let ds = CtrlSeg::new_unchecked(&q[..]).ds();
         let len = usize::from(ds) * DS_SIZE;
         if ds == 0 || len.next_multiple_of(TXBB_SIZE) > bf.half_size {
@@ -215,12 +215,7 @@ impl Sq {
     /// dword 0, QPN and DS in dword 1, requests added to `srcrb_flags`): how the copy's
     /// `srcrb_flags` stand if so. Both are read a TXBB at a time, 8 bytes per load, as the
     /// copy lands, and neither is copied.
-    pub(super) fn copy_matches_ring(
-        &self,
-        half: &HostMem,
-        first: u32,
-        len: usize,
-    ) -> Option<CopySrcrb> {
+    fn copy_matches_ring(&self, half: &HostMem, first: u32, len: usize) -> Option<CopySrcrb> {
         let mut srcrb = CopySrcrb::Same([0; 4]);
         for k in 0..len.div_ceil(TXBB_SIZE) {
             let txbb = first.wrapping_add(k as u32) & self.txbb_mask();

@@ -122,7 +122,7 @@ pub(super) fn transmit(v: Verdict, bf_posted: bool, out: &Out, t: &mut Tally, cx
 }
 
 /// Assemble the frame(s) of the WQE in `scratch` and hand them to the wire.
-pub(super) fn put_on_wire(bf_posted: bool, t: &mut Tally, cx: &mut TxCtx<'_>) {
+fn put_on_wire(bf_posted: bool, t: &mut Tally, cx: &mut TxCtx<'_>) {
     let s = &mut *cx.scratch;
     let lso = send::assemble(&s.wqe, &s.segs, cx.mrs, (bf_posted, cx.pro), &mut s.frame);
     let (wire, port) = (&mut *cx.wire, cx.port);
