@@ -25,10 +25,11 @@ use std::sync::Arc;
 
 use mlx4_prm::UAR_PAGE_SIZE;
 
+use crate::counters::Counters;
 use crate::dma::{HostMem, Region};
+use crate::error::HcaError;
 use crate::inbox::{self, FrameRing};
-use crate::send::MAX_FRAME;
-use crate::{Counters, HcaConfig, HcaError};
+use crate::types::{HcaConfig, MAX_FRAME};
 
 const PAGE: usize = UAR_PAGE_SIZE;
 const MAGIC: u64 = u64::from_le_bytes(*b"MLX4HBAR");

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::dma::Region;
+use crate::error::HcaError;
 use crate::inbox::{self, FrameRing};
-use crate::HcaError;
 
 const PAGE: usize = 4096;
 const MAGIC: u64 = u64::from_le_bytes(*b"MLX4CABL");

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::HcaError;
+use crate::error::HcaError;
 
 /// The faults to inject; all off (0) by default. Set in [`crate::HcaConfig::faults`] or at run
 /// time with [`crate::Hca::set_faults`]. Counts are over the whole adapter.

@@ -9,9 +9,9 @@
 //! when `field & mask == value & mask`, so a zero mask matches anything; a layer that is present
 //! (`Some`) also requires the frame to have that header.
 
+use crate::error::HcaError;
 use crate::net::FrameFields;
 use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
-use crate::HcaError;
 
 /// Flow rules one adapter holds at most.
 pub const MAX_FLOWS: usize = 1024;

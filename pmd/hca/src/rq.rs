@@ -5,12 +5,13 @@ use std::time::{Duration, Instant};
 
 use mlx4_prm::{cqe_opcode, cqe_vlan, syndrome, Cqe, RxDataSeg, CQE_SIZE, INVALID_LKEY};
 
+use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::dma::HostMem;
 use crate::fault::{Every, INJECTED_VENDOR_ERR};
 use crate::net;
 use crate::tables::MrTable;
-use crate::{Counters, QueueState};
+use crate::types::QueueState;
 
 /// How long a received frame waits for room in its RQ's CQ before the port drops it (and,
 /// while the CQ stays full, the frames after it).

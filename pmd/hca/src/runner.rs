@@ -12,8 +12,8 @@ use parking_lot::Mutex;
 
 use crate::device::DevState;
 use crate::dma::HostMem;
+use crate::error::HcaError;
 use crate::wire::RxPort;
-use crate::HcaError;
 
 /// Polls without work before a device thread starts yielding the CPU.
 const SPIN_POLLS: u32 = 2000;

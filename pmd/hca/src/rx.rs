@@ -2,9 +2,9 @@
 //! (a unicast table, a multicast list, promiscuous and all-multicast switches), the VLAN
 //! filter, the MTU check and RSS (a Toeplitz hash over a redirection table of RQs).
 
+use crate::counters::Counters;
 use crate::net;
 use crate::rss::{RssFields, Toeplitz, DEFAULT_RSS_KEY, RSS_KEY_LEN};
-use crate::Counters;
 
 /// The MTU a port starts with (standard Ethernet).
 pub(crate) const DEFAULT_MTU: u16 = 1500;

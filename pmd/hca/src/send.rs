@@ -13,9 +13,8 @@ use mlx4_prm::{
 use crate::net;
 use crate::shape::Shape;
 use crate::tables::MrTable;
+use crate::types::{Verdict, MAX_FRAME};
 
-/// Largest frame the device assembles or accepts.
-pub(crate) const MAX_FRAME: usize = 65536;
 /// DS units a WQE buffer holds: the 6-bit DS field's range, rounded up to whole TXBBs.
 pub(crate) const WQE_UNITS: usize = 64;
 const _: () = assert!(WQE_UNITS > MAX_WQE_DS as usize);
@@ -61,17 +60,6 @@ impl Segs {
     pub(crate) fn as_slice(&self) -> &[Seg] {
         &self.list[..self.n]
     }
-}
-
-/// What a valid WQE puts on the wire.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Verdict {
-    /// Frames (0 for a NOP, several for a large send).
-    pub(crate) frames: u32,
-    /// Bytes of those frames.
-    pub(crate) len: u32,
-    /// Bytes gathered from host memory.
-    pub(crate) dma: u32,
 }
 
 #[inline(always)]

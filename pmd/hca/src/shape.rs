@@ -17,7 +17,7 @@
 use mlx4_prm::{opcode, owner_opcode, srcrb, DS_SIZE, TXBB_SIZE};
 
 use crate::dma::HostMem;
-use crate::send::Verdict;
+use crate::types::Verdict;
 
 /// Headers a shape can hold: one per DS unit after the control segment.
 const MAX_HEADS: usize = 62;

@@ -5,7 +5,7 @@ use mlx4_prm::{CQ_DOORBELL_OFFSET, INVALID_LKEY, SEND_DOORBELL_OFFSET, UAR_PAGE_
 
 use crate::bar::Bar;
 use crate::dma::HostMem;
-use crate::HcaError;
+use crate::error::HcaError;
 
 /// First QPN handed out: real adapters reserve the low QPNs, and a zero QPN would make a
 /// BlueFlame copy's first qword indistinguishable from an untouched register.

@@ -13,9 +13,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use crate::cable::Cable;
+use crate::error::HcaError;
 use crate::inbox::{FrameRing, Producer};
 use crate::tap::Tap;
-use crate::HcaError;
 
 /// A closure that sees every transmitted frame.
 pub type FrameSink = Box<dyn FnMut(&[u8]) + Send>;
@@ -155,7 +155,7 @@ impl RxPort {
     /// A port whose receive buffer (on the heap) takes `frames` frames.
     #[cfg(test)]
     pub(crate) fn new(frames: u32) -> Self {
-        let bytes = (frames as usize * 2048).max(4 * (crate::send::MAX_FRAME + 64));
+        let bytes = (frames as usize * 2048).max(4 * (crate::types::MAX_FRAME + 64));
         RxPort::on(FrameRing::on_heap(bytes, frames))
     }
 

@@ -1,0 +1,416 @@
+//! One poll of the device loop: the doorbell words and BlueFlame halves of every UAR page,
+//! the CQ doorbells, the send queues they wake, the receive inbox, and the port's link.
+
+use super::*;
+
+/// Received frames handled per poll, so TX doorbells are not starved by a receive flood.
+const RX_BUDGET: usize = 64;
+/// CQ doorbell commands (bits 25:24 of the high dword): request an event for the next solicited
+/// (or error) completion, or for the next completion.
+const ARM_SOLICITED: u32 = 1;
+const ARM_NEXT: u32 = 2;
+
+impl DevState {
+    /// One pass over every doorbell word, BlueFlame half and the receive inbox; returns the work
+    /// items done (0 = idle).
+    pub(crate) fn poll(&mut self) -> usize {
+        if self.removed {
+            return 0;
+        }
+        let mut work = 0;
+        for i in 0..self.uars.len() {
+            work += self.poll_uar(i);
+        }
+        for slot in 0..self.qps.len() {
+            if matches!(self.qps.get(slot), Some(Qp::Sq(_))) {
+                work += self.poll_sq_slot(slot);
+            }
+        }
+        work += self.poll_rx();
+        if work > 0 {
+            self.wire.flush();
+        }
+        self.publish();
+        work
+    }
+
+    pub(crate) fn bar(&self) -> &Bar {
+        &self.pages.bar
+    }
+
+    /// Make the counters readable from device memory; nothing to do when none changed.
+    pub(crate) fn publish(&mut self) {
+        if self.counters != self.published {
+            self.pages.bar.publish(&self.counters);
+            self.published = self.counters.clone();
+        }
+    }
+
+    /// One send queue's share of a poll (a runner's call): the doorbells of its UAR page
+    /// (which may name other queues of the page), then its own work; 0 if `qpn` is no SQ (any
+    /// more).
+    pub(crate) fn poll_sq(&mut self, qpn: u32) -> usize {
+        if self.removed {
+            return 0;
+        }
+        let slot = qp_slot(qpn);
+        let uar = match self.qps.get(slot) {
+            Some(Qp::Sq(sq)) if sq.qpn == qpn => sq.uar,
+            _ => return 0,
+        };
+        let mut work = match self.uars.iter().position(|a| a.page.index == uar) {
+            Some(i) => self.poll_uar(i),
+            None => 0,
+        };
+        work += self.poll_sq_slot(slot);
+        if work > 0 {
+            self.wire.flush();
+        }
+        self.publish();
+        work
+    }
+
+    /// The receive side's share of a poll (a runner's call).
+    pub(crate) fn run_rx(&mut self) -> usize {
+        if self.removed {
+            return 0;
+        }
+        let work = self.poll_rx();
+        if work > 0 {
+            self.wire.flush();
+        }
+        self.publish();
+        work
+    }
+
+    /// What a runner of SQ `qpn` watches (see `Sq::watch`).
+    pub(crate) fn sq_watch(&self, qpn: u32) -> Result<SqWatch, HcaError> {
+        match self.qps.get(qp_slot(qpn)) {
+            Some(Qp::Sq(sq)) if sq.qpn == qpn => {
+                let a = self
+                    .uars
+                    .iter()
+                    .find(|a| a.page.index == sq.uar)
+                    .expect("an SQ's UAR page is polled");
+                Ok(sq.watch(a.page.db.clone()))
+            }
+            _ => Err(HcaError::NotFound("SQ", qpn)),
+        }
+    }
+
+    /// The doorbells of the `i`th UAR page in use: a send doorbell is taken with a swap (read
+    /// first, so the driver's cache line is not stolen while none is there) and routed by the
+    /// QPN it names to that queue, whichever page it landed on (doc/prm.md 3.2: the device routes
+    /// by QPN).
+    fn poll_uar(&mut self, i: usize) -> usize {
+        self.poll_cq_db(i) + self.poll_send_db(i)
+    }
+
+    /// A CQ arm doorbell on the `i`th UAR page in use: the 64-bit BE store of
+    /// `(sn << 28 | cmd | cqn) << 32 | ci` (doc/prm.md 5.3), taken whole with a swap.
+    fn poll_cq_db(&mut self, i: usize) -> usize {
+        let db = &self.uars[i].page.cq_db;
+        let Some(q) = db.load_bytes8(0) else {
+            return 0;
+        };
+        if q == [0; 8] || !db.clear_bytes8_if(0, q) {
+            return 0;
+        }
+        let v = u64::from_be_bytes(q);
+        let (hi, ci) = ((v >> 32) as u32, v as u32);
+        let cmd = hi >> 24 & 0x3;
+        let cqn = hi & 0x00ff_ffff;
+        self.counters.cq_arms += 1;
+        match self.cqs.get_mut(cq_slot(cqn)) {
+            Some(cq) if cq.cqn == cqn && (cmd == ARM_SOLICITED || cmd == ARM_NEXT) => {
+                if cq.arm(cmd == ARM_SOLICITED, ci) {
+                    self.counters.cq_events += 1;
+                }
+            }
+            _ => self.counters.cq_arms_bad += 1,
+        }
+        1
+    }
+
+    /// The send doorbell word of the `i`th UAR page in use.
+    fn poll_send_db(&mut self, i: usize) -> usize {
+        let db = &self.uars[i].page.db;
+        if db.load_be32(0).unwrap_or(0) == 0 {
+            return 0;
+        }
+        let v = db.take_be32(0).unwrap_or(0);
+        self.counters.doorbells += 1;
+        if self.faults.doorbell.tick() {
+            // An injected fault: the write never reached the device.
+            self.counters.inj_doorbells_dropped += 1;
+            return 1;
+        }
+        let qpn = mlx4_prm::doorbell_qpn(v.to_be_bytes());
+        match self.qps.get_mut(qp_slot(qpn)) {
+            Some(Qp::Sq(sq)) if sq.qpn == qpn => {
+                sq.doorbell(false, &mut self.counters);
+            }
+            _ => {
+                self.counters.doorbells_bad_qpn += 1;
+                return 1;
+            }
+        }
+        // On a shared page this doorbell may have overwritten another queue's.
+        let a = &self.uars[i];
+        if a.sqs.len() > 1 {
+            for k in 0..a.sqs.len() {
+                let other = self.uars[i].sqs[k];
+                if other == qpn {
+                    continue;
+                }
+                if let Some(Qp::Sq(sq)) = self.qps.get_mut(qp_slot(other)) {
+                    sq.doorbell(true, &mut self.counters);
+                }
+            }
+        }
+        1
+    }
+
+    fn poll_sq_slot(&mut self, slot: usize) -> usize {
+        let Some(Qp::Sq(mut sq)) = self.qps.take(slot) else {
+            unreachable!("the caller checked the slot")
+        };
+        let before = (self.counters.tx_frames, self.counters.tx_drops_wire);
+        let work = match self.cqs.get_mut(cq_slot(sq.cqn)) {
+            Some(cq) => sq.poll(&mut TxCtx {
+                wc: self.wc,
+                pro: self.caps.tunnel_offloads,
+                max_wqe_size: self.caps.max_wqe_size as usize,
+                mrs: &self.mrs,
+                cq,
+                wire: &mut self.wire,
+                port: &self.port,
+                counters: &mut self.counters,
+                scratch: &mut self.scratch,
+                faults: &mut self.faults,
+            }),
+            None => 0,
+        };
+        self.qps.put_back(slot, Qp::Sq(sq));
+        if self.faults.cfg.link_flap_every != 0 {
+            let sent = self.counters.tx_frames - before.0;
+            let lost = self.counters.tx_drops_wire - before.1;
+            self.flap(sent, lost);
+        }
+        work
+    }
+
+    /// Injected link flaps: down after `link_flap_every` frames sent, up again after
+    /// `link_flap_frames` more were sent into the dead link.
+    fn flap(&mut self, sent: u64, lost: u64) {
+        let f = &mut self.faults;
+        if !f.flapped {
+            if sent < f.flap_left {
+                f.flap_left -= sent;
+                return;
+            }
+            f.flapped = true;
+            f.flap_left = u64::from(f.cfg.link_flap_frames.max(1));
+            self.counters.inj_link_downs += 1;
+            self.link(false);
+        } else {
+            if lost < f.flap_left {
+                f.flap_left -= lost;
+                return;
+            }
+            f.flapped = false;
+            f.flap_left = u64::from(f.cfg.link_flap_every);
+            self.link(true);
+        }
+    }
+
+    /// Faults to inject from now on (their schedules start over); a link an injected flap took
+    /// down comes back up.
+    pub(crate) fn set_faults(&mut self, faults: Faults) {
+        if self.faults.flapped {
+            self.link(true);
+        }
+        self.faults = FaultState::new(faults);
+    }
+
+    pub(crate) fn faults(&self) -> Faults {
+        self.faults.cfg
+    }
+
+    fn poll_rx(&mut self) -> usize {
+        let mut work = self.wire.poll_rx(&self.port, RX_BUDGET);
+        if let Some(ring) = self.wire.cable().map(|c| c.rx.clone()) {
+            if ring.pending() != 0 {
+                work += ring.consume(RX_BUDGET, |frame| self.receive(frame) == Rx::Done);
+            }
+            self.fold_wire_drops();
+        }
+        if !self.port.has_pending() {
+            return work;
+        }
+        let port = self.port.clone();
+        work += port
+            .inbox
+            .consume(RX_BUDGET, |frame| self.receive(frame) == Rx::Done);
+        work
+    }
+
+    /// Frames the far end of a cable sent that this end's ring refused: this port's drops.
+    pub(crate) fn fold_wire_drops(&mut self) {
+        if let Some(c) = self.wire.cable() {
+            self.counters.rx_drops_wire += c.new_rx_drops();
+        }
+    }
+
+    /// Plug the port into `wire`; a cable end takes the port's link state.
+    pub(crate) fn set_wire(&mut self, wire: WirePort) {
+        self.fold_wire_drops();
+        self.wire = wire;
+        let up = self.port.up();
+        if let Some(c) = self.wire.cable() {
+            c.rx.set_up(up);
+        }
+        self.counters.rx_drops_wire += self.wire.set_port_up(up);
+        // Best effort: a TAP interface the kernel will not give this MTU keeps its own.
+        let _ = self.wire.set_mtu(self.rx.mtu);
+        self.check_link();
+    }
+
+    /// The link now: the port up (not set down, no injected flap, not removed) and a carrier
+    /// on its wire. A change from what was last reported is an event; so is finding the wire
+    /// gone for good (removal).
+    pub(crate) fn check_link(&mut self) -> bool {
+        let (carrier, gone) = self.wire.carrier();
+        if gone && !self.removed {
+            self.remove();
+            return false;
+        }
+        let up = self.port.up() && carrier && !self.removed;
+        if up != self.link_reported {
+            self.link_reported = up;
+            self.events.push(if up {
+                PortEvent::LinkUp
+            } else {
+                PortEvent::LinkDown
+            });
+        }
+        up
+    }
+
+    /// The adapter goes away: the link goes down, nothing is executed or received any more,
+    /// and the driver hears of it (`Removed`).
+    pub(crate) fn remove(&mut self) {
+        if self.removed {
+            return;
+        }
+        self.removed = true;
+        // Down (reporting it) before the removal itself.
+        self.link(false);
+        self.events.push(PortEvent::Removed);
+    }
+
+    pub(crate) fn removed(&self) -> bool {
+        self.removed
+    }
+
+    /// The port goes down or up (explicitly, ending an injected flap).
+    pub(crate) fn set_port_up(&mut self, up: bool) {
+        self.link(up);
+        if self.faults.flapped {
+            self.faults.flapped = false;
+            self.faults.flap_left = u64::from(self.faults.cfg.link_flap_every);
+        }
+        self.publish();
+    }
+
+    /// Take frames or refuse them, in the receive buffer and on a cable's incoming ring; going
+    /// down, what they held is lost, and counted.
+    pub(super) fn link(&mut self, up: bool) {
+        let up = up && !self.removed;
+        self.port.inbox.set_up(up);
+        if !up {
+            self.counters.rx_drops_wire += self.port.inbox.clear();
+        }
+        if let Some(c) = self.wire.cable() {
+            c.rx.set_up(up);
+            if !up {
+                self.counters.rx_drops_wire += c.rx.clear();
+            }
+        }
+        self.counters.rx_drops_wire += self.wire.set_port_up(up);
+        self.check_link();
+    }
+
+    pub(crate) fn wire_name(&self) -> String {
+        self.wire.describe()
+    }
+
+    /// Offer one frame to the port: flow rules, else the filters and the default RSS; the
+    /// MTU; then its RQ.
+    pub(super) fn receive(&mut self, frame: &[u8]) -> Rx {
+        let verdict = if self.flows.is_empty() {
+            None
+        } else {
+            self.flows.lookup(&net::frame_fields(frame), frame.len())
+        };
+        let (qpn, hash) = match verdict {
+            Some(Verdict::Drop) => {
+                self.counters.rx_drops_flow += 1;
+                return Rx::Done;
+            }
+            Some(v) => {
+                if !self.rx.mtu_passes(frame, &mut self.counters) {
+                    return Rx::Done;
+                }
+                match v {
+                    Verdict::Queue(q) => (Some(q), self.rx.hash(frame)),
+                    Verdict::Rss(slot) => match self.flows.ctx(slot) {
+                        Some(c) => {
+                            let h = net::rss_hash(frame, &c.toeplitz, c.ctx.fields);
+                            let rqs = &c.ctx.rqs;
+                            (rqs.get(h as usize % rqs.len().max(1)).copied(), h)
+                        }
+                        None => (None, 0),
+                    },
+                    Verdict::Drop => unreachable!("handled above"),
+                }
+            }
+            None => {
+                if !self.rx.filters_pass(frame, &mut self.counters)
+                    || !self.rx.mtu_passes(frame, &mut self.counters)
+                {
+                    return Rx::Done;
+                }
+                let hash = self.rx.hash(frame);
+                (self.rx.steer(hash, &self.rqs), hash)
+            }
+        };
+        let Some(qpn) = qpn else {
+            self.counters.rx_drops_no_wqe += 1;
+            return Rx::Done;
+        };
+        let slot = qp_slot(qpn);
+        let rq = match self.qps.get_mut(slot) {
+            Some(Qp::Rq(rq)) => rq,
+            // A steering entry whose RQ was destroyed: nowhere to put the frame.
+            _ => {
+                self.counters.rx_drops_no_wqe += 1;
+                return Rx::Done;
+            }
+        };
+        match self.cqs.get_mut(cq_slot(rq.cqn)) {
+            Some(cq) => rq.receive(
+                frame,
+                hash,
+                &self.mrs,
+                cq,
+                &mut self.counters,
+                &mut self.faults.rx_error,
+            ),
+            None => {
+                self.counters.rx_drops_no_wqe += 1;
+                Rx::Done
+            }
+        }
+    }
+}
