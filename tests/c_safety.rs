@@ -4,7 +4,8 @@
 //! Every bad mbuf must be refused and counted (`oerrors`, `tx_bad_mbufs`), its buffers freed
 //! once, and the good frames around it must reach the wire byte for byte; nothing may abort or
 //! hang (a run that does shows here as a kill after the limit, without a PASS line). And
-//! bursts on a stopped queue (issue 26, item 8), which must take and touch nothing.
+//! bursts on a stopped queue (issue 26, item 8), which must take and touch nothing, and a queue
+//! stopped and started with DPDK's heap full, which must come back on its own rings.
 
 mod common;
 
@@ -182,4 +183,17 @@ fn bursts_on_a_stopped_queue_take_and_touch_nothing() {
         r.text
     );
     assert_eq!(r.sent.len(), 2, "two frames printed:\n{}", r.text);
+}
+
+#[test]
+fn a_queue_restarts_on_its_own_rings() {
+    // With DPDK's heap full, a queue start that made new device queues fails; one that
+    // brings the same rings back sends.
+    let r = run_case("restart");
+    assert_eq!(r.sent.len(), 4, "four frames printed:\n{}", r.text);
+    assert_eq!(
+        r.wire, r.sent,
+        "the wire holds the frame before the stops and one after each start, in order:\n{}",
+        r.text
+    );
 }

@@ -315,6 +315,11 @@ impl<B: RxBuf> RxQueue<B> {
         self.qpn
     }
 
+    /// What the device handed over for the receive ring (ring, doorbell record, QPN).
+    pub fn rq_desc(&self) -> &crate::hw::RqDesc {
+        self.rq.desc()
+    }
+
     /// The CQ and its consumer counter: where an arm for the next completion points.
     pub fn cq_arm_point(&self) -> (&crate::hw::CqDesc, u32) {
         (self.cq.desc(), self.cq.ci())
@@ -383,12 +388,47 @@ impl<B: RxBuf> RxQueue<B> {
         );
     }
 
-    /// Device stopped: start over with the same buffers on fresh device queues. If the device
-    /// cannot make new ones, the old ones stay.
+    /// Device or queue stopped: start over with the same buffers on the same device queues,
+    /// the RQ through reset to ready from WQE 0 and the completions it left skipped. Nothing
+    /// is allocated or freed, so the rings live from setup to release; the RQ keeps its
+    /// number. A device that cannot restart an RQ gets fresh queues instead; if it cannot
+    /// make new ones, the old ones stay.
     pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
+        // Until the ring is handed over again from WQE 0, the restarted RQ must find no WQE:
+        // the old producer count means nothing against its new consumer.
+        let posted = self.rq.db_rec().swap(0, Ordering::AcqRel);
+        match dev.restart_rq(self.qpn) {
+            Ok(()) => {}
+            Err(HwError::Unsupported(_)) => {
+                self.rq.db_rec().store(posted, Ordering::Release);
+                return self.recreate(dev);
+            }
+            Err(e) => {
+                self.rq.db_rec().store(posted, Ordering::Release);
+                return Err(e);
+            }
+        }
+        // Completions nobody polled: frames the device delivered that the restart drops. Their
+        // buffers stay in their slots. No more than one per posted WQE can wait, and the RQ
+        // finds no WQE now, so none comes after.
+        let mut stale = 0;
+        while stale < self.wqe_cnt && self.cq.next_view().is_some() {
+            stale += 1;
+        }
+        self.cq.update_ci();
+        self.stats.discarded += u64::from(stale);
+        self.rq_ci = 0;
+        self.error_seen = None;
+        // Buffers outside registered memory never made it into the ring; they fail again here.
+        self.post_all_entries();
+        self.post_all();
+        Ok(())
+    }
+
+    /// What [`RxQueue::reset`] does on a device that cannot restart an RQ: new device queues
+    /// (new rings) for the old.
+    fn recreate(&mut self, dev: &dyn Device) -> Result<(), HwError> {
         let (cq, rq) = create_hw(dev, self.wqe_cnt, &self.cfg)?;
-        // Completions nobody polled: frames the device delivered that the reset drops. No
-        // more than one per posted WQE can wait.
         self.stats.discarded += self.cq.ready(self.wqe_cnt as usize) as u64;
         self.qpn = rq.desc().qpn();
         let old_cq = std::mem::replace(&mut self.cq, cq);
@@ -396,7 +436,6 @@ impl<B: RxBuf> RxQueue<B> {
         destroy_hw(dev, old_cq, old_rq);
         self.rq_ci = 0;
         self.error_seen = None;
-        // Buffers outside registered memory never made it into the ring; they fail again here.
         self.post_all_entries();
         self.post_all();
         Ok(())

@@ -367,18 +367,15 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     assert!(q.failed());
     let st = q.stats();
     assert_eq!(st.error_cqes, 1, "{st:?}");
+    let ring = q.sq_desc().buf();
     assert!(q.recover(&r.dev));
     assert!(!q.failed());
     assert_eq!(
-        r.dev.sq_state(q.qpn()).unwrap(),
-        QueueState::Ready,
-        "a fresh queue replaced the failed one"
+        (q.qpn(), q.sq_desc().buf()),
+        (qpn, ring),
+        "the failed queue restarted in place, on its own ring"
     );
-    assert_eq!(
-        r.dev.sq_state(qpn).map_err(|_| ()),
-        Err(()),
-        "the failed queue is gone"
-    );
+    assert_eq!(r.dev.sq_state(qpn).unwrap(), QueueState::Ready);
     assert_eq!(r.hca.counters().error_cqes, 1);
     // Memory back: traffic flows on the new queue.
     // SAFETY: the arena outlives the device (it is returned to the rig below).
@@ -405,6 +402,84 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
         assert!(f.values().all(|&c| c == 1));
     });
     r.arena = arena;
+}
+
+#[test]
+fn a_restarted_queue_keeps_its_rings_and_sends_only_what_follows() {
+    // Queue stop and start: the same SQ, ring and CQ come back from slot 0. WQEs the device
+    // never reached before the stop, and completions nobody polled, belong to the run that
+    // ended: neither may show after the restart (a doorbell walks until the first slot the
+    // device does not own, so stale WQEs of pass 0 would go out again).
+    for path in [TxPath::Doorbell, TxPath::BlueFlame] {
+        FREED.with(|f| f.borrow_mut().clear());
+        let mut r = rig(true);
+        let mut q: TxQueue<Pkt> =
+            TxQueue::new(&r.dev, "tx_restart", 0, 64, config(path, 0), &[r.mr]).unwrap();
+        let mut rng = Rng(0x7e57);
+        let cases: Vec<Case> = (0..20)
+            .map(|_| Case {
+                bytes: (0..60 + rng.below(400) as usize)
+                    .map(|_| rng.next() as u8)
+                    .collect(),
+                cuts: vec![],
+                off: TxOffloads::default(),
+            })
+            .collect();
+        let mut segtab = Vec::new();
+        let mut arena = std::mem::take(&mut r.arena);
+        let pkts = build(&mut arena, &cases, &mut segtab, 0);
+        let sq = q.sq_desc();
+        let before = (q.qpn(), sq.buf(), sq.doorbell(), q.txbb_cnt());
+        // Sent, their completions left in the CQ.
+        assert_eq!(q.burst(&pkts[..10]), 10);
+        r.hca.step();
+        // Posted, and the queue stops before the device reaches them.
+        r.dev.set_sq_ready(before.0, false).unwrap();
+        assert_eq!(q.burst(&pkts[10..15]), 5);
+        r.hca.step();
+        assert_eq!(
+            r.wire.lock().unwrap().len(),
+            10,
+            "{path:?}: a stopped SQ sends nothing"
+        );
+        q.reset(&r.dev).unwrap();
+        let sq = q.sq_desc();
+        assert_eq!(
+            (q.qpn(), sq.buf(), sq.doorbell(), q.txbb_cnt()),
+            before,
+            "{path:?}: the same SQ and ring after the restart"
+        );
+        assert_eq!(r.dev.sq_state(before.0).unwrap(), QueueState::Ready);
+        assert_eq!((q.producer(), q.outstanding()), (0, 0));
+        FREED.with(|f| assert_eq!(f.borrow().len(), 15, "{path:?}: in flight, freed"));
+        assert_eq!(q.burst(&pkts[15..]), 5);
+        r.hca.step();
+        while q.outstanding() > 0 {
+            assert!(
+                q.drain(&r.dev, std::time::Duration::from_secs(5)),
+                "{path:?}: drained"
+            );
+        }
+        let wire = r.wire.lock().unwrap().clone();
+        let want: Vec<&Vec<u8>> = cases[..10]
+            .iter()
+            .chain(&cases[15..])
+            .map(|c| &c.bytes)
+            .collect();
+        assert_eq!(wire.len(), want.len(), "{path:?}: frames on the wire");
+        for (i, (got, want)) in wire.iter().zip(&want).enumerate() {
+            assert_eq!(got, *want, "{path:?}: frame {i}");
+        }
+        let st = q.stats();
+        assert_eq!((st.errors, st.error_cqes), (0, 0), "{path:?}: {st:?}");
+        q.destroy(&r.dev);
+        FREED.with(|f| {
+            let f = f.borrow();
+            assert_eq!(f.len(), 20, "{path:?}: every packet freed");
+            assert!(f.values().all(|&c| c == 1), "{path:?}: each once");
+        });
+        r.arena = arena;
+    }
 }
 
 #[test]

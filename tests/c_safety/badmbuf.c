@@ -12,7 +12,8 @@
  *
  * The "stopped" case bursts on a stopped TX queue (and polls a stopped RX queue): the bursts
  * must take nothing and touch nothing (the counters and the pool stay as they were), and the
- * queue, started again, sends.
+ * queue, started again, sends. The "restart" case stops and starts the queues with DPDK's
+ * heap exhausted: a start must bring the same rings back, allocating nothing, and send.
  *
  * Prints "badmbuf: PASS <case> ..." or "badmbuf: FAIL <case>: why"; exit code 0 or 1. A case
  * that makes the driver abort or hang shows as no PASS line (the test kills a hung run).
@@ -29,6 +30,7 @@
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_ip.h>
+#include <rte_malloc.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 #include <rte_tcp.h>
@@ -264,6 +266,71 @@ static int stopped_case(uint16_t port, struct rte_mempool *pool)
 	return 0;
 }
 
+/* Takes every byte of DPDK's heap it can get (at most `cap` blocks, halving the size on each
+ * refusal down to 64 bytes); returns how many blocks it holds in `held`. */
+static unsigned int fill_heap(void **held, unsigned int cap)
+{
+	unsigned int n = 0;
+
+	for (size_t size = 64u << 20; size >= 64 && n < cap;) {
+		void *p = rte_malloc("badmbuf_fill", size, 0);
+
+		if (p == NULL)
+			size /= 2;
+		else
+			held[n++] = p;
+	}
+	return n;
+}
+
+#define FILL_CAP 4096
+
+/* Queue stop and start with DPDK's heap exhausted: a start that brings the same rings back
+ * needs no memory, one that makes new device queues fails. Three cycles, a frame sent after
+ * each start. */
+static int restart_case(uint16_t port, struct rte_mempool *pool)
+{
+	static void *held[FILL_CAP];
+	struct rte_eth_stats st;
+	struct rte_mbuf *m = good(pool, 1);
+
+	if (rte_eth_tx_burst(port, 0, &m, 1) != 1)
+		return fail("the first frame was not taken");
+	if (!wait_opackets(port, 1, &st))
+		return fail("the first frame was not sent");
+	unsigned int n = fill_heap(held, FILL_CAP);
+	if (n == FILL_CAP || rte_malloc("badmbuf_probe", 64, 0) != NULL)
+		return fail("DPDK's heap could not be filled");
+	int bad = 0;
+	for (int cycle = 0; cycle < 3 && !bad; cycle++) {
+		if (rte_eth_dev_tx_queue_stop(port, 0) != 0 || rte_eth_dev_rx_queue_stop(port, 0) != 0) {
+			bad = fail("queue stop");
+		} else if (rte_eth_dev_tx_queue_start(port, 0) != 0) {
+			bad = fail("TX queue start with no memory to spare: it allocated");
+		} else if (rte_eth_dev_rx_queue_start(port, 0) != 0) {
+			bad = fail("RX queue start with no memory to spare: it allocated");
+		} else {
+			m = good(pool, (uint8_t)(2 + cycle));
+			if (rte_eth_tx_burst(port, 0, &m, 1) != 1)
+				bad = fail("the restarted queue took nothing");
+			else if (!wait_opackets(port, (uint64_t)cycle + 2, &st))
+				bad = fail("the restarted queue did not send");
+		}
+	}
+	for (unsigned int i = 0; i < n; i++)
+		rte_free(held[i]);
+	if (bad)
+		return bad;
+	printf("badmbuf: PASS restart: 3 stop/start cycles with the heap full (%u blocks held); opackets %" PRIu64
+	       ", oerrors %" PRIu64 "\n",
+	       n, st.opackets, st.oerrors);
+	if (rte_eth_dev_stop(port) != 0)
+		return fail("stop");
+	rte_eth_dev_close(port);
+	rte_eal_cleanup();
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int n = rte_eal_init(argc, argv);
@@ -304,6 +371,8 @@ int main(int argc, char **argv)
 		return rss_case(port);
 	if (strcmp(cname, "stopped") == 0)
 		return stopped_case(port, pool);
+	if (strcmp(cname, "restart") == 0)
+		return restart_case(port, pool);
 
 	/* rx queue's buffers are out of the pool: the baseline. */
 	unsigned int base = rte_mempool_in_use_count(pool);

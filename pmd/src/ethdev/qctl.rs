@@ -4,9 +4,9 @@
 //! A stopped queue's bursts answer 0 without touching it, so an application still polling it
 //! reaches neither its rings nor its buffers. Its device queue is in reset: an RQ in reset
 //! takes no frame (the device drops its share of the traffic and counts it), an SQ in reset
-//! executes nothing. Starting a queue gives it a fresh device queue, as a port start does:
-//! what a stopped RX queue held is gone, and what a TX queue had not sent when it stopped is
-//! freed.
+//! executes nothing. Starting a queue brings the same device queue back through reset to
+//! ready, on the same rings, as a port start does: what a stopped RX queue held is gone, and
+//! what a TX queue had not sent when it stopped is freed.
 
 use std::ffi::c_int;
 use std::time::Duration;

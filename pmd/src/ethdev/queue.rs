@@ -352,8 +352,10 @@ fn recover_rxq(s: &RxSlot, q: &mut RxQ) {
     }
 }
 
-/// Recreates a TX queue an error completion stopped, with this process's handle to its
-/// port's device. The lcore that owns the queue runs this, between bursts.
+/// Restarts a TX queue an error completion stopped, with this process's handle to its
+/// port's device (on its own rings; a device without send queue states gives a new SQ, whose
+/// number the slot and the lcore learn). The lcore that owns the queue runs this, between
+/// bursts.
 #[cold]
 fn recover_txq(s: &TxSlot, q: &mut TxQ) {
     if let Some(p) = handles(s.port_id) {

@@ -72,7 +72,7 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     /// An error CQE: the device moved the SQ to the error state. Count and log once per queue;
-    /// the queue takes nothing more until [`TxQueue::recover`] recreates it, and counts then
+    /// the queue takes nothing more until [`TxQueue::recover`] restarts it, and counts then
     /// what was lost with it.
     #[cold]
     #[inline(never)]
@@ -84,7 +84,7 @@ impl<B: TxBuf> TxQueue<B> {
             self.comp.error_logged = true;
             pmd_log!(
                 ERR,
-                "{}: TX queue {}: error CQE syndrome {syndrome:#04x} vendor {vendor_err:#04x} at WQE {wqe_index}; recreating the queue",
+                "{}: TX queue {}: error CQE syndrome {syndrome:#04x} vendor {vendor_err:#04x} at WQE {wqe_index}; restarting the queue",
                 self.name,
                 self.qid
             );
@@ -97,8 +97,8 @@ impl<B: TxBuf> TxQueue<B> {
         self.comp.detour & FAILED != 0
     }
 
-    /// Drops what was in flight on a failed queue and recreates it on the device. Returns
-    /// whether the queue works again.
+    /// Drops what was in flight on a failed queue and restarts it on the device
+    /// ([`TxQueue::reset`]). Returns whether the queue works again.
     pub fn recover(&mut self, dev: &dyn Device) -> bool {
         match self.reset(dev) {
             Ok(()) => true,
@@ -114,20 +114,62 @@ impl<B: TxBuf> TxQueue<B> {
         }
     }
 
-    /// Frees every outstanding buffer and gives the device a fresh queue. Used after an error
-    /// and when the port stops (the device no longer executes anything then). If the device
-    /// cannot make a new queue, the old one stays, and so does its state.
+    /// Frees every outstanding buffer and brings the same device queue back from slot 0: the
+    /// SQ through reset to ready, its ring stamped whole again, the completions of the run
+    /// that ended skipped. Nothing is allocated or freed but the buffers, so the rings live
+    /// from setup to release. Used after an error, at queue start and when the port stops
+    /// (the device no longer executes anything then). A device that cannot move a send queue
+    /// through reset gets a fresh queue instead; if it cannot make one, the old one stays,
+    /// and so does its state.
     pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
+        match dev.set_sq_ready(self.hw.qpn, false) {
+            Ok(()) => {}
+            Err(HwError::Unsupported(_)) => return self.recreate(dev),
+            Err(e) => return Err(e),
+        }
+        // The SQ executes nothing now, so nothing more completes into its CQ.
+        self.count_lost();
+        // Each CQE names a WQE of the run that ended: against the new run's marks it would
+        // match the wrong one. At most a CQ's worth can wait.
+        let mut stale = 0;
+        while stale < self.hw.cq.cqe_cnt() && self.hw.cq.poll().is_some() {
+            stale += 1;
+        }
+        self.hw.cq.update_ci();
+        // A doorbell walks until the first slot the device does not own: old WQEs of the
+        // same parity would run again. Stamped as pass 1's, every slot is invalid for pass 0,
+        // as at creation.
+        let cnt = self.txbb_cnt();
+        self.hw.sq.stamp(cnt, cnt.wrapping_mul(2));
+        self.restart_counters();
+        dev.set_sq_ready(self.hw.qpn, true)
+    }
+
+    /// What [`TxQueue::reset`] does on a device without send queue states: a new device queue
+    /// (new rings) for the old.
+    fn recreate(&mut self, dev: &dyn Device) -> Result<(), HwError> {
         let fresh = create_hw(dev, self.txbb_cnt(), self.marks.len() as u32, &self.cfg)?;
+        // Read from the old ring before it goes.
+        self.count_lost();
+        destroy_hw(dev, std::mem::replace(&mut self.hw, fresh));
+        self.restart_counters();
+        Ok(())
+    }
+
+    /// On a failed queue: counts what the device will never send (read from the ring).
+    fn count_lost(&mut self) {
         if self.failed() {
-            // Read from the old ring before it goes.
             let lost = self.count_flushed();
             let r = &mut self.recovery;
             r.flushed += lost;
             r.queue_resets += 1;
             self.prod.errors += lost;
         }
-        destroy_hw(dev, std::mem::replace(&mut self.hw, fresh));
+    }
+
+    /// Frees what was in flight and starts the counters over at slot 0, where the device
+    /// starts.
+    fn restart_counters(&mut self) {
         self.free_elts(self.elts.head());
         debug_assert!(self.elts.is_empty());
         (self.prod.prod, self.prod.marks_head, self.prod.since_comp) = (0, 0, 0);
@@ -135,8 +177,8 @@ impl<B: TxBuf> TxQueue<B> {
         (self.prod.bell, self.prod.unrung) = (0, 0);
         (self.comp.cons, self.comp.marks_tail) = (0, 0);
         self.comp.detour &= !FAILED;
-        self.recovery.nop_at = None;
-        Ok(())
+        let r = &mut self.recovery;
+        (r.nop_at, r.kick_cons, r.stalled_looks) = (None, 0, 0);
     }
 
     /// Packets in the WQEs from the failed one up to the producer: what the device of a queue
@@ -264,7 +306,7 @@ impl<B: TxBuf> TxQueue<B> {
             }
             self.complete();
             if self.failed() {
-                // Nothing more will execute; the queue is recreated when the port stops.
+                // Nothing more will execute; the queue restarts when the port stops.
                 return false;
             }
             if self.comp.cons == self.prod.prod {

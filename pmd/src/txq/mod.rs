@@ -226,7 +226,7 @@ struct Completion {
     detour: u8,
 }
 
-/// An error CQE arrived: the device queue is dead until the control path recreates it
+/// An error CQE arrived: the device queue is dead until the control path restarts it
 /// ([`TxQueue::recover`]; never in the middle of a burst, with a WQE still unpublished).
 const FAILED: u8 = 1;
 /// Doorbell avoidance is on ([`DbAvoid`]): the bursts take the posters that decide it.
@@ -608,7 +608,7 @@ impl<B: TxBuf> TxQueue<B> {
     fn burst_detour(&mut self, pkts: &[B]) -> usize {
         self.complete();
         if self.failed() {
-            // The control path recreates the queue (`recover`), with the device in hand.
+            // The control path restarts the queue (`recover`), with the device in hand.
             return 0;
         }
         // `room()` spelled out: one subtraction whose flags say full.
