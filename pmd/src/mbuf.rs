@@ -286,9 +286,28 @@ impl TxBuf for Mbuf {
     }
 }
 
-/// The mempool an RX queue refills from.
+/// The mempool an RX queue refills from. Only `unsafe` code can name one, since safe code
+/// allocates from it ([`RxBuf::alloc_bulk`]):
+///
+/// ```compile_fail
+/// let _ = mlx4rs::mbuf::Pool(std::ptr::null_mut());
+/// ```
 #[derive(Clone, Copy, Debug)]
-pub struct Pool(pub *mut sys::rte_mempool);
+pub struct Pool(*mut sys::rte_mempool);
+
+impl Pool {
+    /// # Safety
+    /// `mp` must point to a pktmbuf pool (made by `rte_pktmbuf_pool_create` or with its
+    /// layout) that stays valid until every queue refilling from it and every mbuf allocated
+    /// from it are gone.
+    pub unsafe fn from_raw(mp: *mut sys::rte_mempool) -> Pool {
+        Pool(mp)
+    }
+
+    pub fn as_ptr(self) -> *mut sys::rte_mempool {
+        self.0
+    }
+}
 
 // SAFETY: a mempool is multi-thread safe by DPDK's contract; the queue uses it from one lcore.
 unsafe impl Send for Pool {}

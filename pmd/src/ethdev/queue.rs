@@ -86,9 +86,13 @@ fn rx_setup(
 ) -> Result<(), Error> {
     e.primary_only()?;
     use sys::bits::*;
-    let (conf, pool) = (given(conf.get())?, Pool(given(mp.get())?));
+    // SAFETY: ethdev checked that the pool is a pktmbuf pool; the application keeps it until
+    // the queue is released (DPDK's contract for rx_queue_setup).
+    let (conf, pool) = (given(conf.get())?, unsafe {
+        Pool::from_raw(given(mp.get())?)
+    });
     // SAFETY: ethdev checked that the pool is a pktmbuf pool.
-    let room = unsafe { sys::mlx4rs_pktmbuf_data_room_size(pool.0) }
+    let room = unsafe { sys::mlx4rs_pktmbuf_data_room_size(pool.as_ptr()) }
         .saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16)
         .max(1);
     let offloads = conf.offloads | e.conf.rx_offloads;
@@ -126,7 +130,7 @@ fn rx_setup(
     if qid == 0 {
         e.dev.rq_batch(e.conf.nb_rx_queues);
     }
-    super::mr::register_pools(e, Some(pool.0))?;
+    super::mr::register_pools(e, Some(pool.as_ptr()))?;
     let q = RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice())
         .map_err(|err| with_queue("RX", qid, err))?;
     let fixed = RxFixed {
@@ -175,7 +179,7 @@ pub(super) fn close_queues(e: &mut EthMut<'_>) {
 
 fn rxq_info(e: &Eth<'_>, qid: u16, info: CMut<'_, sys::rte_eth_rxq_info>) {
     if let (Some(s), Some(info)) = (e.rxq(qid), info.get()) {
-        info.mp = s.x.pool.0;
+        info.mp = s.x.pool.as_ptr();
         info.nb_desc = s.x.nb_desc;
         info.scattered_rx = u8::from(s.x.scattered);
         info.conf.offloads = e.conf.rx_offloads;
