@@ -46,7 +46,8 @@ fn tx_setup(
         .map_err(|err| with_queue("TX", qid, err))?;
     q.set_db_avoid(p.tx_db_avoid.then(crate::txq::DbAvoid::default_bound));
     if let Some(l) = e.lcore {
-        l.set_sq(qid, Some(q.qpn()));
+        // SAFETY: queue setup: no lcore polls the queue (DPDK's rule for tx_queue_setup).
+        unsafe { l.set_sq(qid, Some(q.qpn())) };
     }
     let sq = q.sq_desc();
     // Device pages in DPDK memory are at the same address in every process.
@@ -69,7 +70,8 @@ fn tx_release(e: &mut EthMut<'_>, qid: u16) {
         return;
     }
     if let Some(l) = e.lcore {
-        l.set_sq(qid, None);
+        // SAFETY: queue release: no lcore polls the queue (DPDK's rule for queue release).
+        unsafe { l.set_sq(qid, None) };
     }
     if let Some(s) = e.take::<TxQ, TxFixed>(true, qid) {
         s.into_queue().destroy(e.dev);
@@ -364,7 +366,8 @@ fn recover_txq(s: &TxSlot, q: &mut TxQ) {
         if q.recover(p.dev.as_ref()) {
             s.set_qpn(q.qpn());
             if let Some(l) = &p.lcore {
-                l.set_sq(q.qid, Some(q.qpn()));
+                // SAFETY: the queue's own lcore, between its bursts: no after_tx on it runs.
+                unsafe { l.set_sq(q.qid, Some(q.qpn())) };
             }
         }
     }
