@@ -93,7 +93,9 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
     let frame: &'static [u8] = frame.leak();
     let dev = Soft::new(hca.clone(), MemSource::Heap);
     let mr = dev
-        .reg_mr(mlx4rs::mem::DmaRange::of_static(frame))
+        // SAFETY: a leaked Vec, mapped and writable for the process's life; only this TX
+        // queue uses the region, and a send queue reads.
+        .reg_mr(unsafe { frame_range(frame) })
         .map_err(|e| e.to_string())?;
     let pkts: Vec<Pkt> = frame.chunks(usize::from(c.size)).map(Pkt).collect();
     let cfg = TxConfig {
@@ -161,4 +163,14 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
     q.destroy(&dev);
     hca.stop();
     Ok(())
+}
+
+/// The region of frames that only send queues use (the device reads them, never writes).
+///
+/// # Safety
+/// `frame` is never freed, and no receive queue is handed buffers inside it.
+pub unsafe fn frame_range(frame: &'static [u8]) -> mlx4rs::mem::DmaRange {
+    let start = frame.as_ptr() as usize;
+    // SAFETY: the caller's contract: memory for the process's life that the device only reads.
+    unsafe { mlx4rs::mem::DmaRange::new(start, start + frame.len()) }
 }
