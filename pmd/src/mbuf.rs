@@ -2,8 +2,9 @@
 //! live in [`crate::buf`] (re-exported here), so that the queues need nothing from this module.
 //!
 //! An [`Mbuf`] can only be made by `unsafe` code that vouches for it (the ethdev glue, from the
-//! arrays DPDK passes to the burst functions), and only `unsafe` code can free one, so every
-//! `Mbuf` safe code holds points to a live mbuf. The per-packet work is plain field reads on
+//! arrays DPDK passes to the burst functions), and only `unsafe` code can free one or hand it
+//! to a TX queue, which frees it later ([`crate::txq::TxQueue::burst`]), so every `Mbuf` safe
+//! code holds points to a live mbuf. The per-packet work is plain field reads on
 //! the bindgen struct; freeing and allocating are one C call per batch.
 
 use std::mem::MaybeUninit;
@@ -19,6 +20,16 @@ use crate::wqe::TxOffloads;
 
 /// A pointer to an mbuf handed to `tx_burst` or allocated for RX. `repr(transparent)`, so a
 /// burst's `struct rte_mbuf **` array is a `&[Mbuf]`.
+///
+/// `Copy`, as the pointer in DPDK's arrays is: what keeps one mbuf from being freed twice is
+/// that the calls that take ownership are `unsafe`, sending two copies among them:
+///
+/// ```compile_fail
+/// use mlx4rs::{mbuf::Mbuf, txq::TxQueue};
+/// fn send_twice(q: &mut TxQueue<Mbuf>, m: Mbuf) -> usize {
+///     q.burst(&[m, m])
+/// }
+/// ```
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug)]
 pub struct Mbuf(*mut sys::rte_mbuf);

@@ -272,7 +272,10 @@ fn tx_plain(s: &TxSlot, q: &mut TxQ, pkts: &[Mbuf]) -> u16 {
         q.kick();
         0
     } else {
-        q.burst(pkts) as u16
+        // SAFETY: `pkts` is the array the application passed to `rte_eth_tx_burst` (only the
+        // burst trampolines call this): DPDK's contract hands each mbuf over once, and the
+        // taken ones are the driver's.
+        unsafe { q.burst(pkts) as u16 }
     };
     if q.failed() {
         recover_txq(s, q);
