@@ -7,7 +7,7 @@
 //!
 //! Layout:
 //! - the data path: [`txq`] and [`wqe`] (TX), [`rxq`] (RX), [`ring`] (views of the rings a device
-//!   hands over), [`mmio`] (doorbell and BlueFlame stores), [`mbuf`] (mbufs as buffers), [`mem`]
+//!   hands over), [`mmio`] (doorbell and BlueFlame stores), [`mbuf`] (mbufs as buffers), [`buf`] (the slots queues keep buffers in), [`mem`]
 //!   (memory for the device and shared arrays);
 //! - the hardware boundary: [`hw`], the control trait, and its backends ([`hw::soft`], the
 //!   software HCA; [`hw::verbs`], a ConnectX-3 through rdma-core);
@@ -17,6 +17,8 @@
 //!   functions too (buffers, memory, logging), but take no callbacks.
 #![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
+pub mod buf;
 pub mod devargs;
 #[allow(unsafe_code)]
 pub mod hw;

@@ -1,9 +1,10 @@
-//! Packet buffers: `rte_mbuf` as the TX and RX paths see it, and the slots queues keep buffers
-//! in between handing them to the device and getting them back.
+//! Packet buffers: `rte_mbuf` as the TX and RX paths see it. The slots queues keep buffers in
+//! live in [`crate::buf`] (re-exported here), so that the queues need nothing from this module.
 //!
 //! An [`Mbuf`] can only be made by `unsafe` code that vouches for it (the ethdev glue, from the
-//! arrays DPDK passes to the burst functions), and only `unsafe` code can free one, so every
-//! `Mbuf` safe code holds points to a live mbuf. The per-packet work is plain field reads on
+//! arrays DPDK passes to the burst functions), and only `unsafe` code can free one or hand it
+//! to a TX queue, which frees it later ([`crate::txq::TxQueue::burst`]), so every `Mbuf` safe
+//! code holds points to a live mbuf. The per-packet work is plain field reads on
 //! the bindgen struct; freeing and allocating are one C call per batch.
 
 use std::mem::MaybeUninit;
@@ -11,13 +12,24 @@ use std::ptr;
 
 use dpdk_sys::{self as sys, bits};
 
-use crate::mem::{DmaArray, MemSource};
+pub use crate::buf::{BufBatch, BufRing, Pusher};
+pub use crate::rxq::{alloc_dma, alloc_into};
 use crate::rxq::{RxBuf, RxMeta};
 use crate::txq::TxBuf;
 use crate::wqe::TxOffloads;
 
 /// A pointer to an mbuf handed to `tx_burst` or allocated for RX. `repr(transparent)`, so a
 /// burst's `struct rte_mbuf **` array is a `&[Mbuf]`.
+///
+/// `Copy`, as the pointer in DPDK's arrays is: what keeps one mbuf from being freed twice is
+/// that the calls that take ownership are `unsafe`, sending two copies among them:
+///
+/// ```compile_fail
+/// use mlx4rs::{mbuf::Mbuf, txq::TxQueue};
+/// fn send_twice(q: &mut TxQueue<Mbuf>, m: Mbuf) -> usize {
+///     q.burst(&[m, m])
+/// }
+/// ```
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug)]
 pub struct Mbuf(*mut sys::rte_mbuf);
@@ -285,9 +297,28 @@ impl TxBuf for Mbuf {
     }
 }
 
-/// The mempool an RX queue refills from.
+/// The mempool an RX queue refills from. Only `unsafe` code can name one, since safe code
+/// allocates from it ([`RxBuf::alloc_bulk`]):
+///
+/// ```compile_fail
+/// let _ = mlx4rs::mbuf::Pool(std::ptr::null_mut());
+/// ```
 #[derive(Clone, Copy, Debug)]
-pub struct Pool(pub *mut sys::rte_mempool);
+pub struct Pool(*mut sys::rte_mempool);
+
+impl Pool {
+    /// # Safety
+    /// `mp` must point to a pktmbuf pool (made by `rte_pktmbuf_pool_create` or with its
+    /// layout) that stays valid until every queue refilling from it and every mbuf allocated
+    /// from it are gone.
+    pub unsafe fn from_raw(mp: *mut sys::rte_mempool) -> Pool {
+        Pool(mp)
+    }
+
+    pub fn as_ptr(self) -> *mut sys::rte_mempool {
+        self.0
+    }
+}
 
 // SAFETY: a mempool is multi-thread safe by DPDK's contract; the queue uses it from one lcore.
 unsafe impl Send for Pool {}
@@ -342,252 +373,5 @@ unsafe impl RxBuf for Mbuf {
             m.packet_type = meta.packet_type;
             m.hash.rss = meta.rss_hash;
         }
-    }
-}
-
-/// `n` fresh buffers from `pool`, or None if the pool cannot give them all.
-pub fn alloc_dma<B: RxBuf>(pool: B::Pool, n: usize, source: MemSource) -> Option<DmaArray<B>> {
-    let mut v: DmaArray<MaybeUninit<B>> = DmaArray::new(n, MaybeUninit::uninit(), source)?;
-    if !B::alloc_bulk(pool, &mut v) {
-        return None;
-    }
-    // SAFETY: alloc_bulk returned true, so every entry is initialised (RxBuf's contract).
-    Some(unsafe { v.assume_init() })
-}
-
-/// Fills `out` with fresh buffers from `pool` and returns them, or None (and `out` untouched
-/// as far as the caller can tell) if the pool cannot give them all.
-pub fn alloc_into<B: RxBuf>(pool: B::Pool, out: &mut [MaybeUninit<B>]) -> Option<&mut [B]> {
-    if !B::alloc_bulk(pool, out) {
-        return None;
-    }
-    // SAFETY: as in alloc_dma.
-    Some(unsafe { &mut *(out as *mut [MaybeUninit<B>] as *mut [B]) })
-}
-
-/// Buffers held until the device is done with them, in posting order: a ring of slots of
-/// which exactly `[tail, head)` (free-running counters) hold buffers.
-///
-/// Plain data in `source` memory, so that the queue holding it can live in memory several
-/// processes share.
-pub struct BufRing<B: Copy> {
-    slots: DmaArray<MaybeUninit<B>>,
-    head: u32,
-    tail: u32,
-}
-
-impl<B: Copy> BufRing<B> {
-    /// A ring of `n` slots (a power of two) in `source` memory; None when that is exhausted.
-    pub fn new(n: u32, source: MemSource) -> Option<BufRing<B>> {
-        assert!(n.is_power_of_two());
-        Some(BufRing {
-            slots: DmaArray::new(n as usize, MaybeUninit::uninit(), source)?,
-            head: 0,
-            tail: 0,
-        })
-    }
-
-    pub fn capacity(&self) -> u32 {
-        self.slots.len() as u32
-    }
-
-    /// Buffers held.
-    #[inline(always)]
-    pub fn len(&self) -> u32 {
-        self.head.wrapping_sub(self.tail)
-    }
-
-    #[inline(always)]
-    pub fn is_empty(&self) -> bool {
-        self.head == self.tail
-    }
-
-    /// Counter the next buffer gets.
-    #[inline(always)]
-    pub fn head(&self) -> u32 {
-        self.head
-    }
-
-    /// Holds `b`; false (and `b` not held) when every slot is taken.
-    #[inline(always)]
-    pub fn push(&mut self, b: B) -> bool {
-        if self.len() as usize >= self.slots.len() {
-            return false;
-        }
-        let i = self.head as usize & (self.slots.len() - 1);
-        self.slots[i] = MaybeUninit::new(b);
-        self.head = self.head.wrapping_add(1);
-        true
-    }
-
-    /// A cursor that holds buffers from registers in a tight loop (written back when
-    /// dropped).
-    #[inline(always)]
-    pub fn pusher(&mut self) -> Pusher<'_, B> {
-        let cap = self.slots.len() as u32;
-        Pusher {
-            slots: self.slots.as_mut_ptr(),
-            mask: cap - 1,
-            head: self.head,
-            end: self.tail.wrapping_add(cap),
-            ring: self,
-        }
-    }
-
-    /// Gives up the buffers before counter `end` (at most everything held): up to two runs,
-    /// in order, to release in bulk.
-    pub fn take_until(&mut self, end: u32) -> (&[B], &[B]) {
-        let n = end.wrapping_sub(self.tail).min(self.len()) as usize;
-        let size = self.slots.len();
-        let first = self.tail as usize & (size - 1);
-        let run = n.min(size - first);
-        self.tail = self.tail.wrapping_add(n as u32);
-        let (a, b) = (&self.slots[first..first + run], &self.slots[..n - run]);
-        // SAFETY: the slots of [old tail, old tail + n) lie inside [tail, head), which pushes
-        // initialised; `MaybeUninit<B>` has `B`'s layout.
-        unsafe { (assume_init(a), assume_init(b)) }
-    }
-
-    /// Gives up everything held.
-    pub fn take_all(&mut self) -> (&[B], &[B]) {
-        self.take_until(self.head)
-    }
-}
-
-/// See [`BufRing::pusher`].
-pub struct Pusher<'r, B: Copy> {
-    slots: *mut MaybeUninit<B>,
-    mask: u32,
-    head: u32,
-    /// The counter `head` may not reach: every slot taken.
-    end: u32,
-    ring: &'r mut BufRing<B>,
-}
-
-impl<B: Copy> Pusher<'_, B> {
-    /// As [`BufRing::push`].
-    #[inline(always)]
-    pub fn push(&mut self, b: B) -> bool {
-        if self.head == self.end {
-            return false;
-        }
-        // SAFETY: `head & mask` < capacity: a slot of the ring the pusher borrows, free
-        // (between head and tail + capacity); writing a MaybeUninit needs nothing more.
-        unsafe {
-            self.slots
-                .add((self.head & self.mask) as usize)
-                .write(MaybeUninit::new(b))
-        };
-        self.head = self.head.wrapping_add(1);
-        true
-    }
-
-    /// Whether every slot is taken.
-    #[inline(always)]
-    pub fn is_full(&self) -> bool {
-        self.head == self.end
-    }
-}
-
-impl<B: Copy> Drop for Pusher<'_, B> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        self.ring.head = self.head;
-    }
-}
-
-/// # Safety
-/// Every entry of `s` must be initialised.
-unsafe fn assume_init<B>(s: &[MaybeUninit<B>]) -> &[B] {
-    // SAFETY: the caller's contract; same layout.
-    unsafe { &*(s as *const [MaybeUninit<B>] as *const [B]) }
-}
-
-/// Up to `N` buffers gathered for one bulk release.
-pub struct BufBatch<B: Copy, const N: usize> {
-    slots: [MaybeUninit<B>; N],
-    len: usize,
-}
-
-impl<B: Copy, const N: usize> Default for BufBatch<B, N> {
-    fn default() -> Self {
-        BufBatch {
-            slots: [MaybeUninit::uninit(); N],
-            len: 0,
-        }
-    }
-}
-
-impl<B: Copy, const N: usize> BufBatch<B, N> {
-    /// Adds `b`; false (and `b` not added) when full.
-    #[inline(always)]
-    pub fn push(&mut self, b: B) -> bool {
-        if self.len == N {
-            return false;
-        }
-        self.slots[self.len] = MaybeUninit::new(b);
-        self.len += 1;
-        true
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The buffers gathered, and the batch emptied.
-    pub fn take(&mut self) -> &[B] {
-        let n = std::mem::take(&mut self.len);
-        // SAFETY: the first `n` slots were initialised by push.
-        unsafe { assume_init(&self.slots[..n]) }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buf_ring_hands_back_what_it_holds_in_order() {
-        let mut r: BufRing<u32> = BufRing::new(4, MemSource::Heap).unwrap();
-        assert!(r.is_empty());
-        for i in 0..4 {
-            assert!(r.push(i));
-        }
-        assert!(!r.push(9), "full");
-        assert_eq!(r.take_until(2), (&[0, 1][..], &[][..]));
-        assert!(r.push(4) && r.push(5));
-        assert_eq!(r.len(), 4);
-        // Wraps: two runs.
-        assert_eq!(r.take_until(r.head()), (&[2, 3][..], &[4, 5][..]));
-        assert_eq!(r.take_all(), (&[][..], &[][..]));
-        // Never past what it holds.
-        assert!(r.push(6));
-        assert_eq!(r.take_until(r.head().wrapping_add(10)), (&[6][..], &[][..]));
-        // The pusher fills the same slots and stops at the same place.
-        {
-            let mut p = r.pusher();
-            for i in 0..4 {
-                assert!(p.push(10 + i));
-            }
-            assert!(p.is_full() && !p.push(99));
-        }
-        assert_eq!(r.len(), 4);
-        let (a, b) = r.take_all();
-        assert_eq!([a, b].concat(), [10, 11, 12, 13]);
-    }
-
-    #[test]
-    fn buf_batch_fills_and_empties() {
-        let mut b: BufBatch<u8, 3> = BufBatch::default();
-        assert!(b.push(1) && b.push(2) && b.push(3));
-        assert!(!b.push(4));
-        assert_eq!(b.take(), &[1, 2, 3]);
-        assert!(b.is_empty());
-        assert!(b.push(7));
-        assert_eq!(b.take(), &[7]);
     }
 }

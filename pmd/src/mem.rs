@@ -379,14 +379,24 @@ pub struct DmaRange {
 impl DmaRange {
     /// # Safety
     /// `[start, end)` must stay mapped, readable and writable, until every device it is
-    /// registered with is closed (DPDK memseg lists, for instance, live as long as EAL).
+    /// registered with is closed (DPDK memseg lists, for instance, live as long as EAL); and
+    /// while the device may write some of it (a receive buffer posted), no Rust reference to
+    /// those bytes may be in use.
     pub unsafe fn new(start: usize, end: usize) -> DmaRange {
         assert!(start <= end);
         DmaRange { start, end }
     }
 
-    /// The range of a slice that is never freed.
-    pub fn of_static(mem: &'static [u8]) -> DmaRange {
+    /// The range of a slice that is never freed, and that the device alone may now write:
+    /// taking it `mut` keeps read-only memory (a literal, a `static`) out, which a receive
+    /// queue's scatter entries ([`crate::ring::RqRing::entry_mut`]) could otherwise point the
+    /// device's writes into.
+    ///
+    /// ```compile_fail
+    /// static FRAME: [u8; 64] = [0; 64];
+    /// let _ = mlx4rs::mem::DmaRange::of_static(&FRAME);
+    /// ```
+    pub fn of_static(mem: &'static mut [u8]) -> DmaRange {
         let start = mem.as_ptr() as usize;
         DmaRange {
             start,

@@ -12,7 +12,6 @@ use std::sync::atomic::Ordering;
 use mlx4_prm::{cqe_opcode, rx_status, Cqe, DataSeg};
 
 use crate::hw::{Device, HwError, QueueState};
-use crate::mbuf::{alloc_dma, alloc_into};
 use crate::mem::{DmaArray, Lkeys, MemSource, Mr};
 use crate::pmd_log;
 use crate::ring::{CqRing, RqRing};
@@ -193,6 +192,28 @@ pub unsafe trait RxBuf: Copy {
     fn set_segment(&mut self, len: u32, next: Option<Self>);
     /// This (first) buffer starts a frame of `pkt_len` bytes in `nb_segs` buffers.
     fn set_packet(&mut self, pkt_len: u32, nb_segs: u16, port: u16, meta: &RxMeta);
+}
+
+/// `n` fresh buffers from `pool`, or None if the pool cannot give them all.
+#[allow(unsafe_code)]
+pub fn alloc_dma<B: RxBuf>(pool: B::Pool, n: usize, source: MemSource) -> Option<DmaArray<B>> {
+    let mut v: DmaArray<MaybeUninit<B>> = DmaArray::new(n, MaybeUninit::uninit(), source)?;
+    if !B::alloc_bulk(pool, &mut v) {
+        return None;
+    }
+    // SAFETY: alloc_bulk returned true, so every entry is initialised (RxBuf's contract).
+    Some(unsafe { v.assume_init() })
+}
+
+/// Fills `out` with fresh buffers from `pool` and returns them, or None (and `out` untouched
+/// as far as the caller can tell) if the pool cannot give them all.
+#[allow(unsafe_code)]
+pub fn alloc_into<B: RxBuf>(pool: B::Pool, out: &mut [MaybeUninit<B>]) -> Option<&mut [B]> {
+    if !B::alloc_bulk(pool, out) {
+        return None;
+    }
+    // SAFETY: as in alloc_dma.
+    Some(unsafe { &mut *(out as *mut [MaybeUninit<B>] as *mut [B]) })
 }
 
 /// Receive-queue settings fixed at setup.

@@ -79,7 +79,8 @@ fn run_random_with(
         let step = if rng.below(6) == 0 { 1 } else { n };
         while done < n {
             let end = (done + step).min(n);
-            let taken = q.burst(&pkts[done..end]);
+            // SAFETY: test buffers; their release only records it.
+            let taken = unsafe { q.burst(&pkts[done..end]) };
             if taken > 0 {
                 bursts += 1;
                 let c = &cases[done];
@@ -349,21 +350,29 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     let mut segtab = Vec::new();
     let mut arena = std::mem::take(&mut r.arena);
     let pkts = build(&mut arena, &cases, &mut segtab, 0);
-    assert_eq!(q.burst(&pkts[..1]), 1);
+    // SAFETY: test buffers; their release only records it.
+    assert_eq!(unsafe { q.burst(&pkts[..1]) }, 1);
     r.hca.step();
     // The device forgets the memory the queue still believes registered: the next gather WQE
     // points at memory it may not touch.
     r.hca.dereg_mr(r.mr.lkey).unwrap();
     let qpn = q.qpn();
-    assert_eq!(q.burst(&pkts[1..2]), 1);
+    // SAFETY: test buffers; their release only records it.
+    assert_eq!(unsafe { q.burst(&pkts[1..2]) }, 1);
     r.hca.step();
     assert_eq!(r.dev.sq_state(qpn).unwrap(), QueueState::Error);
     // A call with nothing to send leaves at once, before even looking at completions.
-    assert_eq!(q.burst(&[]), 0);
+    // SAFETY: test buffers; their release only records it.
+    assert_eq!(unsafe { q.burst(&[]) }, 0);
     assert_eq!(q.stats().error_cqes, 0);
     // The next burst sees the error CQE and takes nothing; recovery (the control path's job,
     // with the device in hand) gives it a fresh queue.
-    assert_eq!(q.burst(&pkts[2..3]), 0, "a failed queue takes nothing");
+    assert_eq!(
+        // SAFETY: test buffers; their release only records it.
+        unsafe { q.burst(&pkts[2..3]) },
+        0,
+        "a failed queue takes nothing"
+    );
     assert!(q.failed());
     let st = q.stats();
     assert_eq!(st.error_cqes, 1, "{st:?}");
@@ -389,7 +398,8 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     q.destroy(&r.dev);
     let mut q: TxQueue<Pkt> =
         TxQueue::new(&r.dev, "tx_err", 0, 64, config(TxPath::Doorbell, 0), &[mr]).unwrap();
-    assert_eq!(q.burst(&pkts[2..3]), 1);
+    // SAFETY: test buffers; their release only records it.
+    assert_eq!(unsafe { q.burst(&pkts[2..3]) }, 1);
     r.hca.step();
     let wire = r.wire.lock().unwrap().clone();
     assert_eq!(wire.first(), Some(&cases[0].bytes));
@@ -500,7 +510,8 @@ fn unregistered_memory_is_dropped_not_posted() {
         len: 300,
         off: TxOffloads::default(),
     };
-    assert_eq!(q.burst(&[p]), 1, "taken: it can never be sent");
+    // SAFETY: test buffers; their release only records it.
+    assert_eq!(unsafe { q.burst(&[p]) }, 1, "taken: it can never be sent");
     let st = q.stats();
     assert_eq!((st.errors, st.packets, st.doorbells), (1, 0, 0));
     FREED.with(|f| assert_eq!(f.borrow().get(&1), Some(&1)));
@@ -529,7 +540,8 @@ fn send_all(
     let mut done = 0;
     while done < pkts.len() {
         let end = (done + burst).min(pkts.len());
-        let taken = q.burst(&pkts[done..end]);
+        // SAFETY: test buffers; their release only records it.
+        let taken = unsafe { q.burst(&pkts[done..end]) };
         done += taken;
         r.hca.step();
         q.complete();
@@ -771,7 +783,8 @@ fn ring_full_from_every_position(path: TxPath, fill: usize) {
                     ..*p
                 })
                 .collect();
-            let taken = q.burst(&pkts);
+            // SAFETY: test buffers; their release only records it.
+            let taken = unsafe { q.burst(&pkts) };
             for c in &template[..taken] {
                 expected.push(c.bytes.clone());
             }
@@ -787,7 +800,8 @@ fn ring_full_from_every_position(path: TxPath, fill: usize) {
         // Full: a further call takes nothing and says so.
         let one = [Pkt { id, ..base[0] }];
         id += 1;
-        assert_eq!(q.burst(&one), 0, "a full ring takes nothing");
+        // SAFETY: test buffers; their release only records it.
+        assert_eq!(unsafe { q.burst(&one) }, 0, "a full ring takes nothing");
         FREED.with(|f| *f.borrow_mut().entry(one[0].id).or_insert(0) += 1);
         assert_eq!(q.stats().ring_full, full_before + 2);
         r.hca.step();

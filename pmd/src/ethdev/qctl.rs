@@ -61,7 +61,9 @@ fn tx_start(e: &mut EthMut<'_>, qid: u16) -> Result<(), Error> {
     q.reset(dev)?;
     s.set_qpn(q.qpn());
     if let Some(l) = lcore {
-        l.set_sq(qid, Some(q.qpn()));
+        // SAFETY: the queue is stopped, and no lcore polls a stopped queue (DPDK's rule for
+        // queue start).
+        unsafe { l.set_sq(qid, Some(q.qpn())) };
     }
     e.set_queue_state(true, qid, true);
     Ok(())
@@ -111,7 +113,9 @@ pub(super) fn reset_all(e: &mut EthMut<'_>) {
         }
         s.set_qpn(q.qpn());
         if let Some(l) = lcore {
-            l.set_sq(i, Some(q.qpn()));
+            // SAFETY: port stop: no lcore polls a stopped port's queues (DPDK's rule for
+            // dev_stop).
+            unsafe { l.set_sq(i, Some(q.qpn())) };
         }
     }
     dev.rq_batch(e.conf.nb_rx_queues);

@@ -46,7 +46,8 @@ fn tx_setup(
         .map_err(|err| with_queue("TX", qid, err))?;
     q.set_db_avoid(p.tx_db_avoid.then(crate::txq::DbAvoid::default_bound));
     if let Some(l) = e.lcore {
-        l.set_sq(qid, Some(q.qpn()));
+        // SAFETY: queue setup: no lcore polls the queue (DPDK's rule for tx_queue_setup).
+        unsafe { l.set_sq(qid, Some(q.qpn())) };
     }
     let sq = q.sq_desc();
     // Device pages in DPDK memory are at the same address in every process.
@@ -69,7 +70,8 @@ fn tx_release(e: &mut EthMut<'_>, qid: u16) {
         return;
     }
     if let Some(l) = e.lcore {
-        l.set_sq(qid, None);
+        // SAFETY: queue release: no lcore polls the queue (DPDK's rule for queue release).
+        unsafe { l.set_sq(qid, None) };
     }
     if let Some(s) = e.take::<TxQ, TxFixed>(true, qid) {
         s.into_queue().destroy(e.dev);
@@ -86,9 +88,13 @@ fn rx_setup(
 ) -> Result<(), Error> {
     e.primary_only()?;
     use sys::bits::*;
-    let (conf, pool) = (given(conf.get())?, Pool(given(mp.get())?));
+    // SAFETY: ethdev checked that the pool is a pktmbuf pool; the application keeps it until
+    // the queue is released (DPDK's contract for rx_queue_setup).
+    let (conf, pool) = (given(conf.get())?, unsafe {
+        Pool::from_raw(given(mp.get())?)
+    });
     // SAFETY: ethdev checked that the pool is a pktmbuf pool.
-    let room = unsafe { sys::mlx4rs_pktmbuf_data_room_size(pool.0) }
+    let room = unsafe { sys::mlx4rs_pktmbuf_data_room_size(pool.as_ptr()) }
         .saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16)
         .max(1);
     let offloads = conf.offloads | e.conf.rx_offloads;
@@ -126,7 +132,7 @@ fn rx_setup(
     if qid == 0 {
         e.dev.rq_batch(e.conf.nb_rx_queues);
     }
-    super::mr::register_pools(e, Some(pool.0))?;
+    super::mr::register_pools(e, Some(pool.as_ptr()))?;
     let q = RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice())
         .map_err(|err| with_queue("RX", qid, err))?;
     let fixed = RxFixed {
@@ -175,7 +181,7 @@ pub(super) fn close_queues(e: &mut EthMut<'_>) {
 
 fn rxq_info(e: &Eth<'_>, qid: u16, info: CMut<'_, sys::rte_eth_rxq_info>) {
     if let (Some(s), Some(info)) = (e.rxq(qid), info.get()) {
-        info.mp = s.x.pool.0;
+        info.mp = s.x.pool.as_ptr();
         info.nb_desc = s.x.nb_desc;
         info.scattered_rx = u8::from(s.x.scattered);
         info.conf.offloads = e.conf.rx_offloads;
@@ -266,7 +272,10 @@ fn tx_plain(s: &TxSlot, q: &mut TxQ, pkts: &[Mbuf]) -> u16 {
         q.kick();
         0
     } else {
-        q.burst(pkts) as u16
+        // SAFETY: `pkts` is the array the application passed to `rte_eth_tx_burst` (only the
+        // burst trampolines call this): DPDK's contract hands each mbuf over once, and the
+        // taken ones are the driver's.
+        unsafe { q.burst(pkts) as u16 }
     };
     if q.failed() {
         recover_txq(s, q);
@@ -362,7 +371,8 @@ fn recover_txq(s: &TxSlot, q: &mut TxQ) {
         if q.recover(p.dev.as_ref()) {
             s.set_qpn(q.qpn());
             if let Some(l) = &p.lcore {
-                l.set_sq(q.qid, Some(q.qpn()));
+                // SAFETY: the queue's own lcore, between its bursts: no after_tx on it runs.
+                unsafe { l.set_sq(q.qid, Some(q.qpn())) };
             }
         }
     }

@@ -770,6 +770,11 @@ impl Drop for Soft {
 /// after `tx_burst` posted and [`Lcore::before_rx`] before `rx_burst` polls. The queue code
 /// never does: it only stores to memory and device pages, as on a card. The model's runners
 /// cost a few loads and no lock when there is nothing to do.
+///
+/// `Sync` (from its fields) because every polling lcore of the process calls `after_tx` and
+/// `before_rx` on the one `Lcore` of its port at the same time: the runners are `Sync` (the
+/// model's queues take their own locks), and the table of SQ runners is atomic pointers, which
+/// only [`Lcore::set_sq`] replaces and frees, under its contract.
 pub struct Lcore {
     hca: Hca,
     rx: RxRunner,
@@ -799,9 +804,21 @@ impl Lcore {
         self.rx.run();
     }
 
-    /// TX queue `qid` now runs on the SQ `qpn` (None: the queue is gone). Call it only while no
-    /// burst of this process runs on the queue (see [`Lcore::after_tx`]).
-    pub fn set_sq(&self, qid: u16, qpn: Option<u32>) {
+    /// TX queue `qid` now runs on the SQ `qpn` (None: the queue is gone). The runner it
+    /// replaces is freed here, while another lcore may be in [`Lcore::after_tx`] with it, so
+    /// the caller vouches that none is.
+    ///
+    /// # Safety
+    /// No call of `after_tx(qid)` may run, in any thread, while this runs (DPDK's rule that a
+    /// queue is set up, released, started and stopped while no lcore polls it, and that
+    /// recovery runs in the queue's own lcore between its bursts).
+    ///
+    /// ```compile_fail
+    /// fn swap_under_a_burst(l: &mlx4rs::hw::soft::Lcore) {
+    ///     l.set_sq(0, None);
+    /// }
+    /// ```
+    pub unsafe fn set_sq(&self, qid: u16, qpn: Option<u32>) {
         let new = qpn
             .and_then(|q| self.hca.sq_runner(q).ok())
             .map_or(std::ptr::null_mut(), |r| Box::into_raw(Box::new(r)));
@@ -816,7 +833,8 @@ impl Lcore {
 impl Drop for Lcore {
     fn drop(&mut self) {
         for qid in 0..self.sqs.len() {
-            self.set_sq(qid as u16, None);
+            // SAFETY: `&mut self`: no other thread holds the Lcore, so none is in after_tx.
+            unsafe { self.set_sq(qid as u16, None) };
         }
     }
 }

@@ -54,8 +54,8 @@ use std::sync::atomic::AtomicU32;
 
 use mlx4_prm::{cqe_opcode, opcode, owner_opcode, SQ_HEADROOM_BYTES, TXBB_SHIFT};
 
+use crate::buf::{BufBatch, BufRing};
 use crate::hw::{Device, HwError};
-use crate::mbuf::{BufBatch, BufRing};
 use crate::mem::{DmaArray, FixedStr, Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell};
 use crate::pmd_log;
@@ -584,9 +584,23 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     /// Posts as many of `pkts` as fit; returns how many were taken. Taken packets belong to
-    /// the queue (sent, or dropped and counted in `errors` if they can never be sent).
+    /// the queue (sent, or dropped and counted in `errors` if they can never be sent), which
+    /// releases them ([`TxBuf::free_bulk`]) once the device is done.
+    ///
+    /// # Safety
+    /// The caller owns every buffer in `pkts` and each appears there once (for an mbuf:
+    /// DPDK's contract for `tx_burst`); those taken (the first `n`, `n` returned) are the
+    /// queue's from then on, and the caller neither uses nor releases them again. A buffer
+    /// is `Copy`, so the queue cannot tell a second copy from the first.
     #[inline(always)]
-    pub fn burst(&mut self, pkts: &[B]) -> usize {
+    #[allow(unsafe_code)]
+    pub unsafe fn burst(&mut self, pkts: &[B]) -> usize {
+        self.post_burst(pkts)
+    }
+
+    /// [`TxQueue::burst`], under its contract.
+    #[inline(always)]
+    fn post_burst(&mut self, pkts: &[B]) -> usize {
         if pkts.is_empty() {
             return 0;
         }

@@ -84,7 +84,7 @@ impl<B: TxBuf> TxQueue<B> {
         if t.last && taken < pkts.len() {
             // A WQE that had to be the last went out with its doorbell: the rest continue
             // as a burst of their own.
-            return taken + self.burst(&pkts[taken..]);
+            return taken + self.post_burst(&pkts[taken..]);
         }
         if taken == 0 {
             // Too little room for the first packet: as for a full ring (see `full`).
