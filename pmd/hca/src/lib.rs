@@ -165,7 +165,6 @@ pub use types::{
 };
 pub use wire::{FrameSink, Wire};
 
-
 /// The frame parser's entry points for the coverage-guided fuzz targets (`fuzz/`, outside the
 /// workspace); not an API.
 #[doc(hidden)]
