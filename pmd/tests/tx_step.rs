@@ -441,11 +441,13 @@ fn a_restarted_queue_keeps_its_rings_and_sends_only_what_follows() {
         let sq = q.sq_desc();
         let before = (q.qpn(), sq.buf(), sq.doorbell(), q.txbb_cnt());
         // Sent, their completions left in the CQ.
-        assert_eq!(q.burst(&pkts[..10]), 10);
+        // SAFETY: test buffers; their release only records it.
+        assert_eq!(unsafe { q.burst(&pkts[..10]) }, 10);
         r.hca.step();
         // Posted, and the queue stops before the device reaches them.
         r.dev.set_sq_ready(before.0, false).unwrap();
-        assert_eq!(q.burst(&pkts[10..15]), 5);
+        // SAFETY: test buffers; their release only records it.
+        assert_eq!(unsafe { q.burst(&pkts[10..15]) }, 5);
         r.hca.step();
         assert_eq!(
             r.wire.lock().unwrap().len(),
@@ -462,7 +464,8 @@ fn a_restarted_queue_keeps_its_rings_and_sends_only_what_follows() {
         assert_eq!(r.dev.sq_state(before.0).unwrap(), QueueState::Ready);
         assert_eq!((q.producer(), q.outstanding()), (0, 0));
         FREED.with(|f| assert_eq!(f.borrow().len(), 15, "{path:?}: in flight, freed"));
-        assert_eq!(q.burst(&pkts[15..]), 5);
+        // SAFETY: test buffers; their release only records it.
+        assert_eq!(unsafe { q.burst(&pkts[15..]) }, 5);
         r.hca.step();
         while q.outstanding() > 0 {
             assert!(
