@@ -12,6 +12,9 @@ local out = assert(io.open(assert(os.getenv("PG_OUT"), "PG_OUT unset"), "w"))
 local mode = os.getenv("PG_MODE") or "tx"
 local secs = tonumber(os.getenv("PG_SECS") or "5")
 local rounds = tonumber(os.getenv("PG_ROUNDS") or "3")
+-- Pktgen's burst (packets per tx_burst call, and per rx_burst call on a port that sends);
+-- unset, Pktgen's own.
+local burst = tonumber(os.getenv("PG_BURST") or "")
 -- A command to which `stats P ...` or `xstats P` is appended: a telemetry client of this
 -- Pktgen process (see pktgen.sh).
 local telemetry = assert(os.getenv("PG_TELEMETRY"), "PG_TELEMETRY unset")
@@ -169,6 +172,9 @@ local function main()
   pktgen.screen("off")
   -- Let the links come up before the first rate is set (Pktgen paces by link speed).
   pktgen.delay(1000)
+  if burst then
+    pktgen.set("all", "burst", burst)
+  end
   local sizes = {}
   for s in (os.getenv("PG_SIZES") or "64"):gmatch("%d+") do
     sizes[#sizes + 1] = tonumber(s)
@@ -207,7 +213,7 @@ local function main()
     -- frames per call (its receive count on a port it also sends from is that port's burst).
     pktgen.set(1, "burst", 16)
     trial("slow_rx", { 0 }, { 0, 1 }, string.format("size=%d rate=max rx_burst=16", size))
-    pktgen.set(1, "burst", 64)
+    pktgen.set(1, "burst", burst or 64)
     xstats(0, "slow_rx")
     xstats(1, "slow_rx")
     -- A rate both receivers keep up with: start from the rate the slower receiver took

@@ -29,6 +29,8 @@ usage: PKTGEN=/path/to/pktgen bash scripts/pktgen.sh [options]
   --rounds N      turns of ours and net_null per point (default 3)
   --sizes "A B"   frame sizes in bytes with CRC, as Pktgen counts them (default "64 128 512 1518")
   --parts "P ..." what to run, of tx, cable, profile (default "tx cable")
+  --burst N       Pktgen's burst on every port (`set all burst N`; default: Pktgen's own, 64)
+  --devargs "K=V,..." devargs added to each of our ports (e.g. "tx_db_avoid=1,device_loop=port")
   --plugin-dir D  use the librte_net_mlx4rs.so in D instead of building a release one (tests)
   --check         only check PKTGEN and exit
 PKTGEN must be a Pktgen-DPDK binary built with Lua support against the installed DPDK.
@@ -47,6 +49,8 @@ sizes="64 128 512 1518"
 parts="tx cable"
 plugin_dir=""
 check_only=0
+burst=""
+devargs=""
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=${2:?--out needs a directory}; shift 2 ;;
@@ -54,6 +58,8 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --sizes) sizes=${2:?--sizes needs sizes}; shift 2 ;;
     --parts) parts=${2:?--parts needs parts}; shift 2 ;;
+    --burst) burst=${2:?--burst needs a number}; shift 2 ;;
+    --devargs) devargs=${2:?--devargs needs devargs}; shift 2 ;;
     --plugin-dir) plugin_dir=${2:?--plugin-dir needs a directory}; shift 2 ;;
     --check) check_only=1; shift ;;
     --pktgen) PKTGEN=${2:?}; shift 2 ;; # how a re-run under sudo keeps PKTGEN
@@ -71,6 +77,16 @@ for p in $parts; do
   case $p in tx | cable | profile) ;; *) die "--parts takes tx, cable and profile, not '$p'" ;; esac
 done
 [ -n "$parts" ] || die "--parts takes tx, cable and profile"
+[ -z "$burst" ] || [[ $burst =~ ^[1-9][0-9]*$ ]] && [ "${burst:-1}" -le 256 ] ||
+  die "--burst takes a number of packets from 1 to 256, not '$burst'"
+[[ -z $devargs || $devargs =~ ^[A-Za-z_]+=[^,[:space:]]+(,[A-Za-z_]+=[^,[:space:]]+)*$ ]] ||
+  die "--devargs takes key=value pairs separated by commas, not '$devargs'"
+# Our port's vdev with the devargs of the run and those of --devargs.
+ours() {
+  local v=$1
+  [ -z "$devargs" ] || v+=",$devargs"
+  echo "$v"
+}
 has_part() { [[ " $parts " == *" $1 "* ]]; }
 
 # Is PKTGEN a Pktgen built with Lua against the DPDK installed here? Answered from the file
@@ -153,11 +169,11 @@ run_pktgen() {
   echo "== $name: load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   {
     echo "$name: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "$name: PG_MODE=$mode PG_SECS=$run_secs PG_ROUNDS=$run_rounds PG_SIZES=\"$run_sizes\"" \
+    echo "$name: PG_BURST=$burst PG_MODE=$mode PG_SECS=$run_secs PG_ROUNDS=$run_rounds PG_SIZES=\"$run_sizes\"" \
       "PG_PORTS=\"$run_ports\" LD_LIBRARY_PATH=$plugin_dir ${cmd[*]}"
   } >>"$runs"
   # Pktgen wants a terminal on stdin; `script` gives it one.
-  if ! PG_OUT="$out/$name.res" PG_MODE=$mode PG_SECS=$run_secs PG_ROUNDS=$run_rounds \
+  if ! PG_OUT="$out/$name.res" PG_BURST=$burst PG_MODE=$mode PG_SECS=$run_secs PG_ROUNDS=$run_rounds \
     PG_SIZES="$run_sizes" PG_PORTS="$run_ports" PG_TELEMETRY="python3 $top/scripts/pktgen_telemetry.py $prefix" \
     LD_LIBRARY_PATH="$plugin_dir" timeout "$limit" script -qfec "$(printf '%q ' "${cmd[@]}")" \
     /dev/null </dev/null >"$out/$name.log" 2>&1; then
@@ -172,12 +188,12 @@ run_pktgen() {
 }
 
 if has_part tx; then
-  run_pktgen tx-bf tx --vdev net_mlx4rs0 --vdev net_null0,no-rx=1
-  run_pktgen tx-doorbell tx --vdev net_mlx4rs0,bf=off --vdev net_null0,no-rx=1
+  run_pktgen tx-bf tx --vdev "$(ours net_mlx4rs0)" --vdev net_null0,no-rx=1
+  run_pktgen tx-doorbell tx --vdev "$(ours net_mlx4rs0,bf=off)" --vdev net_null0,no-rx=1
 fi
 if has_part cable; then
   RUN_SIZES=${sizes%% *} run_pktgen cable cable \
-    --vdev net_mlx4rs0,wire=peer:net_mlx4rs1 --vdev net_mlx4rs1,wire=peer:net_mlx4rs0
+    --vdev "$(ours net_mlx4rs0,wire=peer:net_mlx4rs1)" --vdev "$(ours net_mlx4rs1,wire=peer:net_mlx4rs0)"
 fi
 if has_part profile; then
   # Instructions in Pktgen's send function and everything it calls (the burst, the device the
@@ -188,7 +204,7 @@ if has_part profile; then
     wrap=(valgrind --tool=callgrind --fair-sched=yes --callgrind-out-file="$out/$name.callgrind"
       --toggle-collect=pktgen_send_pkts)
     RUN_SIZES=64 RUN_PORTS=$port RUN_SECS=20 RUN_ROUNDS=1 run_pktgen "$name" tx \
-      --vdev "$vdev" --vdev net_null0,no-rx=1
+      --vdev "$(ours "$vdev")" --vdev net_null0,no-rx=1
     callgrind_annotate --inclusive=yes "$out/$name.callgrind" >"$out/$name.annotate"
   done
   wrap=()
@@ -196,10 +212,11 @@ fi
 
 commit=$(git -C "$top" describe --always --dirty 2>/dev/null || echo unknown)
 python3 - "$out" "$pktgen_version" "$dpdk_version" "$secs" "$rounds" "$plugin_dir" "$commit" \
+  "$burst" "$devargs" \
   <<'PY' | tee "$out/report.md"
 import os, re, statistics, sys
 
-out, pktgen_version, dpdk_version, secs, rounds, plugin_dir, commit = sys.argv[1:8]
+out, pktgen_version, dpdk_version, secs, rounds, plugin_dir, commit, burst, devargs = sys.argv[1:10]
 
 
 def records(name):
@@ -247,7 +264,9 @@ print(f"{pktgen_version} built with Lua against the installed DPDK {dpdk_version
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print(f"{os.cpu_count()} CPUs ({cpu}); `pktgen -l 0-1 --no-huge -m 4096 --no-pci -- -m \"1.[0-1]\"`: "
       f"lcore 1 polls both ports, {secs} s per interval; the plugin {plugin_dir}/librte_net_mlx4rs.so "
-      f"(mlx4rs {commit}), default devargs but those named. Load average (1, 5, 15 min) around each "
+      f"(mlx4rs {commit}), default devargs but those named"
+      + (f" and `{devargs}` on each of our ports" if devargs else "")
+      + f"; Pktgen's burst {burst or 'its default (64)'}. Load average (1, 5, 15 min) around each "
       f"run:\n")
 for line in open(os.path.join(out, "runs.txt")):
     if "load average" in line:
@@ -291,8 +310,9 @@ if any(records(name) for _, name in tx_runs):
     open(os.path.join(out, "tx.csv"), "w").write("\n".join(csv) + "\n")
     print()
     print("Driver and device counters of port 0 over the whole run (per packet sent):\n")
-    print("| TX path | driver's decision | tx_path_bf | BF writes | doorbells | WQEs from BF copies | tx_ring_full |")
-    print("|---|---|---|---|---|---|---|")
+    print("| TX path | driver's decision | tx_path_bf | BF writes | doorbells | tx_doorbells_avoided "
+          "| WQEs from BF copies | tx_ring_full |")
+    print("|---|---|---|---|---|---|---|---|")
     for path, name in tx_runs:
         x = next((f for k, f in records(name) if k == "xstats"), None)
         if not x:
@@ -300,7 +320,8 @@ if any(records(name) for _, name in tx_runs):
         n = max(x.get("tx_good_packets", 0), 1)
         decision = "; ".join(log_lines(name, r"net_mlx4rs0: (TX path [^\n]*)")) or "?"
         print(f"| {path} | {decision} | {x.get('tx_path_bf')} | {x.get('tx_bf_writes', 0) / n:.4f} "
-              f"| {x.get('tx_doorbells', 0) / n:.4f} | {x.get('hca_wqe_from_bf', 0) / n:.4f} "
+              f"| {x.get('tx_doorbells', 0) / n:.4f} | {x.get('tx_doorbells_avoided', 0) / n:.4f} "
+              f"| {x.get('hca_wqe_from_bf', 0) / n:.4f} "
               f"| {x.get('tx_ring_full', 0) / n:.3f} |")
     print()
 
