@@ -23,31 +23,7 @@ fn badmbuf() -> &'static Path {
     static BIN: OnceLock<(ScratchDir, PathBuf)> = OnceLock::new();
     let (_, bin) = BIN.get_or_init(|| {
         let dir = ScratchDir::new("badmbuf-build");
-        let bin = dir.join("badmbuf");
-        let flags = Command::new("pkg-config")
-            .args(["--cflags", "--libs", "libdpdk"])
-            .output()
-            .expect("pkg-config not found: run scripts/setup.sh");
-        assert!(
-            flags.status.success(),
-            "pkg-config finds no libdpdk (DPDK 22.11 installed? run scripts/setup.sh): {}",
-            String::from_utf8_lossy(&flags.stderr)
-        );
-        let flags = String::from_utf8(flags.stdout).unwrap();
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c_safety/badmbuf.c");
-        let out = Command::new("cc")
-            .args(["-O1", "-Wall", "-Werror", "-o"])
-            .arg(&bin)
-            .arg(&src)
-            .args(flags.split_whitespace())
-            .output()
-            .expect("cc not found");
-        assert!(
-            out.status.success(),
-            "building {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let bin = common::build_c_program(&dir, "badmbuf", "c_safety/badmbuf.c");
         // A static is never dropped: the directory stays for the binary's whole run, and
         // goes at its exit (scratch_dir registered it).
         (dir, bin)

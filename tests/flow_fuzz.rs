@@ -23,31 +23,7 @@ fn flowfuzz() -> &'static Path {
     static BIN: OnceLock<(ScratchDir, PathBuf)> = OnceLock::new();
     let (_, bin) = BIN.get_or_init(|| {
         let dir = ScratchDir::new("flowfuzz-build");
-        let bin = dir.join("flowfuzz");
-        let flags = Command::new("pkg-config")
-            .args(["--cflags", "--libs", "libdpdk"])
-            .output()
-            .expect("pkg-config not found: run scripts/setup.sh");
-        assert!(
-            flags.status.success(),
-            "pkg-config finds no libdpdk (DPDK installed? run scripts/setup.sh): {}",
-            String::from_utf8_lossy(&flags.stderr)
-        );
-        let flags = String::from_utf8(flags.stdout).unwrap();
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/flow_fuzz/flowfuzz.c");
-        let out = Command::new("cc")
-            .args(["-O1", "-Wall", "-Werror", "-o"])
-            .arg(&bin)
-            .arg(&src)
-            .args(flags.split_whitespace())
-            .output()
-            .expect("cc not found");
-        assert!(
-            out.status.success(),
-            "building {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let bin = common::build_c_program(&dir, "flowfuzz", "flow_fuzz/flowfuzz.c");
         (dir, bin)
     });
     bin

@@ -34,6 +34,39 @@ pub fn plugin_dir() -> PathBuf {
     dir
 }
 
+/// Builds the C program `tests/<src>` against the installed DPDK (`pkg-config libdpdk`) into
+/// `dir`, as `name`; fails saying what is missing.
+pub fn build_c_program(dir: &ScratchDir, name: &str, src: &str) -> PathBuf {
+    let bin = dir.join(name);
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "libdpdk"])
+        .output()
+        .expect("pkg-config not found: run scripts/setup.sh");
+    assert!(
+        flags.status.success(),
+        "pkg-config finds no libdpdk (DPDK installed? run scripts/setup.sh): {}",
+        String::from_utf8_lossy(&flags.stderr)
+    );
+    let flags = String::from_utf8(flags.stdout).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(src);
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .args(flags.split_whitespace())
+        .output()
+        .expect("cc not found");
+    assert!(
+        out.status.success(),
+        "building {}:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
 /// A unique `--file-prefix` so that tests running side by side never share EAL state. Its EAL
 /// runtime directory and hugepage files are removed when the test binary exits, whether its
 /// tests passed or failed ([`cleanup::at_exit`]); [`EalPrefix`] removes them sooner.
