@@ -58,8 +58,13 @@ pub fn init(prog: &str, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Stops and closes every port, then releases EAL.
+/// Stops and closes every port, then releases EAL and removes its runtime directory, which
+/// EAL leaves behind (`/var/run/dpdk/<file-prefix>`, one per run of an app).
 pub fn shutdown() {
+    // SAFETY: EAL's runtime directory, a NUL-terminated string it owns until cleanup; copied.
+    let dir = unsafe { CStr::from_ptr(sys::rte_eal_get_runtime_dir()) }
+        .to_string_lossy()
+        .into_owned();
     // SAFETY: plain control-path calls on ports EAL knows; errors are irrelevant at exit.
     unsafe {
         for p in 0..sys::RTE_MAX_ETHPORTS as u16 {
@@ -69,6 +74,11 @@ pub fn shutdown() {
             }
         }
         sys::rte_eal_cleanup();
+    }
+    // Only a per-prefix directory under EAL's `dpdk` one, never anything else.
+    let path = std::path::Path::new(&dir);
+    if path.parent().and_then(|p| p.file_name()) == Some(std::ffi::OsStr::new("dpdk")) {
+        let _ = std::fs::remove_dir_all(path);
     }
 }
 
