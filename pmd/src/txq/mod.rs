@@ -421,40 +421,17 @@ impl<B: TxBuf> TxQueue<B> {
         }
     }
 
+    /// The counters, by the same word-by-word read as [`TxQueue::stats_raw`].
+    #[allow(unsafe_code)]
     pub fn stats(&self) -> TxStats {
-        let p = &self.prod;
-        TxStats {
-            packets: p.packets,
-            bytes: p.bytes,
-            errors: p.errors,
-            doorbells: p.doorbells,
-            bf_writes: p.bf_writes,
-            inline_packets: p.packets - p.gather_packets,
-            gather_packets: p.gather_packets,
-            ring_full: p.ring_full,
-            completions: self.comp.completions,
-            error_cqes: self.comp.error_cqes,
-            cqe_mismatches: self.comp.cqe_mismatches,
-            general_inline: p.general_inline,
-            general_gather: p.general_gather,
-            bad_mbufs: p.bad_mbufs,
-            flushed: self.recovery.flushed,
-            queue_resets: self.recovery.queue_resets,
-            doorbell_rerings: self.recovery.doorbell_rerings,
-            doorbells_avoided: p.doorbells_avoided,
-        }
+        // SAFETY: `self` is a live queue.
+        unsafe { Self::stats_raw(self) }
     }
 
+    #[allow(unsafe_code)]
     pub fn reset_stats(&mut self) {
-        let p = &mut self.prod;
-        (p.packets, p.bytes, p.errors, p.doorbells, p.bf_writes) = (0, 0, 0, 0, 0);
-        (p.gather_packets, p.ring_full) = (0, 0);
-        (p.general_inline, p.general_gather, p.bad_mbufs) = (0, 0, 0);
-        p.doorbells_avoided = 0;
-        (self.comp.completions, self.comp.error_cqes) = (0, 0);
-        self.comp.cqe_mismatches = 0;
-        let r = &mut self.recovery;
-        (r.flushed, r.queue_resets, r.doorbell_rerings) = (0, 0, 0);
+        // SAFETY: `self` is a live queue, and this is its one user.
+        unsafe { Self::reset_stats_raw(self) }
     }
 
     /// The counters, read beside the lcore that bursts (telemetry, `show port stats`, a
