@@ -23,17 +23,20 @@ work=$(mktemp -d)
 trap 'rm -rf "$work" "/var/run/dpdk/mlx4rs-run-$$"' EXIT
 cd "$work"
 
-# Nanoseconds the forwarding lcore (testpmd's only worker thread, rte-worker-1) has run so far:
+# Nanoseconds the forwarding lcore (testpmd's only worker thread: rte-worker-1 up to DPDK 22.11,
+# dpdk-worker1 from 23.11) has run so far:
 # on a shared machine the scheduler decides how much of the interval it ran, so rates are also
 # given per second of its CPU time.
 fwd_cpu_ns() {
   local pid t
   for pid in $(pgrep -f -- "--file-prefix=mlx4rs-run-$$ "); do
     for t in /proc/"$pid"/task/*; do
-      if [ "$(cat "$t/comm" 2>/dev/null)" = rte-worker-1 ]; then
-        cut -d' ' -f1 "$t/schedstat"
-        return
-      fi
+      case "$(cat "$t/comm" 2>/dev/null)" in
+        rte-worker-1 | dpdk-worker1)
+          cut -d' ' -f1 "$t/schedstat"
+          return
+          ;;
+      esac
     done
   done
   echo 0
@@ -49,7 +52,7 @@ txonly() {
     sleep "$secs"
     fwd_cpu_ns >> "$log.cpu"; echo "show port stats all"; echo stop
     echo "show port xstats all"; echo quit
-  } | LD_LIBRARY_PATH="$top/target/release" timeout $((secs + 60)) stdbuf -oL dpdk-testpmd \
+  } | LD_LIBRARY_PATH="${CARGO_TARGET_DIR:-$top/target}/release" timeout $((secs + 60)) stdbuf -oL dpdk-testpmd \
       -l 0-1 --no-huge -m 512 --no-pci --file-prefix="mlx4rs-run-$$" \
       -d librte_net_mlx4rs.so "$@" \
       -- -i --forward-mode=txonly --txpkts=64 --burst=32 --total-num-mbufs=16384 \
