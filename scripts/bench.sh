@@ -23,10 +23,10 @@ start=$(date +%s)
 # Each app stops cleanly on Ctrl-C and writes what it has; the suite then stops too.
 trap 'echo "bench: interrupted" >&2' INT
 tx_rc=0
-"$top/target/release/txbench" "${short[@]}" --out "$out" > "$out/txbench.log" || tx_rc=$?
+"${CARGO_TARGET_DIR:-$top/target}/release/txbench" "${short[@]}" --out "$out" > "$out/txbench.log" || tx_rc=$?
 lat_rc=0
 if [ $tx_rc -ne 130 ]; then
-  "$top/target/release/latency" "${short[@]}" --out "$out" > "$out/latency.log" || lat_rc=$?
+  "${CARGO_TARGET_DIR:-$top/target}/release/latency" "${short[@]}" --out "$out" > "$out/latency.log" || lat_rc=$?
 fi
 {
   echo "# mlx4rs benchmark report"

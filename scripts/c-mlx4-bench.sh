@@ -57,7 +57,7 @@ fi
 
 bash "$top/scripts/setup.sh"
 (cd "$top" && cargo build --release -q -p mlx4-verbs -p rte_net_mlx4rs)
-rel="$top/target/release"
+rel="${CARGO_TARGET_DIR:-$top/target}/release"
 # EAL refuses -d paths under world-writable directories: bare names through LD_LIBRARY_PATH,
 # from a directory that does not hold the libraries.
 work=$(mktemp -d)

@@ -38,7 +38,7 @@ trap 'rm -rf "$work" /var/run/dpdk/mlx4rs-flowfuzz-$$' EXIT
 # shellcheck disable=SC2046
 cc -O1 -g -Wall -Werror -o "$work/flowfuzz" "$top/tests/flow_fuzz/flowfuzz.c" $(pkg-config --cflags --libs libdpdk)
 cd "$work"
-export LD_LIBRARY_PATH="$top/target/$profile"
+export LD_LIBRARY_PATH="${CARGO_TARGET_DIR:-$top/target}/$profile"
 end=$((SECONDS + secs)) runs=0 created=0 refused=0
 while [ $SECONDS -lt $end ]; do
   if [ ${#seeds[@]} -gt 0 ]; then

@@ -21,7 +21,7 @@ set -- --rules "$rules" --runs "$runs" --out "$out"
 . "$top/scripts/as-root.sh"
 bash "$top/scripts/setup.sh" >/dev/null
 (cd "$top" && cargo build --release -q -p mlx4-verbs -p rte_net_mlx4rs)
-rel="$top/target/release"
+rel="${CARGO_TARGET_DIR:-$top/target}/release"
 work=$(mktemp -d)
 trap 'rm -rf "$work" /var/run/dpdk/mlx4rs-flowperf-$$' EXIT
 cd "$work"

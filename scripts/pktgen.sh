@@ -132,7 +132,7 @@ set -- "${args[@]}" --pktgen "$PKTGEN"
 bash "$top/scripts/setup.sh"
 if [ -z "$plugin_dir" ]; then
   (cd "$top" && cargo build --release -q -p rte_net_mlx4rs)
-  plugin_dir=$top/target/release
+  plugin_dir=${CARGO_TARGET_DIR:-$top/target}/release
 fi
 plugin_dir=$(cd "$plugin_dir" && pwd)
 [ -f "$plugin_dir/librte_net_mlx4rs.so" ] || die "no librte_net_mlx4rs.so in $plugin_dir"

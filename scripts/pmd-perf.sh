@@ -33,7 +33,7 @@ set -- --secs "$secs" --runs "$runs" --configs "$configs" --out "$out"
 
 bash "$top/scripts/setup.sh"
 (cd "$top" && cargo build --release -q -p mlx4-verbs -p rte_net_mlx4rs)
-rel="$top/target/release"
+rel="${CARGO_TARGET_DIR:-$top/target}/release"
 work=$(mktemp -d)
 pid=""
 cleanup() {

@@ -11,7 +11,7 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 packets=${1:-100000}
 cd "$top"
 cargo build --release -q -p txbench
-bin="$top/target/release/txbench"
+bin="${CARGO_TARGET_DIR:-$top/target}/release/txbench"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf '| path | burst | size | inline | instructions/packet | doorbells/pkt | BF writes/pkt |\n|---|---|---|---|---|---|---|\n'
