@@ -356,7 +356,9 @@ fn ovs_bridges_two_ports_on_tap_wires_through_reconfigurations() {
              openvswitch-switch-dpdk (scripts/setup.sh installs it)"
         );
     }
-    let plugin = common::plugin_dir().join(common::PLUGIN);
+    // EAL refuses a `-d` path under a world-writable directory (where a fresh clone may
+    // live): the plugin goes by its bare name, found through LD_LIBRARY_PATH.
+    let plugin_dir = common::plugin_dir();
     let id = std::process::id() % 100_000;
     let prefix = format!("mlx4rs-ovs-{id}");
     let pages = Hugepages::reserve(PAGES, "OVS-DPDK");
@@ -400,7 +402,7 @@ fn ovs_bridges_two_ports_on_tap_wires_through_reconfigurations() {
     });
     let extra = format!(
         "other_config:dpdk-extra=-d {} --no-pci --file-prefix={prefix}",
-        plugin.display()
+        common::PLUGIN
     );
     let limit = format!("other_config:dpdk-socket-limit={SOCKET_LIMIT_MB}");
     ovs.vsctl(&["--no-wait", "init"]);
@@ -416,6 +418,8 @@ fn ovs_bridges_two_ports_on_tap_wires_through_reconfigurations() {
     ]);
     ovs.vswitchd = Some(Proc(
         ovs.command(VSWITCHD)
+            .current_dir(&dir.0)
+            .env("LD_LIBRARY_PATH", &plugin_dir)
             .arg(format!("unix:{}", sock.display()))
             .arg(format!(
                 "--unixctl={}",
