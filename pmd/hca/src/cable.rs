@@ -8,14 +8,22 @@
 //! A frame one end sends counts as sent there; if the other end's ring is full or that end is
 //! down, the ring refuses and counts it, and that end reports it as missed: the same counting
 //! as on an in-process cable.
+//!
+//! The other end is another program, and it can shrink the file under us: a page of the mapping
+//! past the new end of file raises SIGBUS when touched. A process-wide SIGBUS handler answers
+//! such a fault inside a cable mapping by mapping zeroed anonymous memory over the whole of it,
+//! so the access completes, and marks the cable cut; the port then sees the cable gone, as if
+//! the file had been deleted. What the zeroed rings hold is read as a hostile peer's header
+//! (`inbox.rs` checks every index it reads). A SIGBUS anywhere else goes to the handler that
+//! was there before, or ends the process as it would have.
 #![allow(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::dma::Region;
 use crate::error::HcaError;
@@ -41,10 +49,130 @@ fn file_len() -> usize {
     PAGE + 2 * ring_len()
 }
 
+/// Cable mappings the SIGBUS handler answers for: a slot is free while `len` is 0.
+struct Guard {
+    start: AtomicUsize,
+    len: AtomicUsize,
+    /// A fault hit this mapping: it is zeroed anonymous memory now, not the file.
+    cut: AtomicBool,
+}
+
+/// Ports plugged into cables at one time in one process.
+const GUARDS: usize = 64;
+/// The `len` of a slot being claimed or released.
+const BUSY: usize = usize::MAX;
+
+static GUARD: [Guard; GUARDS] = [const {
+    Guard {
+        start: AtomicUsize::new(0),
+        len: AtomicUsize::new(0),
+        cut: AtomicBool::new(false),
+    }
+}; GUARDS];
+
+/// The SIGBUS disposition before ours; set once, before ours is installed.
+static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: an SA_SIGINFO handler is passed the fault's siginfo.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    for g in &GUARD {
+        let (start, len) = (
+            g.start.load(Ordering::Acquire),
+            g.len.load(Ordering::Acquire),
+        );
+        if len != 0 && len != BUSY && addr.wrapping_sub(start) < len {
+            // SAFETY: [start, start + len) is a cable mapping of ours, still mapped (its slot
+            // is cleared before it is unmapped); the fixed anonymous mapping replaces it in
+            // place with zeroed memory of the same size and protection.
+            let p = unsafe {
+                libc::mmap(
+                    start as *mut libc::c_void,
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                g.cut.store(true, Ordering::Release);
+                return;
+            }
+        }
+    }
+    match PREVIOUS.get() {
+        Some(old) if old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN => {
+            if old.sa_flags & libc::SA_SIGINFO != 0 {
+                // SAFETY: with SA_SIGINFO, sa_sigaction holds a three-argument handler.
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                    unsafe { std::mem::transmute(old.sa_sigaction) };
+                f(sig, info, ctx);
+            } else {
+                // SAFETY: without SA_SIGINFO, sa_sigaction holds a one-argument handler.
+                let f: extern "C" fn(libc::c_int) =
+                    unsafe { std::mem::transmute(old.sa_sigaction) };
+                f(sig);
+            }
+        }
+        _ => {
+            // The default action: returning re-runs the access, which now ends the process
+            // (ignoring a fault's SIGBUS would run it for ever).
+            // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask; sigaction reads it.
+            unsafe {
+                let mut dfl: libc::sigaction = std::mem::zeroed();
+                dfl.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+/// Install the SIGBUS handler, once per process.
+fn guard_faults() -> std::io::Result<()> {
+    static INSTALLED: OnceLock<std::io::Result<()>> = OnceLock::new();
+    let r = INSTALLED.get_or_init(|| {
+        // SAFETY: zeroed sigactions are valid values for sigaction to read and fill.
+        let (mut ours, mut old): (libc::sigaction, libc::sigaction) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        ours.sa_sigaction = on_sigbus as *const () as usize;
+        ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        // SAFETY: reads the current disposition into `old` without changing it.
+        if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut old) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let _ = PREVIOUS.set(old);
+        // SAFETY: `ours` is a valid SA_SIGINFO handler whose previous disposition is saved.
+        if unsafe { libc::sigaction(libc::SIGBUS, &ours, std::ptr::null_mut()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    });
+    r.as_ref()
+        .map(|_| ())
+        .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+}
+
+/// Claim a guard slot for a mapping; `None` if all are taken.
+fn guard(ptr: *mut u8, len: usize) -> Option<usize> {
+    GUARD.iter().position(|g| {
+        g.len
+            .compare_exchange(0, BUSY, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+            .then(|| {
+                g.cut.store(false, Ordering::Relaxed);
+                g.start.store(ptr as usize, Ordering::Release);
+                g.len.store(len, Ordering::Release);
+            })
+            .is_some()
+    })
+}
+
 /// A mapping of the cable file.
 struct Mapping {
     ptr: *mut u8,
     len: usize,
+    guard: usize,
 }
 
 // SAFETY: the mapping is plain shared memory, unmapped once, when the last ring lets go.
@@ -54,6 +182,10 @@ unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        let g = &GUARD[self.guard];
+        g.len.store(BUSY, Ordering::Release);
+        g.start.store(0, Ordering::Release);
+        g.len.store(0, Ordering::Release);
         // SAFETY: mapped in `Cable::open` with this length; nothing refers to it any more
         // (the rings hold the Region that holds this).
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
@@ -64,6 +196,10 @@ impl Drop for Mapping {
 pub(crate) struct Cable {
     path: PathBuf,
     side: usize,
+    /// The mapping's slot in [`GUARD`].
+    guard: usize,
+    /// The file's length as laid out.
+    len: usize,
     /// Frames this end sends.
     pub(crate) tx: FrameRing,
     /// Frames this end receives.
@@ -201,9 +337,29 @@ impl Cable {
             done(&file);
             return Err(io("mmap", std::io::Error::last_os_error()));
         }
+        let guarded = guard_faults()
+            .map_err(|e| io("SIGBUS handler", e))
+            .and_then(|()| {
+                guard(ptr.cast(), len).ok_or_else(|| {
+                    HcaError::Io(format!(
+                        "cable {}: {GUARDS} cables are plugged in already",
+                        path.display()
+                    ))
+                })
+            });
+        let guard = match guarded {
+            Ok(g) => g,
+            Err(e) => {
+                // SAFETY: mapped just above, and nothing refers to it.
+                unsafe { libc::munmap(ptr, len) };
+                done(&file);
+                return Err(e);
+            }
+        };
         let map = Mapping {
             ptr: ptr.cast(),
             len,
+            guard,
         };
         // SAFETY: the mapping is valid for `len` bytes until `map` drops, which the Region
         // owns through its drop guard below; the file is shared only through this protocol.
@@ -238,6 +394,8 @@ impl Cable {
         Ok(Cable {
             path: path.to_owned(),
             side,
+            guard,
+            len,
             tx,
             rx,
             rx_dropped_seen,
@@ -270,6 +428,16 @@ impl Cable {
             use std::os::unix::fs::MetadataExt;
             m.nlink() == 0
         })
+    }
+
+    /// Whether the file was cut short under the mapping: a fault past its end already replaced
+    /// the mapping with zeroes, or the file is shorter than its layout.
+    pub(crate) fn cut(&self) -> bool {
+        GUARD[self.guard].cut.load(Ordering::Acquire)
+            || self
+                ._file
+                .metadata()
+                .is_ok_and(|m| m.len() < self.len as u64)
     }
 
     /// Frames the other end sent that this end's ring refused since the last call.

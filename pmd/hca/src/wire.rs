@@ -384,7 +384,7 @@ impl WirePort {
     }
 
     /// Whether the wire has a carrier (the far end is there and up), and whether it is gone
-    /// for good (a cable whose file was deleted).
+    /// for good (a cable whose file was deleted or cut short).
     pub(crate) fn carrier(&mut self) -> (bool, bool) {
         match &mut self.link {
             Link::Null | Link::Loop | Link::Pcap(_) | Link::Sink(_) => (true, false),
@@ -397,7 +397,7 @@ impl WirePort {
             }
             Link::Tap(t) => (t.is_up(), false),
             Link::Cable(c) => {
-                let gone = c.unlinked();
+                let gone = c.unlinked() || c.cut();
                 (!gone && c.peer_present(), gone)
             }
         }

@@ -303,3 +303,130 @@ fn a_cable_between_two_processes_conserves_frames() {
     drop(me);
     let _ = std::fs::remove_file(&path);
 }
+
+/// Another program cuts the cable file short under two plugged-in ports: the pages past the new
+/// end of file would raise SIGBUS on the next access. Both ports go on polling and sending
+/// without a fault, and both see the cable gone, as if the file had been deleted.
+#[test]
+fn a_cable_file_cut_short_takes_the_ports_away_without_a_fault() {
+    let path = cable_path("cut");
+    let mut a = End::new(step_cfg(), &path);
+    let mut b = End::new(step_cfg(), &path);
+    a.post_rx(64);
+    b.post_rx(64);
+    let frames: Vec<Vec<u8>> = (0..20u8).map(|i| udp(128, i)).collect();
+    a.send(&frames);
+    b.hca.step();
+    b.reap(true);
+    assert_eq!(b.received, frames);
+
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    // At once, before the monitor looks: a sends onto its ring and b polls the other side of
+    // it, both in pages that are past the end of the file now.
+    for (i, f) in frames.iter().enumerate() {
+        a.pkts.mem.put(i * 2048, f);
+        let mut t = ctrl_tail(2, UNSIGNALED);
+        t.extend(dseg(
+            f.len() as u32,
+            a.pkts.lkey,
+            a.pkts.mem.addr() + (i * 2048) as u64,
+        ));
+        a.sq.write(SEND, &t);
+    }
+    a.sq.doorbell();
+    for _ in 0..4 {
+        a.hca.step();
+        b.hca.step();
+    }
+    // The driver's link check (its link_update op) finds the cable gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.hca.link_up() | b.hca.link_up() || !(a.hca.removed() && b.hca.removed()) {
+        assert!(
+            Instant::now() < deadline,
+            "a cable cut short is not seen as gone: removed a {} b {}",
+            a.hca.removed(),
+            b.hca.removed()
+        );
+        a.hca.step();
+        b.hca.step();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        a.hca.step() + b.hca.step(),
+        0,
+        "nothing runs on a removed adapter"
+    );
+    drop((a, b));
+    // A new cable at the same path (the file is empty again) works as before.
+    let mut a = End::new(step_cfg(), &path);
+    let mut b = End::new(step_cfg(), &path);
+    b.post_rx(8);
+    a.send(&frames[..8]);
+    b.hca.step();
+    b.reap(false);
+    assert_eq!(b.received, frames[..8]);
+    drop((a, b));
+    let _ = std::fs::remove_file(&path);
+}
+
+const FAULT_ENV: &str = "MLX4_HCA_FAULT_CHILD";
+
+/// The other process of `a_sigbus_outside_a_cable_still_ends_the_process`: with a cable plugged
+/// in (so the cable's SIGBUS handler is installed), touch a page past the end of another file.
+#[test]
+#[ignore = "run by a_sigbus_outside_a_cable_still_ends_the_process"]
+fn fault_child() {
+    let dir = std::env::var(FAULT_ENV).expect("MLX4_HCA_FAULT_CHILD: run by the parent test only");
+    let dir = std::path::Path::new(&dir);
+    let _end = End::new(step_cfg(), &dir.join("cable"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.join("other"))
+        .unwrap();
+    file.set_len(0).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: maps one page of a file that is empty, so touching it faults with SIGBUS.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    println!("touching");
+    // SAFETY: the page is mapped; its access faults, which is what this process is for.
+    let v = unsafe { std::ptr::read_volatile(p.cast::<u8>()) };
+    println!("survived {v}");
+}
+
+#[test]
+fn a_sigbus_outside_a_cable_still_ends_the_process() {
+    let dir = cable_path("fault");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "fault_child", "--nocapture"])
+        .env(FAULT_ENV, &dir)
+        .output()
+        .expect("the test binary runs again as the other process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        stdout.contains("touching") && !stdout.contains("survived"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{:?}", out.status);
+    let _ = std::fs::remove_dir_all(&dir);
+}
