@@ -1,10 +1,10 @@
-//! What a careless C application can do to the driver (issue 26, items 1-5), tried from a small
+//! What a careless C application can do to the driver, tried from a small
 //! C program (`tests/c_safety/badmbuf.c`, built here against the installed DPDK) on one port
 //! with a pcap wire: an RSS key buffer smaller than the key, and bad mbufs among good ones.
 //! Every bad mbuf must be refused and counted (`oerrors`, `tx_bad_mbufs`), its buffers freed
 //! once, and the good frames around it must reach the wire byte for byte; nothing may abort or
 //! hang (a run that does shows here as a kill after the limit, without a PASS line). And
-//! bursts on a stopped queue (issue 26, item 8), which must take and touch nothing, and a queue
+//! bursts on a stopped queue, which must take and touch nothing, and a queue
 //! stopped and started with DPDK's heap full, which must come back on its own rings.
 
 mod common;

@@ -1,4 +1,4 @@
-//! DPDK's own test program (`dpdk-test`, in Debian's dpdk-dev) on our port (issue 25 item 4).
+//! DPDK's own test program (`dpdk-test`, in Debian's dpdk-dev) on our port.
 //!
 //! - `pmd_perf_autotest` in its default mode (continuous rx/tx on one lcore) on a looped port:
 //!   it primes the port with 2048 frames and forwards whatever comes back to where it came

@@ -1,4 +1,4 @@
-//! Seeded, bounded rte_flow fuzzing (issue 26, item 2): `tests/flow_fuzz/flowfuzz.c`, built
+//! Seeded, bounded rte_flow fuzzing: `tests/flow_fuzz/flowfuzz.c`, built
 //! here against the installed DPDK, drives random rules through `rte_flow_validate`,
 //! `rte_flow_create` and `rte_flow_destroy` on a looped port with four RX queues. The program
 //! checks that validate and create agree, that every refusal carries an errno, an error type

@@ -1,4 +1,4 @@
-//! DPDK's telemetry thread reads our counters while the lcores forward (issue 26 item 3): a
+//! DPDK's telemetry thread reads our counters while the lcores forward: a
 //! `dpdk-telemetry.py` client asks for both ports' xstats in a loop while testpmd forwards
 //! with io forwarding on two forwarding lcores, between two ports cabled back to back
 //! (`wire=peer:`). No counter may ever go backwards, from the first read to the last after the

@@ -1,5 +1,5 @@
-//! Seeded, bounded fuzzing of TX mbuf chains against the software HCA in step mode (issue 26,
-//! "Fuzzing"): real `rte_mbuf` structs laid out by hand in registered memory, run through the
+//! Seeded, bounded fuzzing of TX mbuf chains against the software HCA in step mode:
+//! real `rte_mbuf` structs laid out by hand in registered memory, run through the
 //! driver's own `Mbuf` code (the straight-line check, `TxBuf::check`, the cut of a refused
 //! chain) and its TX queue; only the release is the test's, walking each chain through `next`
 //! as `rte_pktmbuf_free_bulk` does, and counting every segment it frees.

@@ -1,5 +1,5 @@
 /*
- * badmbuf: what a careless C application can hand the driver (issue 26, items 1-5), one case
+ * badmbuf: what a careless C application can hand the driver, one case
  * per run, against the first net_mlx4rs port (the test gives it a pcap wire):
  *
  *   badmbuf <EAL args> -- <case>

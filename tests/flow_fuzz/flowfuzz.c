@@ -1,6 +1,6 @@
 /*
  * flowfuzz: random rte_flow rules through rte_flow_validate, rte_flow_create and
- * rte_flow_destroy on the first net_mlx4rs port (issue 26, item 2), seeded and bounded:
+ * rte_flow_destroy on the first net_mlx4rs port, seeded and bounded:
  *
  *   flowfuzz <EAL args> -- <seed> <iterations>
  *

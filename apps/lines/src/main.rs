@@ -1,4 +1,4 @@
-//! Cross-core cost of the lines the polling lcore shares (issue 22 item 3, issue 24 item 3):
+//! Cross-core cost of the lines the polling lcore shares:
 //! two threads pinned to two cores, TSC cycles per operation on the measured side, median of
 //! `--trials` runs, each layout or access order against its alternative.
 //!

@@ -456,8 +456,8 @@ mod tests {
         assert_eq!(r.pending(), 0);
     }
 
-    /// A seeded, bounded fuzz of what a hostile peer can write into a shared ring (issue 26,
-    /// "cable-file headers"): random positions (unaligned, huge, behind or ahead), random
+    /// A seeded, bounded fuzz of what a hostile peer can write into a shared ring:
+    /// random positions (unaligned, huge, behind or ahead), random
     /// record lengths, a held lock. Frames may be lost, but every push and consume returns
     /// at once (a consume handles at most cap / 8 records), nothing is written outside the
     /// ring, and every frame handed on lies inside it.
