@@ -1,6 +1,7 @@
-//! Closing a `peer:` partner while its peer transmits (issue 26 item 6): the sender holds the
-//! partner's receive buffer for a whole poll, and that buffer lives in the partner's device
-//! memory, which its owner frees (munmaps, here) as soon as the adapter is closed.
+//! Closing a `peer:` partner while its peer transmits: the sender holds the partner's receive
+//! buffer for a whole poll, and that buffer lives in the partner's device memory, which its
+//! owner frees (munmaps, here) as soon as the adapter is closed. The same test runs again under
+//! valgrind, which also sees reads of freed heap memory that do not fault.
 
 mod common;
 
@@ -46,8 +47,12 @@ fn closing_a_peer_while_its_partner_sends_touches_no_freed_memory() {
     frame[12..14].copy_from_slice(&[0x08, 0x00]);
     pkts.mem.put(0, &frame);
     a.set_wire(Wire::Peer("peer_close_b".into())).unwrap();
+    let rounds: u64 = std::env::var(ROUNDS)
+        .ok()
+        .map(|r| r.parse().expect("PEER_CLOSE_ROUNDS: a number"))
+        .unwrap_or(300);
     let mut completed = 0u64;
-    for round in 0..300 {
+    for round in 0..rounds {
         let cfg = HcaConfig {
             name: "peer_close_b".into(),
             threaded: false,
@@ -85,7 +90,39 @@ fn closing_a_peer_while_its_partner_sends_touches_no_freed_memory() {
         }
         completed += 1;
     }
-    assert_eq!(completed, 300);
+    assert_eq!(completed, rounds);
     let c = a.counters();
-    assert_eq!(c.tx_frames + c.tx_drops_wire, 300 * 200, "{c:?}");
+    assert_eq!(c.tx_frames + c.tx_drops_wire, rounds * 200, "{c:?}");
+}
+
+const ROUNDS: &str = "PEER_CLOSE_ROUNDS";
+
+#[test]
+fn closing_a_peer_under_valgrind_makes_no_invalid_access() {
+    let probe = std::process::Command::new("valgrind")
+        .arg("--version")
+        .output();
+    assert!(
+        probe.is_ok_and(|o| o.status.success()),
+        "valgrind is missing: this test runs the close test under it (scripts/setup.sh installs it)"
+    );
+    let out = std::process::Command::new("valgrind")
+        .args(["-q", "--error-exitcode=97", "--fair-sched=yes"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "closing_a_peer_while_its_partner_sends_touches_no_freed_memory",
+        ])
+        .env(ROUNDS, "100")
+        .output()
+        .expect("valgrind runs the test binary");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "under valgrind: {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
 }
