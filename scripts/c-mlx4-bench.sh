@@ -5,7 +5,8 @@
 # default BlueFlame register). Each part alternates its configurations run by run and reports
 # the median of N runs (default 3):
 #
-# - tx: dpdk-testpmd txonly, 64 B, burst 32, one port on the null wire: Mpps; doorbells,
+# - tx: dpdk-testpmd txonly, 64 B, burst 32, one port on the null wire: Mpps, and Mpps per
+#   second of the forwarding lcore's CPU time, with the spread of each over the runs; doorbells,
 #   BlueFlame writes and WQE fetches per packet from the model's counters over those runs; and
 #   tx_burst instructions per packet from callgrind: scripts/tx_burst_cost.c sends full bursts
 #   through `measured_tx` and lets the device drain between calls, so only calls that send the
@@ -23,13 +24,18 @@
 #   Pktgen process with the C port and two net_mlx4rs ports (bf=auto, bf=off) on the null wire,
 #   sending 64 B frames unpaced in turns (scripts/pktgen.lua): Mpps of each.
 #
+# So that the two drivers' figures hold still on a 2-core machine, the tx part keeps the
+# forwarding lcore (testpmd's lcore 1, on CPU 1) and the device threads apart: each device
+# thread spins (busy_poll=1, in both drivers' models) pinned to CPU $PIN_CPU (default 0, where
+# testpmd's main lcore only waits for commands). --no-pin leaves them to the scheduler.
+#
 # Usage: [PKTGEN=/path/to/pktgen] scripts/c-mlx4-bench.sh [--secs N] [--runs N] [--bursts N]
-#          [--parts "tx cable pktgen"] [--out FILE]
-#   (default 5 s per run, 3 runs, 2000 measured bursts, parts tx and cable plus pktgen when
+#          [--parts "tx cable pktgen"] [--out FILE] [--no-pin]
+#   (default 5 s per run, 5 runs, 2000 measured bursts, parts tx and cable plus pktgen when
 #   PKTGEN is set, FILE target/c-mlx4-bench.md)
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-secs=5 runs=3 bursts=2000 out="$top/target/c-mlx4-bench.md" parts=""
+secs=5 runs=5 bursts=2000 out="$top/target/c-mlx4-bench.md" parts="" pin=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --secs) secs=$2; shift 2 ;;
@@ -38,6 +44,7 @@ while [ $# -gt 0 ]; do
     --parts) parts=$2; shift 2 ;;
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --pktgen) PKTGEN=$2; shift 2 ;; # how a re-run under sudo keeps PKTGEN
+    --no-pin) pin=0; shift ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; /^set -euo/d' >&2; exit 2 ;;
   esac
 done
@@ -53,6 +60,7 @@ if has_part pktgen; then
 else
   set -- --secs "$secs" --runs "$runs" --bursts "$bursts" --parts "$parts" --out "$out"
 fi
+[ "$pin" = 1 ] || set -- "$@" --no-pin
 . "$top/scripts/as-root.sh"
 
 bash "$top/scripts/setup.sh"
@@ -68,19 +76,25 @@ export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$rel"
 # net_mlx4rs claims the ConnectX-3 IDs too: with both plugins named, Debian's first gets the card.
 c_pmd=$(ls "$(pkg-config --variable=libdir libdpdk)"/dpdk/pmds-*/librte_net_mlx4.so)
 
+. "$top/scripts/lcore-cpu.sh"
+pin_cpu=${PIN_CPU:-0}
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 load_start=$(load)
 # The stand-in's device for this run: $1 = wire, $2 = the file its counters go to at close.
-verbs() { export MLX4RS_VERBS="ibdev=$MLX4RS_IBDEV,wire=$1,wc=on,stats=$2"; }
+spin=""
+[ "$pin" = 1 ] && spin=",busy_poll=1"
+verbs() { export MLX4RS_VERBS="ibdev=$MLX4RS_IBDEV,wire=$1,wc=on,stats=$2${3:+$spin}"; }
 ours=wc=on,device_loop=port
+# The tx part's own: spinning device threads where they are pinned.
+ours_tx=$ours$spin
 
 # driver -> EAL arguments of the tx part.
 eal() {
   case "$1" in
     c) echo "-a $MLX4RS_PCI" ;;
-    rs) echo "--no-pci -d librte_net_mlx4rs.so --vdev net_mlx4rs0,wire=null,$ours" ;;
-    rs-db) echo "--no-pci -d librte_net_mlx4rs.so --vdev net_mlx4rs0,wire=null,$ours,bf=off" ;;
-    rs-gather) echo "--no-pci -d librte_net_mlx4rs.so --vdev net_mlx4rs0,wire=null,$ours,bf=off,txq_inline=0" ;;
+    rs) echo "--no-pci -d librte_net_mlx4rs.so --vdev net_mlx4rs0,wire=null,$ours_tx" ;;
+    rs-db) echo "--no-pci -d librte_net_mlx4rs.so --vdev net_mlx4rs0,wire=null,$ours_tx,bf=off" ;;
+    rs-gather) echo "--no-pci -d librte_net_mlx4rs.so --vdev net_mlx4rs0,wire=null,$ours_tx,bf=off,txq_inline=0" ;;
   esac
 }
 drivers=(c rs rs-db)
@@ -98,10 +112,18 @@ testpmd() {
 if has_part tx; then
   for run in $(seq 1 "$runs"); do
     for d in "${drivers[@]}"; do
-      verbs null "$work/$d.$run.model"
+      verbs null "$work/$d.$run.model" tx
+      prefix="c-mlx4-bench-$$"
       {
-        sleep 2; echo start; sleep 1; echo "show port stats 0"; sleep "$secs"
-        echo "show port stats 0"; echo stop; echo "show port xstats 0"; echo quit
+        sleep 2
+        if [ "$pin" = 1 ]; then
+          n=$(pin_threads "$prefix" "$pin_cpu" 'mlx4-hca*')
+          [ "$n" -gt 0 ] || echo "c-mlx4-bench: no device thread of $d to pin" >&2
+        fi
+        echo start; sleep 1; lcore_cpu_ns "$prefix" > "$d.$run.cpu"; echo "show port stats 0"
+        sleep "$secs"
+        lcore_cpu_ns "$prefix" >> "$d.$run.cpu"; echo "show port stats 0"; echo stop
+        echo "show port xstats 0"; echo quit
       } | testpmd "$d.$run" "$(eal "$d")" "--forward-mode=txonly --txpkts=64"
       echo "c-mlx4-bench: tx run $run $d done" >&2
     done
@@ -172,9 +194,9 @@ if has_part pktgen; then
   echo "c-mlx4-bench: pktgen done" >&2
 fi
 
-python3 - "$work" "$runs" "$secs" "$bursts" "$load_start" "$(load)" "$parts" > "$out" <<'PY'
+python3 - "$work" "$runs" "$secs" "$bursts" "$load_start" "$(load)" "$parts" "$pin" > "$out" <<'PY'
 import os, re, statistics, sys
-work, runs, secs, bursts, load0, load1, parts = sys.argv[1:]
+work, runs, secs, bursts, load0, load1, parts, pin = sys.argv[1:]
 runs = int(runs)
 parts = parts.split()
 C = "net_mlx4 (DPDK's C driver)"
@@ -227,16 +249,27 @@ def runs_s(xs):
     return " / ".join(f"{x:.2f}" for x in xs)
 
 
+def spread(xs):
+    """(max - min) / median, in per cent."""
+    return f"{100 * (max(xs) - min(xs)) / statistics.median(xs):.0f}%" if xs else "?"
+
+
 if "tx" in parts:
     rows = []
     for d in ("c", "rs", "rs-db"):
-        mpps, tot = [], {}
+        mpps, per_cpu, tot = [], [], {}
         for run in range(1, runs + 1):
             log = read(f"{work}/{d}.{run}.log")
-            pps = pps_by_port(re.sub(r"testpmd> [^\n#]*", "", log), "Tx-pps").get(0, [])
+            clean = re.sub(r"testpmd> [^\n#]*", "", log)
+            pps = pps_by_port(clean, "Tx-pps").get(0, [])
             if len(pps) < 2:
                 sys.exit(f"no rate in {d} run {run}:\n{log}")
             mpps.append(pps[-1] / 1e6)
+            # Packets sent between the two `show port stats`, per second of the lcore's CPU.
+            sent = pps_by_port(clean, "TX-packets").get(0, [])
+            cpu = [int(x) for x in read(f"{work}/{d}.{run}.cpu").split()]
+            if len(sent) >= 2 and len(cpu) == 2 and cpu[1] > cpu[0]:
+                per_cpu.append((sent[-1] - sent[-2]) / ((cpu[1] - cpu[0]) / 1e9) / 1e6)
             m = model_file(f"{work}/{d}.{run}.model") if d == "c" else xstats_by_port(log)[0]
             # The driver's own writes (ours count them; the model's count is a lower bound).
             for k, v in re.findall(r"^tx_(doorbells|bf_writes): (\d+)$", log, re.M):
@@ -247,18 +280,26 @@ if "tx" in parts:
         path = re.search(r"TX path (\w+)", read(f"{work}/{d}.1.log"))
         writes = tot.get("driver_doorbells", 0) + tot.get("driver_bf_writes", 0)
         writes = f"{writes / max(tot.get('tx_frames', 0), 1):.4f}" if d != "c" else "n/a"
-        rows.append((names[d], statistics.median(mpps), mpps, ipp, short, writes,
+        rows.append((names[d], statistics.median(mpps), mpps, per_cpu, ipp, short, writes,
                      per_pkt(tot, "doorbells"), per_pkt(tot, "bf_bursts"),
                      per_pkt(tot, "wqe_fetched"), per_pkt(tot, "wqe_from_bf"),
                      path.group(1) if path else "doorbell"))
 
     print("### testpmd txonly\n")
-    print("| driver | TX path | Mpps (median) | runs | tx_burst instr/pkt | the driver's doorbells + BF writes/pkt | doorbells/pkt | BF writes/pkt | WQEs fetched/pkt | WQEs from BF/pkt |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, med, all_, ipp, short, writes, db, bf, fetch, frombf, path in rows:
+    print("| driver | TX path | Mpps (median) | runs | spread | Mpps per lcore CPU-second (median) | runs | spread | tx_burst instr/pkt | the driver's doorbells + BF writes/pkt | doorbells/pkt | BF writes/pkt | WQEs fetched/pkt | WQEs from BF/pkt |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, med, all_, cpu, ipp, short, writes, db, bf, fetch, frombf, path in rows:
         note = f" ({short} short calls)" if short else ""
-        print(f"| {name} | {path} | {med:.2f} | {runs_s(all_)} | {ipp:.1f}{note} | {writes} | {db:.4f} | {bf:.4f} | {fetch:.4f} | {frombf:.4f} |")
-    print(f"| {names['rs-gather']} | doorbell, gather | | | {instructions('rs-gather')[0]:.1f} | | | | | |")
+        cmed = f"{statistics.median(cpu):.2f}" if cpu else "?"
+        print(f"| {name} | {path} | {med:.2f} | {runs_s(all_)} | {spread(all_)} | {cmed} | {runs_s(cpu)} | {spread(cpu)} | {ipp:.1f}{note} | {writes} | {db:.4f} | {bf:.4f} | {fetch:.4f} | {frombf:.4f} |")
+    print(f"| {names['rs-gather']} | doorbell, gather | | | | | | | {instructions('rs-gather')[0]:.1f} | | | | | |")
+    med = {r[0]: r for r in rows}
+    c, rs, db = med[names["c"]], med[names["rs"]], med[names["rs-db"]]
+    if c[3] and rs[3] and db[3]:
+        print(f"\nOurs / C, per lcore CPU-second (medians): bf=auto "
+              f"{statistics.median(rs[3]) / statistics.median(c[3]):.2f}, bf=off "
+              f"{statistics.median(db[3]) / statistics.median(c[3]):.2f}; by wall-clock Mpps: "
+              f"{rs[1] / c[1]:.2f} and {db[1] / c[1]:.2f}.")
     print()
     print("| driver | rx_burst instr/pkt, burst 32, refill included |\n|---|---|")
     for d in ("c", "rs"):
@@ -266,7 +307,9 @@ if "tx" in parts:
         note = f" ({short} short calls)" if short else ""
         print(f"| {names[d]} | {ipp:.1f}{note} |")
     print()
-    print(f"testpmd txonly, 64 B, burst 32, {secs} s per run, drivers alternating, median of {runs}. "
+    placement = (f"device threads spinning, pinned to CPU {os.environ.get('PIN_CPU', '0')}; the lcore on CPU 1"
+                 if pin == "1" else "threads left to the scheduler")
+    print(f"testpmd txonly, 64 B, burst 32, {secs} s per run, drivers alternating, median of {runs}; {placement}. "
           f"Instructions: callgrind over {bursts} full bursts of 32 (scripts/tx_burst_cost.c), "
           f"including the mbuf frees each driver does inside tx_burst and rte_eth_tx_burst's "
           f"inline wrapper.\n")

@@ -23,24 +23,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work" "/var/run/dpdk/mlx4rs-run-$$"' EXIT
 cd "$work"
 
-# Nanoseconds the forwarding lcore (testpmd's only worker thread: rte-worker-1 up to DPDK 22.11,
-# dpdk-worker1 from 23.11) has run so far:
-# on a shared machine the scheduler decides how much of the interval it ran, so rates are also
-# given per second of its CPU time.
-fwd_cpu_ns() {
-  local pid t
-  for pid in $(pgrep -f -- "--file-prefix=mlx4rs-run-$$ "); do
-    for t in /proc/"$pid"/task/*; do
-      case "$(cat "$t/comm" 2>/dev/null)" in
-        rte-worker-1 | dpdk-worker1)
-          cut -d' ' -f1 "$t/schedstat"
-          return
-          ;;
-      esac
-    done
-  done
-  echo 0
-}
+. "$top/scripts/lcore-cpu.sh"
+fwd_cpu_ns() { lcore_cpu_ns "mlx4rs-run-$$"; }
 
 # One txonly run: $1 = log file, the rest = --vdev arguments. The forwarding lcore's CPU time
 # at the two `show port stats all` goes to $1.cpu.
