@@ -1,5 +1,5 @@
 //! The software HCA backend: [`Device`] over [`mlx4_hca`], the one module of the driver that
-//! names the model. It plays the part rdma-core plays for a card: it allocates queue memory
+//! drives the model. It plays the part rdma-core plays for a card: it allocates queue memory
 //! (from the port's [`MemSource`]), hands it to the model, and keeps it until the queue is
 //! destroyed.
 //!
@@ -37,11 +37,6 @@ const _: () = assert!(RSS_KEY_LEN == mlx4_hca::RSS_KEY_LEN);
 
 /// Records (CQ consumer index, RQ doorbell) sit after their ring, on a cache line of their own.
 const RECORD_SPACE: usize = 64;
-
-/// Checks a `wire=` devarg value without opening anything (a `peer:` may not exist yet).
-pub fn check_wire(spec: &str) -> Result<(), String> {
-    spec.parse::<Wire>().map(|_| ()).map_err(|e| e.to_string())
-}
 
 /// One software HCA port and the queue memory it was given.
 pub struct Soft {
