@@ -78,9 +78,7 @@ fn error_oversized_wqe_is_local_qp_op() {
 
 #[test]
 fn error_wqe_larger_than_the_ring_is_local_qp_op() {
-    let hca = Hca::open(step_cfg()).unwrap();
-    let mut cq = TestCq::new(&hca, 8);
-    let mut sq = TestSq::new(&hca, 1, cq.cqn);
+    let (hca, mut cq, mut sq) = sq_rig(step_cfg(), 1, 8);
     // DS 5 (80 bytes, 2 TXBBs) cannot fit a 1-TXBB ring.
     let mut t = ctrl_tail(5, SIGNALED);
     t.extend(inline_hdr(40));
