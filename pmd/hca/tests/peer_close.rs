@@ -1,6 +1,6 @@
-//! Closing a `peer:` partner while its peer transmits (issue 26 item 6): the sender holds the
-//! partner's receive buffer for a whole poll, and that buffer lives in the partner's device
-//! memory, which its owner frees (munmaps, here) as soon as the adapter is closed.
+//! Closing a `peer:` partner while its peer transmits: the sender holds the partner's receive
+//! buffer for a whole poll, and that buffer lives in the partner's device memory, which its
+//! owner frees (munmaps, here) as soon as the adapter is closed.
 
 mod common;
 
