@@ -6,7 +6,7 @@
 //! bare name (`soft::Soft` in `hw/mod.rs`), outside comments and outside a file's
 //! trailing test module (test-only imports are no part of the crate). A module is a file
 //! (`a.rs`, `a/mod.rs`, `a/b.rs` is `a::b`), seen at a depth: at depth 1 a child module
-//! counts as its top-level parent. A name the crate root re-exports counts as its defining
+//! counts as its top-level parent, at `usize::MAX` every file is a module of its own. A name the crate root re-exports counts as its defining
 //! module; any other root name as the root, which uses every module.
 #![forbid(unsafe_code)]
 
