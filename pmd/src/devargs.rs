@@ -15,7 +15,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::hw::soft;
+// The software HCA's settings (`wire`, `faults`) are checked by the model's own parsers, named
+// here from the model's crate rather than through the backend (`hw::soft`), which is built on
+// these devargs.
+use mlx4_hca::{Faults, Wire};
 
 /// Largest inline threshold: the inline data that fits a WQE of 63 DS (1008 bytes) once the
 /// control segment and one 4-byte header per 64-byte chunk are taken out: 44 + 14 * 60 + 44.
@@ -86,7 +89,7 @@ pub struct Devargs {
     pub busy_poll: bool,
     pub device_loop: DeviceLoop,
     /// Faults the software HCA injects from the port's probe on (none by default).
-    pub faults: soft::hca::Faults,
+    pub faults: Faults,
     /// The software HCA is a ConnectX-3 Pro: VXLAN inner checksums on send, inner verdicts on
     /// receive.
     pub pro: bool,
@@ -104,7 +107,7 @@ impl Default for Devargs {
             mac: None,
             busy_poll: false,
             device_loop: DeviceLoop::Lcore,
-            faults: soft::hca::Faults::default(),
+            faults: Faults::default(),
             pro: false,
             tx_db_avoid: false,
         }
@@ -214,7 +217,10 @@ impl FromStr for Devargs {
             }
             match key {
                 "wire" => {
-                    soft::check_wire(value).map_err(|e| err(key, value, e))?;
+                    // Checked without opening anything: a `peer:` may not exist yet.
+                    value
+                        .parse::<Wire>()
+                        .map_err(|e| err(key, value, e.to_string()))?;
                     d.wire = WireSpec(value.to_owned());
                 }
                 "wc" => {
@@ -274,7 +280,7 @@ impl FromStr for Devargs {
                     if value.is_empty() {
                         return Err(bad());
                     }
-                    d.faults = soft::hca::Faults::parse(value)
+                    d.faults = Faults::parse(value)
                         .map_err(|why| err(key, value, format!("{why}; {}", allowed(key))))?;
                 }
                 _ => unreachable!("key checked against KEYS"),

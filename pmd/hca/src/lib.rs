@@ -127,8 +127,6 @@ mod error;
 mod events;
 mod fault;
 mod flow;
-#[cfg(test)]
-mod graph;
 mod inbox;
 mod monitor;
 mod net;

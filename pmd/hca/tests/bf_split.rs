@@ -12,7 +12,7 @@
 mod common;
 
 use common::*;
-use mlx4_hca::{Counters, Hca};
+use mlx4_hca::Counters;
 
 const TXBBS: u32 = 64;
 /// 8-byte pieces of the WQE below (DS 6: two TXBBs).
@@ -52,9 +52,7 @@ impl Order {
 /// are stored when the device looks. Returns the `wqe_index` of every CQE, the frames sent and
 /// the counters.
 fn run(older: u8, newer: u8, order: Order, landed: usize) -> (Vec<u16>, usize, Counters) {
-    let hca = Hca::open(step_cfg()).unwrap();
-    let mut cq = TestCq::new(&hca, 64);
-    let mut sq = TestSq::new(&hca, TXBBS, cq.cqn);
+    let (hca, mut cq, mut sq) = sq_rig(step_cfg(), TXBBS, 64);
     let frames = sink(&hca);
     for srcrb in [older, SIGNALED] {
         let c = sq.write(SEND, &inline_frame(srcrb));
@@ -120,9 +118,7 @@ fn a_copy_stored_head_last_is_exact_at_every_split_point() {
 /// One WQE with `ring` flags, copied whole with `copy` flags: the `wqe_index` of every CQE
 /// and the counters.
 fn copy_with_flags(ring: u8, copy: u8) -> (Vec<u16>, Counters) {
-    let hca = Hca::open(step_cfg()).unwrap();
-    let mut cq = TestCq::new(&hca, 64);
-    let mut sq = TestSq::new(&hca, TXBBS, cq.cqn);
+    let (hca, mut cq, mut sq) = sq_rig(step_cfg(), TXBBS, 64);
     let c = sq.write(SEND, &inline_frame(ring));
     let mut wqe = sq.wqe_bytes(c);
     wqe[11] = copy;

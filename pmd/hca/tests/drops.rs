@@ -27,9 +27,7 @@ struct Port {
 
 impl Port {
     fn new(cfg: HcaConfig, rx_wqes: u32, rx_cqes: u32) -> Port {
-        let hca = Hca::open(cfg).unwrap();
-        let txcq = TestCq::new(&hca, 256);
-        let sq = TestSq::new(&hca, 256, txcq.cqn);
+        let (hca, txcq, sq) = sq_rig(cfg, 256, 256);
         let rxcq = TestCq::new(&hca, rx_cqes);
         let rq = TestRq::new(&hca, rx_wqes, 1, rxcq.cqn);
         let pkts = Pkts::new(&hca, 1 << 20);

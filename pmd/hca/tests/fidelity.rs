@@ -21,9 +21,7 @@ fn tx_cqe(cqe: &[u8]) -> (u32, u16) {
 
 #[test]
 fn a_send_queue_runs_only_once_ready_and_an_errored_one_only_after_a_reset() {
-    let hca = Hca::open(strict()).unwrap();
-    let mut cq = TestCq::new(&hca, 64);
-    let mut sq = TestSq::new(&hca, 64, cq.cqn);
+    let (hca, mut cq, mut sq) = sq_rig(strict(), 64, 64);
     assert_eq!(hca.sq_state(sq.info.qpn).unwrap(), QueueState::Reset);
     sq.write(NOP, &ctrl_tail(1, SIGNALED));
     sq.doorbell();
@@ -105,9 +103,7 @@ fn a_receive_queue_drops_frames_until_ready() {
 
 #[test]
 fn a_doorbell_on_any_uar_page_runs_the_queue_it_names() {
-    let hca = Hca::open(step_cfg()).unwrap();
-    let mut cq = TestCq::new(&hca, 64);
-    let mut a = TestSq::new(&hca, 64, cq.cqn);
+    let (hca, mut cq, mut a) = sq_rig(step_cfg(), 64, 64);
     let b = TestSq::new(&hca, 64, cq.cqn);
     assert_ne!(a.info.uar, b.info.uar);
     a.write(NOP, &ctrl_tail(1, SIGNALED));

@@ -41,9 +41,7 @@ struct Port {
 
 impl Port {
     fn new(cfg: HcaConfig) -> Port {
-        let hca = Hca::open(cfg).unwrap();
-        let txcq = TestCq::new(&hca, 256);
-        let sq = TestSq::new(&hca, 256, txcq.cqn);
+        let (hca, txcq, sq) = sq_rig(cfg, 256, 256);
         let rxcq = TestCq::new(&hca, 256);
         let rq = TestRq::new(&hca, 256, 1, rxcq.cqn);
         let pkts = Pkts::new(&hca, 1 << 20);
@@ -148,9 +146,7 @@ fn runners_do_what_the_device_would_and_nothing_when_idle() {
 
 #[test]
 fn a_runner_comes_back_to_a_queue_that_waited_for_its_cq() {
-    let hca = Hca::open(polled()).unwrap();
-    let mut cq = TestCq::new(&hca, 2);
-    let mut sq = TestSq::new(&hca, 64, cq.cqn);
+    let (hca, mut cq, mut sq) = sq_rig(polled(), 64, 2);
     let run = hca.sq_runner(sq.info.qpn).unwrap();
     for _ in 0..5 {
         sq.write(NOP, &ctrl_tail(1, SIGNALED));

@@ -30,9 +30,7 @@ const BUF: u32 = 2048;
 
 impl Port {
     fn new(cfg: HcaConfig, rx_wqes: u32, sges: u32) -> Port {
-        let hca = Hca::open(cfg).unwrap();
-        let txcq = TestCq::new(&hca, 64);
-        let sq = TestSq::new(&hca, 64, txcq.cqn);
+        let (hca, txcq, sq) = sq_rig(cfg, 64, 64);
         let rxcq = TestCq::new(&hca, 64);
         let rq = TestRq::new(&hca, rx_wqes, sges, rxcq.cqn);
         let pkts = Pkts::new(&hca, 1 << 20);
@@ -500,9 +498,7 @@ fn dropping_the_last_handle_stops_the_thread() {
 #[test]
 #[ignore]
 fn null_wire_rate() {
-    let hca = Hca::open(HcaConfig::default()).unwrap();
-    let mut cq = TestCq::new(&hca, 1024);
-    let mut sq = TestSq::new(&hca, 1024, cq.cqn);
+    let (hca, mut cq, mut sq) = sq_rig(HcaConfig::default(), 1024, 1024);
     let pkts = Pkts::new(&hca, 4096);
     hca.start().unwrap();
     let mut t = ctrl_tail(2, UNSIGNALED);
@@ -540,9 +536,7 @@ fn null_wire_rate() {
 #[test]
 #[ignore]
 fn null_wire_device_cost() {
-    let hca = Hca::open(step_cfg()).unwrap();
-    let cq = TestCq::new(&hca, 1024);
-    let mut sq = TestSq::new(&hca, 1024, cq.cqn);
+    let (hca, _cq, mut sq) = sq_rig(step_cfg(), 1024, 1024);
     let pkts = Pkts::new(&hca, 4096);
     let mut t = ctrl_tail(2, UNSIGNALED);
     t.extend(dseg(64, pkts.lkey, pkts.mem.addr()));

@@ -18,22 +18,18 @@ use std::ptr::NonNull;
 
 use crate::mem::{DmaRange, Mr};
 
+mod backend;
 pub mod flow;
+mod rss;
 pub mod soft;
 pub mod verbs;
+
+pub use backend::{open, open_pci, Handles, PciPort};
+pub use rss::{RssHash, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 
 /// RX and TX queues a port sets up at most (the device allows more; this keeps per-port memory
 /// sane).
 pub const MAX_QUEUES: u16 = 16;
-
-/// The Toeplitz key length of the mlx4 family (bytes).
-pub const RSS_KEY_LEN: usize = 40;
-/// The well-known default Toeplitz key (also mlx4's historic default).
-pub const DEFAULT_RSS_KEY: [u8; RSS_KEY_LEN] = [
-    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
-    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
-    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
-];
 
 /// Why a device request failed. Its kind decides the errno DPDK sees.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -331,40 +327,6 @@ pub enum QueueState {
     Error,
 }
 
-/// Packet fields the RSS hash covers, as the device can hash them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RssHash(u8);
-
-impl RssHash {
-    pub const NONE: RssHash = RssHash(0);
-    /// IPv4 source and destination addresses.
-    pub const IPV4: RssHash = RssHash(1 << 0);
-    /// IPv4 addresses and TCP ports.
-    pub const IPV4_TCP: RssHash = RssHash(1 << 1);
-    /// IPv4 addresses and UDP ports.
-    pub const IPV4_UDP: RssHash = RssHash(1 << 2);
-    pub const IPV6: RssHash = RssHash(1 << 3);
-    pub const IPV6_TCP: RssHash = RssHash(1 << 4);
-    pub const IPV6_UDP: RssHash = RssHash(1 << 5);
-
-    pub fn contains(self, other: RssHash) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl std::ops::BitOr for RssHash {
-    type Output = RssHash;
-    fn bitor(self, o: RssHash) -> RssHash {
-        RssHash(self.0 | o.0)
-    }
-}
-
-impl std::ops::BitOrAssign for RssHash {
-    fn bitor_assign(&mut self, o: RssHash) {
-        self.0 |= o.0;
-    }
-}
-
 /// The control side of one device port.
 ///
 /// Methods take `&self`: a backend serialises what needs serialising (the software HCA has its
@@ -529,49 +491,4 @@ pub trait Device: Send + Sync {
     fn set_flow_isolate(&self, _on: bool) -> Result<(), HwError> {
         Err(HwError::Unsupported("flow isolation"))
     }
-}
-
-/// This process's handles to a port's device.
-pub struct Handles {
-    pub dev: Box<dyn Device>,
-    /// Set when the device runs in the polling lcore: what the burst glue calls.
-    pub lcore: Option<soft::Lcore>,
-}
-
-/// Opens the device behind the vdev port `name`: the software HCA, as the devargs describe it,
-/// its queue memory from `source` (a card on the PCI bus opens with [`open_pci`]).
-pub fn open(
-    name: &str,
-    args: &crate::devargs::Devargs,
-    source: crate::mem::MemSource,
-) -> Result<Handles, HwError> {
-    let soft = soft::Soft::open(name, args, source)?;
-    Ok(Handles {
-        lcore: soft.lcore(),
-        dev: Box::new(soft),
-    })
-}
-
-/// A port of a ConnectX-3 found on the PCI bus.
-pub struct PciPort {
-    /// As DPDK's mlx4 names it: `mlx4_0 port 1`.
-    pub name: String,
-    /// Its netdev's MAC, if it has one.
-    pub mac: Option<[u8; 6]>,
-    pub handles: Handles,
-}
-
-/// Opens the Ethernet ports of the ConnectX-3 at PCI address `pci` through rdma-core.
-pub fn open_pci(pci: &str) -> Result<Vec<PciPort>, HwError> {
-    Ok(verbs::open_pci(pci)?
-        .into_iter()
-        .map(|(name, v)| PciPort {
-            name,
-            mac: v.mac(),
-            handles: Handles {
-                dev: Box::new(v),
-                lcore: None,
-            },
-        })
-        .collect())
 }

@@ -3,7 +3,7 @@
 //! allocator when it handed one over with `mlx4dv_set_context_attr`).
 #![allow(unsafe_code)]
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -338,29 +338,12 @@ pub unsafe extern "C" fn mlx4rs_verbs__ibv_get_device_name(
 
 // ------------------------------------------------------------------------------ contexts
 
-unsafe extern "C" fn no_poll_cq(_: *mut sys::ibv_cq, _: c_int, _: *mut sys::ibv_wc) -> c_int {
-    // The data path belongs to the application through mlx4dv; polling through verbs is not
-    // provided.
-    -1
-}
-
-unsafe extern "C" fn no_post_send(
-    _: *mut sys::ibv_qp,
-    _: *mut sys::ibv_send_wr,
-    _: *mut *mut sys::ibv_send_wr,
-) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-unsafe extern "C" fn no_post_recv(
-    _: *mut sys::ibv_qp,
-    _: *mut sys::ibv_recv_wr,
-    _: *mut *mut sys::ibv_recv_wr,
-) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-fn open(dev: &'static Device) -> Result<Box<Context>, c_int> {
+/// Opens a context of `dev` whose ops are `vctx`'s (the entry points above this module fill
+/// them); the rest of the verbs context is filled here.
+pub(crate) fn open(
+    dev: &'static Device,
+    mut vctx: sys::verbs_context,
+) -> Result<Box<Context>, c_int> {
     let adapter = dev.acquire().map_err(|e| {
         log(format_args!("ibv_open_device: {e}"));
         libc::ENODEV
@@ -377,29 +360,11 @@ fn open(dev: &'static Device) -> Result<Box<Context>, c_int> {
         log(format_args!("ibv_open_device: the context's UAR page: {e}"));
         e.errno()
     })?;
-    let mut vctx = sys::verbs_context {
-        query_port: Some(crate::queries::query_port_ex),
-        query_device_ex: Some(crate::queries::query_device_ex),
-        create_qp_ex: Some(crate::queues::create_qp_ex),
-        create_wq: Some(crate::queues::create_wq),
-        modify_wq: Some(crate::queues::modify_wq),
-        destroy_wq: Some(crate::queues::destroy_wq),
-        create_rwq_ind_table: Some(crate::queues::create_rwq_ind_table),
-        destroy_rwq_ind_table: Some(crate::queues::destroy_rwq_ind_table),
-        ibv_create_flow: Some(crate::queues::create_flow),
-        ibv_destroy_flow: Some(crate::queues::destroy_flow),
-        sz: std::mem::size_of::<sys::verbs_context>(),
-        ..Default::default()
-    };
     vctx.context.device = ptr::addr_of!(dev.ibv).cast_mut();
     vctx.context.cmd_fd = cmd_fd.as_raw_fd();
     vctx.context.async_fd = events.fd.as_raw_fd();
     vctx.context.num_comp_vectors = 1;
     vctx.context.abi_compat = usize::MAX as *mut c_void;
-    vctx.context.ops.poll_cq = Some(no_poll_cq);
-    vctx.context.ops.req_notify_cq = Some(crate::queues::req_notify_cq);
-    vctx.context.ops.post_send = Some(no_post_send);
-    vctx.context.ops.post_recv = Some(no_post_recv);
     std::mem::forget(guard);
     Ok(Box::new(Context {
         vctx,
@@ -425,26 +390,6 @@ struct Release(&'static Device);
 impl Drop for Release {
     fn drop(&mut self) {
         self.0.release();
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mlx4rs_verbs__ibv_open_device(
-    dev: *mut sys::ibv_device,
-) -> *mut sys::ibv_context {
-    let Some(dev) = Device::from_ibv(dev) else {
-        set_errno(libc::ENODEV);
-        return ptr::null_mut();
-    };
-    match open(dev) {
-        Ok(c) => {
-            let c = Box::leak(c);
-            c.ibv()
-        }
-        Err(e) => {
-            set_errno(e);
-            ptr::null_mut()
-        }
     }
 }
 
@@ -509,6 +454,18 @@ pub(crate) struct CompChannel {
     pub cqs: Mutex<Vec<(u32, usize, usize)>>,
 }
 
+impl CompChannel {
+    /// The channel's fd: the model's eventfd.
+    pub(crate) fn fd(&self) -> c_int {
+        self.ibv.fd
+    }
+
+    /// The adapter whose model made the channel.
+    pub(crate) fn adapter(&self) -> &Adapter {
+        &self.adapter
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn mlx4rs_verbs__ibv_create_comp_channel(
     ctx: *mut sys::ibv_context,
@@ -569,67 +526,6 @@ pub unsafe extern "C" fn mlx4rs_verbs__ibv_destroy_comp_channel(
     // SAFETY: the channel came from Box::into_raw and is destroyed once.
     drop(unsafe { Box::from_raw((c as *const CompChannel).cast_mut()) });
     0
-}
-
-/// The next completion event: the CQ that raised it and its context. Waits as the application
-/// set the fd up (blocking by default, `EAGAIN` once it made the fd non-blocking), as
-/// rdma-core's read of the channel fd would.
-#[no_mangle]
-pub unsafe extern "C" fn mlx4rs_verbs__ibv_get_cq_event(
-    ch: *mut sys::ibv_comp_channel,
-    cq: *mut *mut sys::ibv_cq,
-    cq_ctx: *mut *mut c_void,
-) -> c_int {
-    // SAFETY: the application's channel pointer.
-    let Some(c) = (unsafe { channel(ch) }) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    loop {
-        match c.adapter.hca.next_cq_event(c.id) {
-            Ok(Some(cqn)) => {
-                let Some(&(_, p, ctx)) = c.cqs.lock().iter().find(|x| x.0 == cqn) else {
-                    // A CQ destroyed since: its event goes with it.
-                    continue;
-                };
-                // SAFETY: the caller's output pointers; the CQ is alive (destroying it
-                // removes it from the list).
-                unsafe {
-                    if !cq.is_null() {
-                        *cq = p as *mut sys::ibv_cq;
-                    }
-                    if !cq_ctx.is_null() {
-                        *cq_ctx = ctx as *mut c_void;
-                    }
-                    crate::queues::cq_event(p as *mut sys::ibv_cq);
-                }
-                return 0;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                set_errno(e.errno());
-                return -1;
-            }
-        }
-        // SAFETY: F_GETFL on the channel's descriptor.
-        let fl = unsafe { libc::fcntl(c.ibv.fd, libc::F_GETFL) };
-        if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
-            set_errno(libc::EAGAIN);
-            return -1;
-        }
-        let mut pfd = libc::pollfd {
-            fd: c.ibv.fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: polling one pollfd.
-        unsafe { libc::poll(&mut pfd, 1, -1) };
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mlx4rs_verbs__ibv_ack_cq_events(_cq: *mut sys::ibv_cq, _n: c_uint) {
-    // Events hold nothing a destroy would have to wait for.
 }
 
 // ------------------------------------------------------------------------------ misc

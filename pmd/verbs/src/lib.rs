@@ -21,9 +21,9 @@
 //!
 //! Diagnostics go to stderr, prefixed `mlx4rs-verbs:`.
 //!
-//! `unsafe` lives in the modules that are the C interface (`context`, `device`, `dv`,
-//! `queries`, `queues`), the netdev ioctls (`netdev`) and the bindings (`sys`); configuration,
-//! geometry and steering are safe code.
+//! `unsafe` lives in the modules that are the C interface (`context`, `device`, `dv`, `open`,
+//! `queries`, `queues`), the netdev ioctls (`netdev`), `errno` (`report`) and the bindings
+//! (`sys`); configuration, geometry and steering are safe code.
 
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -35,24 +35,15 @@ mod device;
 mod dv;
 mod layout;
 mod netdev;
+mod open;
 mod queries;
 mod queues;
+mod report;
 mod steer;
 mod sys;
 
-/// One diagnostic line on stderr.
-pub(crate) fn log(args: std::fmt::Arguments<'_>) {
-    eprintln!("mlx4rs-verbs: {args}");
-}
-
-/// Set the calling thread's `errno` (verbs calls returning pointers report errors there).
-pub(crate) fn set_errno(e: std::ffi::c_int) {
-    // SAFETY: `__errno_location` returns the calling thread's errno slot.
-    #[allow(unsafe_code)]
-    unsafe {
-        *libc::__errno_location() = e
-    };
-}
+// Every module reports through these; they live below all of them.
+pub(crate) use report::{log, set_errno};
 
 fn stub_failed() {
     set_errno(libc::EOPNOTSUPP);

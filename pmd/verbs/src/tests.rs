@@ -14,6 +14,7 @@ use mlx4_prm::{cqe_opcode, cqe_owner, opcode, srcrb, Cqe, CtrlSeg, DataSeg, CQE_
 
 use crate::context::*;
 use crate::dv::*;
+use crate::open::*;
 use crate::queries::*;
 use crate::queues::*;
 use crate::sys;

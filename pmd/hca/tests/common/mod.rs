@@ -520,3 +520,42 @@ pub fn hex(s: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
         .collect()
 }
+
+// ---- send queues -----------------------------------------------------------------------
+
+/// A device opened with `cfg`, with one CQ of `cqes` entries and one SQ of `txbbs` TXBBs on it.
+pub fn sq_rig(cfg: HcaConfig, txbbs: u32, cqes: u32) -> (Hca, TestCq, TestSq) {
+    let hca = Hca::open(cfg).unwrap();
+    let cq = TestCq::new(&hca, cqes);
+    let sq = TestSq::new(&hca, txbbs, cq.cqn);
+    (hca, cq, sq)
+}
+
+/// Check a TX CQE: S/R set, opcode, WQE counter and QPN.
+pub fn assert_tx_cqe(cqe: &[u8], qpn: u32, opcode: u8, wqe_index: u16) {
+    assert_eq!(be32(cqe, 0) & 0xff_ffff, qpn, "qpn");
+    assert_eq!(cqe[31] & 0x40, 0x40, "S/R bit");
+    assert_eq!(cqe[31] & 0x1f, opcode, "opcode");
+    assert_eq!(be16(cqe, 24), wqe_index, "wqe_index");
+}
+
+/// A frame as an inline WQE split at the 64-byte boundary: 44 bytes after the control segment,
+/// the rest behind a second header at offset 64.
+pub fn inline_wqe(frame: &[u8], srcrb: u8) -> Vec<u8> {
+    let first = frame.len().min(44);
+    let mut size = 16 + 4 + first;
+    if frame.len() > 44 {
+        size = 64 + 4 + (frame.len() - 44);
+    }
+    let ds = size.div_ceil(16) as u8;
+    let mut t = ctrl_tail(ds, srcrb);
+    t.extend(inline_hdr(first));
+    t.extend(&frame[..first]);
+    if frame.len() > 44 {
+        assert!(frame.len() - 44 <= 60);
+        t.extend(inline_hdr(frame.len() - 44));
+        t.extend(&frame[44..]);
+    }
+    t.resize(usize::from(ds) * 16 - 4, 0);
+    t
+}

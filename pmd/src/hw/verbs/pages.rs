@@ -1,7 +1,7 @@
 //! The BlueFlame page of a verbs context, mapped the way libmlx4 maps it and handed out one
 //! register per send queue.
 //!
-//! `mlx4dv` exposes no BlueFlame register (the `bf.buf_size` of the issue is an mlx5dv field).
+//! `mlx4dv` exposes no BlueFlame register (a `bf.buf_size` is an mlx5dv field, not mlx4dv's).
 //! libmlx4 maps the context's UAR page at offset 0 of the command fd and, when the kernel
 //! reported a BlueFlame register size, the BF page at offset `page_size`: the kernel
 //! (`mlx4_ib_mmap`) maps that page write-combining where the platform allows, else uncached,

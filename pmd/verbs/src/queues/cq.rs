@@ -186,3 +186,64 @@ pub(crate) unsafe fn cq_event(p: *mut sys::ibv_cq) {
         cq.arm_sn.fetch_add(1, Ordering::Relaxed);
     }
 }
+
+/// The next completion event: the CQ that raised it and its context. Waits as the application
+/// set the fd up (blocking by default, `EAGAIN` once it made the fd non-blocking), as
+/// rdma-core's read of the channel fd would.
+#[no_mangle]
+pub unsafe extern "C" fn mlx4rs_verbs__ibv_get_cq_event(
+    ch: *mut sys::ibv_comp_channel,
+    cq: *mut *mut sys::ibv_cq,
+    cq_ctx: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: the application's channel pointer.
+    let Some(c) = (unsafe { crate::context::channel(ch) }) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    loop {
+        match c.adapter().hca.next_cq_event(c.id) {
+            Ok(Some(cqn)) => {
+                let Some(&(_, p, ctx)) = c.cqs.lock().iter().find(|x| x.0 == cqn) else {
+                    // A CQ destroyed since: its event goes with it.
+                    continue;
+                };
+                // SAFETY: the caller's output pointers; the CQ is alive (destroying it
+                // removes it from the list).
+                unsafe {
+                    if !cq.is_null() {
+                        *cq = p as *mut sys::ibv_cq;
+                    }
+                    if !cq_ctx.is_null() {
+                        *cq_ctx = ctx as *mut c_void;
+                    }
+                    cq_event(p as *mut sys::ibv_cq);
+                }
+                return 0;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                set_errno(e.errno());
+                return -1;
+            }
+        }
+        // SAFETY: F_GETFL on the channel's descriptor.
+        let fl = unsafe { libc::fcntl(c.fd(), libc::F_GETFL) };
+        if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
+            set_errno(libc::EAGAIN);
+            return -1;
+        }
+        let mut pfd = libc::pollfd {
+            fd: c.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polling one pollfd.
+        unsafe { libc::poll(&mut pfd, 1, -1) };
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mlx4rs_verbs__ibv_ack_cq_events(_cq: *mut sys::ibv_cq, _n: c_uint) {
+    // Events hold nothing a destroy would have to wait for.
+}

@@ -1,5 +1,5 @@
 //! The software HCA backend: [`Device`] over [`mlx4_hca`], the one module of the driver that
-//! names the model. It plays the part rdma-core plays for a card: it allocates queue memory
+//! drives the model. It plays the part rdma-core plays for a card: it allocates queue memory
 //! (from the port's [`MemSource`]), hands it to the model, and keeps it until the queue is
 //! destroyed.
 //!
@@ -13,21 +13,25 @@
 use std::collections::HashMap;
 use std::ptr::NonNull;
 
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use mlx4_hca::{
-    Bar, CqAttr, Hca, HcaConfig, HcaError, RqAttr, RssFields, RxRunner, SqAttr, SqRunner, Wire,
-};
+use mlx4_hca::{Bar, CqAttr, Hca, HcaConfig, HcaError, RqAttr, SqAttr, Wire};
 use parking_lot::Mutex;
 
-use super::flow::{FlowCounters, FlowFate, FlowPattern, FlowRule, L4Proto, Masked};
+use super::flow::{FlowCounters, FlowFate, FlowRule};
 use super::{
     BfDesc, Caps, CqDesc, Device, FlowControl, HwError, PortEvent, QueueState, RqDesc, RssHash,
     SqDesc, RSS_KEY_LEN,
 };
 use crate::devargs::{Devargs, DeviceLoop, WcMode};
 use crate::mem::{DmaBuf, DmaRange, MemSource, Mr};
+use steer::{model_pattern, rss_fields};
+
+mod lcore;
+mod steer;
+
+pub use lcore::Lcore;
 
 /// The model this backend drives, for tests and benchmarks that open and step it themselves.
 pub use mlx4_hca as hca;
@@ -37,11 +41,6 @@ const _: () = assert!(RSS_KEY_LEN == mlx4_hca::RSS_KEY_LEN);
 
 /// Records (CQ consumer index, RQ doorbell) sit after their ring, on a cache line of their own.
 const RECORD_SPACE: usize = 64;
-
-/// Checks a `wire=` devarg value without opening anything (a `peer:` may not exist yet).
-pub fn check_wire(spec: &str) -> Result<(), String> {
-    spec.parse::<Wire>().map(|_| ()).map_err(|e| e.to_string())
-}
 
 /// One software HCA port and the queue memory it was given.
 pub struct Soft {
@@ -172,13 +171,13 @@ impl Soft {
 
     /// What the burst glue of this process calls, when the device runs in the polling lcore.
     pub fn lcore(&self) -> Option<Lcore> {
-        (self.device_loop == DeviceLoop::Lcore).then(|| Lcore {
-            hca: self.hca.clone(),
-            rx: self.hca.rx_runner(),
-            sqs: (0..super::MAX_QUEUES)
-                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-                .collect(),
-            _bar_mem: self.bar_mem.clone(),
+        (self.device_loop == DeviceLoop::Lcore).then(|| {
+            Lcore::new(
+                self.hca.clone(),
+                self.hca.rx_runner(),
+                usize::from(super::MAX_QUEUES),
+                self.bar_mem.clone(),
+            )
         })
     }
 
@@ -208,56 +207,6 @@ impl Soft {
             MemSource::Heap => MemSource::Heap,
         };
         DmaBuf::new(len, source).ok_or_else(|| HwError::NoMemory(format!("no memory for {what}")))
-    }
-}
-
-fn rss_fields(h: RssHash) -> RssFields {
-    let mut f = RssFields::NONE;
-    for (ours, theirs) in [
-        (RssHash::IPV4, RssFields::IPV4),
-        (RssHash::IPV4_TCP, RssFields::IPV4_TCP),
-        (RssHash::IPV4_UDP, RssFields::IPV4_UDP),
-        (RssHash::IPV6, RssFields::IPV6),
-        (RssHash::IPV6_TCP, RssFields::IPV6_TCP),
-        (RssHash::IPV6_UDP, RssFields::IPV6_UDP),
-    ] {
-        if h.contains(ours) {
-            f |= theirs;
-        }
-    }
-    f
-}
-
-fn masked<T: Copy>(m: Masked<T>) -> mlx4_hca::Masked<T> {
-    mlx4_hca::Masked {
-        value: m.value,
-        mask: m.mask,
-    }
-}
-
-/// The model's pattern for a device rule: it matches more than the device offers, so every
-/// field maps onto one of its fields under the same mask.
-fn model_pattern(p: &FlowPattern) -> mlx4_hca::FlowPattern {
-    mlx4_hca::FlowPattern {
-        eth: p.eth_dst.map(|dst| mlx4_hca::EthMatch {
-            dst: mlx4_hca::Masked::exact(dst, [0xff; 6]),
-            ..Default::default()
-        }),
-        vlan: p.vlan.map(|vid| mlx4_hca::VlanMatch {
-            vid: vid.map_or_else(Default::default, |v| mlx4_hca::Masked::exact(v, 0xfff)),
-        }),
-        ipv4: p.ipv4.map(|ip| mlx4_hca::Ipv4Match {
-            src: masked(ip.src),
-            dst: masked(ip.dst),
-        }),
-        l4: p.l4.map(|l4| mlx4_hca::L4Match {
-            proto: match l4.proto {
-                L4Proto::Tcp => mlx4_hca::L4Proto::Tcp,
-                L4Proto::Udp => mlx4_hca::L4Proto::Udp,
-            },
-            src_port: masked(l4.src_port),
-            dst_port: masked(l4.dst_port),
-        }),
     }
 }
 
@@ -763,104 +712,5 @@ impl Drop for Soft {
         // The device loop must stop touching queue memory before it is freed.
         self.stop_loop();
         self.hca.stop();
-    }
-}
-
-/// The device loop's share of the polling lcore: the burst glue calls [`Lcore::after_tx`]
-/// after `tx_burst` posted and [`Lcore::before_rx`] before `rx_burst` polls. The queue code
-/// never does: it only stores to memory and device pages, as on a card. The model's runners
-/// cost a few loads and no lock when there is nothing to do.
-///
-/// `Sync` (from its fields) because every polling lcore of the process calls `after_tx` and
-/// `before_rx` on the one `Lcore` of its port at the same time: the runners are `Sync` (the
-/// model's queues take their own locks), and the table of SQ runners is atomic pointers, which
-/// only [`Lcore::set_sq`] replaces and frees, under its contract.
-pub struct Lcore {
-    hca: Hca,
-    rx: RxRunner,
-    /// The runner of each TX queue's SQ, by queue index, set by the control path
-    /// ([`Lcore::set_sq`]) whenever the queue gets a new SQ.
-    sqs: Box<[AtomicPtr<SqRunner>]>,
-    /// Keeps the model's device memory until the runners are gone (dropped last).
-    _bar_mem: Option<Arc<DmaBuf>>,
-}
-
-impl Lcore {
-    /// Executes what TX queue `qid`'s SQ was told to do (doorbells, BlueFlame copies).
-    #[inline]
-    pub fn after_tx(&self, qid: u16) {
-        let p = self.sqs[usize::from(qid)].load(Ordering::Acquire);
-        // SAFETY: NULL or a runner set_sq boxed, which is only replaced or freed by the control
-        // path while no burst of this process runs on the queue (DPDK's rule for queue setup,
-        // release and port stop; recovery runs in the queue's own lcore, between bursts).
-        if let Some(r) = unsafe { p.as_ref() } {
-            r.run();
-        }
-    }
-
-    /// Delivers frames waiting at the port to its receive queues.
-    #[inline]
-    pub fn before_rx(&self) {
-        self.rx.run();
-    }
-
-    /// TX queue `qid` now runs on the SQ `qpn` (None: the queue is gone). The runner it
-    /// replaces is freed here, while another lcore may be in [`Lcore::after_tx`] with it, so
-    /// the caller vouches that none is.
-    ///
-    /// # Safety
-    /// No call of `after_tx(qid)` may run, in any thread, while this runs (DPDK's rule that a
-    /// queue is set up, released, started and stopped while no lcore polls it, and that
-    /// recovery runs in the queue's own lcore between its bursts).
-    ///
-    /// ```compile_fail
-    /// fn swap_under_a_burst(l: &mlx4rs::hw::soft::Lcore) {
-    ///     l.set_sq(0, None);
-    /// }
-    /// ```
-    pub unsafe fn set_sq(&self, qid: u16, qpn: Option<u32>) {
-        let new = qpn
-            .and_then(|q| self.hca.sq_runner(q).ok())
-            .map_or(std::ptr::null_mut(), |r| Box::into_raw(Box::new(r)));
-        let old = self.sqs[usize::from(qid)].swap(new, Ordering::AcqRel);
-        if !old.is_null() {
-            // SAFETY: a box set_sq made; no burst runs on the queue (the caller's contract).
-            drop(unsafe { Box::from_raw(old) });
-        }
-    }
-}
-
-impl Drop for Lcore {
-    fn drop(&mut self) {
-        for qid in 0..self.sqs.len() {
-            // SAFETY: `&mut self`: no other thread holds the Lcore, so none is in after_tx.
-            unsafe { self.set_sq(qid as u16, None) };
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rss_hash_maps_each_field_set() {
-        assert_eq!(rss_fields(RssHash::NONE), RssFields::NONE);
-        let all = RssHash::IPV4
-            | RssHash::IPV4_TCP
-            | RssHash::IPV4_UDP
-            | RssHash::IPV6
-            | RssHash::IPV6_TCP
-            | RssHash::IPV6_UDP;
-        assert_eq!(rss_fields(all), RssFields::ALL);
-        assert_eq!(
-            rss_fields(RssHash::IPV4 | RssHash::IPV6_UDP),
-            RssFields::IPV4 | RssFields::IPV6_UDP
-        );
-    }
-
-    #[test]
-    fn default_key_is_the_devices() {
-        assert_eq!(super::super::DEFAULT_RSS_KEY, mlx4_hca::DEFAULT_RSS_KEY);
     }
 }
