@@ -77,6 +77,27 @@ struct QueueMem {
     rqs: HashMap<u32, DmaBuf>,
 }
 
+impl Soft {
+    /// Whether queue `id`'s ring is `buf`, made by this device: every model numbers its queues
+    /// from the same base, so another device's descriptor carries a number that may be live
+    /// here, and destroying by number alone would free this device's ring under its queue.
+    fn mine(
+        &self,
+        table: impl FnOnce(&QueueMem) -> &HashMap<u32, DmaBuf>,
+        id: u32,
+        buf: NonNull<u8>,
+        what: &str,
+    ) -> Result<(), HwError> {
+        let mem = self.mem.lock();
+        match table(&mem).get(&id) {
+            Some(ring) if ring.non_null() == buf => Ok(()),
+            _ => Err(HwError::Invalid(format!(
+                "destroy {what} {id:#x}: not a queue of this device"
+            ))),
+        }
+    }
+}
+
 fn hw_err(what: &str) -> impl Fn(HcaError) -> HwError + '_ {
     move |e| match e {
         HcaError::InvalidArgument(_) | HcaError::NameInUse(_) => {
@@ -290,6 +311,7 @@ impl Device for Soft {
     }
 
     fn destroy_cq(&self, cq: CqDesc) -> Result<(), HwError> {
+        self.mine(|m| &m.cqs, cq.cqn(), cq.buf(), "CQ")?;
         self.hca
             .destroy_cq(cq.cqn())
             .map_err(hw_err("destroy CQ"))?;
@@ -332,6 +354,7 @@ impl Device for Soft {
     }
 
     fn destroy_sq(&self, sq: SqDesc) -> Result<(), HwError> {
+        self.mine(|m| &m.sqs, sq.qpn(), sq.buf(), "SQ")?;
         self.hca
             .destroy_sq(sq.qpn())
             .map_err(hw_err("destroy SQ"))?;
@@ -375,6 +398,7 @@ impl Device for Soft {
     }
 
     fn destroy_rq(&self, rq: RqDesc) -> Result<(), HwError> {
+        self.mine(|m| &m.rqs, rq.qpn(), rq.buf(), "RQ")?;
         self.hca
             .destroy_rq(rq.qpn())
             .map_err(hw_err("destroy RQ"))?;
