@@ -215,9 +215,10 @@ impl RxConfig {
         true
     }
 
-    /// The frame's hash under the port's default RSS key and fields.
-    pub(crate) fn hash(&self, frame: &[u8]) -> u32 {
-        net::rss_hash(frame, &self.toeplitz, self.rss_fields)
+    /// The frame's hash under the port's default RSS key and fields (`lay` is
+    /// `net::parse(frame)`).
+    pub(crate) fn hash(&self, frame: &[u8], lay: Option<&net::Layout>) -> u32 {
+        net::rss_hash_of(frame, lay, &self.toeplitz, self.rss_fields)
     }
 
     /// The QPN of the RQ a frame with `hash` goes to. `rqs` lists every RQ in QPN order, for an

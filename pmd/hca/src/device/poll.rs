@@ -348,6 +348,9 @@ impl DevState {
     /// Offer one frame to the port: flow rules, else the filters and the default RSS; the
     /// MTU; then its RQ.
     pub(super) fn receive(&mut self, frame: &[u8]) -> Rx {
+        // The parser runs once; the RSS hash and the RQ's classification read what it found.
+        let lay = net::parse(frame);
+        let lay = lay.as_ref();
         let verdict = if self.flows.is_empty() {
             None
         } else {
@@ -363,10 +366,10 @@ impl DevState {
                     return Rx::Done;
                 }
                 match v {
-                    Verdict::Queue(q) => (Some(q), self.rx.hash(frame)),
+                    Verdict::Queue(q) => (Some(q), self.rx.hash(frame, lay)),
                     Verdict::Rss(slot) => match self.flows.ctx(slot) {
                         Some(c) => {
-                            let h = net::rss_hash(frame, &c.toeplitz, c.ctx.fields);
+                            let h = net::rss_hash_of(frame, lay, &c.toeplitz, c.ctx.fields);
                             let rqs = &c.ctx.rqs;
                             (rqs.get(h as usize % rqs.len().max(1)).copied(), h)
                         }
@@ -381,7 +384,7 @@ impl DevState {
                 {
                     return Rx::Done;
                 }
-                let hash = self.rx.hash(frame);
+                let hash = self.rx.hash(frame, lay);
                 (self.rx.steer(hash, &self.rqs), hash)
             }
         };
@@ -401,6 +404,7 @@ impl DevState {
         match self.cqs.get_mut(cq_slot(rq.cqn)) {
             Some(cq) => rq.receive(
                 frame,
+                lay,
                 hash,
                 &self.mrs,
                 cq,
