@@ -3,7 +3,7 @@
 
 use mlx4_prm::rx_status;
 
-use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
+use crate::rss::{RssFields, Toeplitz};
 
 const ETH_HDR: usize = 14;
 const ETHERTYPE_IPV4: u16 = 0x0800;
@@ -427,9 +427,6 @@ pub(crate) fn rss_hash_of(
             RssFields::IPV6_UDP,
         ),
     };
-    let mut input = [0u8; RSS_KEY_LEN - 4];
-    let n = addrs.len();
-    input[..n].copy_from_slice(&frame[addrs]);
     // Fragments have no ports to hash (later fragments carry none), so they fall back to the
     // addresses, as the standard asks; a header too short to be TCP/UDP is not TCP/UDP.
     let ports = match lay.l4 {
@@ -439,13 +436,19 @@ pub(crate) fn rss_hash_of(
         }
         _ => None,
     };
+    if ports.is_none() && !fields.contains(ip) {
+        return 0;
+    }
+    // The input is the addresses followed by the ports: each part is hashed where it lies in
+    // the frame, at its position in the input, in fixed sizes the compiler unrolls.
+    let n = addrs.len();
+    let h = match lay.l3 {
+        L3::V4 { .. } => key.hash_at::<8>(0, frame[addrs].try_into().expect("8 bytes")),
+        L3::V6 => key.hash_at::<32>(0, frame[addrs].try_into().expect("32 bytes")),
+    };
     match ports {
-        Some(off) => {
-            input[n..n + 4].copy_from_slice(&frame[off..off + 4]);
-            key.hash(&input[..n + 4])
-        }
-        None if fields.contains(ip) => key.hash(&input[..n]),
-        None => 0,
+        Some(off) => h ^ key.hash_at::<4>(n, frame[off..off + 4].try_into().expect("4 bytes")),
+        None => h,
     }
 }
 

@@ -258,7 +258,7 @@ impl Rq {
             if room >= len {
                 break;
             }
-            self.ring.read(base + i * entry, &mut raw);
+            self.ring.read_array(base + i * entry, &mut raw);
             let d = RxDataSeg::new_unchecked(&raw[..]);
             if d.lkey() == INVALID_LKEY {
                 break;

@@ -165,12 +165,22 @@ impl Toeplitz {
     }
 
     /// The hash of `input` (at most `RSS_KEY_LEN - 4` bytes).
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn hash(&self, input: &[u8]) -> u32 {
         input
             .iter()
             .zip(self.table.iter())
             .fold(0, |h, (&b, row)| h ^ row[usize::from(b)])
+    }
+
+    /// What `bytes`, standing at byte `start` of the input, add to its hash: the hash of an
+    /// input is the XOR of its parts' contributions. `start + N` is at most `RSS_KEY_LEN - 4`.
+    #[inline(always)]
+    pub(crate) fn hash_at<const N: usize>(&self, start: usize, bytes: &[u8; N]) -> u32 {
+        self.table[start..start + N]
+            .iter()
+            .zip(bytes)
+            .fold(0, |h, (row, &b)| h ^ row[usize::from(b)])
     }
 }
 
@@ -217,6 +227,11 @@ mod tests {
                 "{input:x?}"
             );
         }
+        // Parts hashed where they stand add up to the whole (the receive path's way).
+        let input: [u8; 12] = std::array::from_fn(|i| (i * 37 + 11) as u8);
+        let parts = table.hash_at::<8>(0, input[..8].try_into().unwrap())
+            ^ table.hash_at::<4>(8, input[8..].try_into().unwrap());
+        assert_eq!(parts, toeplitz(&DEFAULT_RSS_KEY, &input));
         assert_eq!(toeplitz(&DEFAULT_RSS_KEY, &[]), 0);
         // A single set MSB picks exactly the key's first 32 bits.
         assert_eq!(toeplitz(&DEFAULT_RSS_KEY, &[0x80]), 0x6d5a_56da);
