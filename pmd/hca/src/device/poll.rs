@@ -140,6 +140,7 @@ impl DevState {
         }
         let v = db.take_be32(0).unwrap_or(0);
         self.counters.doorbells += 1;
+        self.charge_doorbells(1);
         if self.faults.doorbell.tick() {
             // An injected fault: the write never reached the device.
             self.counters.inj_doorbells_dropped += 1;
@@ -176,6 +177,7 @@ impl DevState {
             unreachable!("the caller checked the slot")
         };
         let before = (self.counters.tx_frames, self.counters.tx_drops_wire);
+        let bf_before = self.counters.bf_bursts;
         let work = match self.cqs.get_mut(cq_slot(sq.cqn)) {
             Some(cq) => sq.poll(&mut TxCtx {
                 wc: self.wc,
@@ -192,12 +194,27 @@ impl DevState {
             None => 0,
         };
         self.qps.put_back(slot, Qp::Sq(sq));
+        self.charge_doorbells(self.counters.bf_bursts - bf_before);
         if self.faults.cfg.link_flap_every != 0 {
             let sent = self.counters.tx_frames - before.0;
             let lost = self.counters.tx_drops_wire - before.1;
             self.flap(sent, lost);
         }
         work
+    }
+
+    /// Spend what `n` UAR writes cost a card's device side, when the model is asked to
+    /// ([`crate::HcaConfig::doorbell_ns`]): a spin, not a sleep, since a card is busy for that
+    /// long, not idle.
+    #[inline]
+    fn charge_doorbells(&self, n: u64) {
+        if self.doorbell_ns == 0 || n == 0 {
+            return;
+        }
+        let until = Instant::now() + Duration::from_nanos(n * u64::from(self.doorbell_ns));
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
     }
 
     /// Injected link flaps: down after `link_flap_every` frames sent, up again after
