@@ -74,6 +74,9 @@ pub(crate) struct DevState {
     scratch: Box<Scratch>,
     /// Time charged per doorbell and BlueFlame burst taken ([`crate::HcaConfig::doorbell_ns`]).
     doorbell_ns: u32,
+    /// The CQ slot the last received frame completed to, which may hold a CQE for its
+    /// partner until the delivery ends.
+    rx_cq: Option<usize>,
 }
 
 fn cq_slot(cqn: u32) -> usize {
@@ -118,6 +121,7 @@ impl DevState {
             published: Counters::default(),
             scratch: Scratch::new(),
             doorbell_ns,
+            rx_cq: None,
         }
     }
 

@@ -187,6 +187,37 @@ impl HostMem {
         unsafe { AtomicU8::from_ptr(p.add(body.len())) }.store(last, Ordering::Release);
         true
     }
+
+    /// Write two `N`-byte entries back to back at `off` (two CQEs of a cache line), each
+    /// entry's last byte published with a release store after both bodies, the first entry's
+    /// before the second's: the line is written in one go, and a reader that sees an entry's
+    /// last byte sees the entry.
+    pub(crate) fn write_pair_publish_last<const N: usize>(
+        &self,
+        off: usize,
+        a: &[u8; N],
+        b: &[u8; N],
+    ) -> bool {
+        if N == 0 {
+            return true;
+        }
+        let Some(p) = self.check(off, 2 * N) else {
+            return false;
+        };
+        // SAFETY: `[off, off + 2N)` is in range and valid for writes; `a` and `b` are distinct
+        // buffers; each copy stays within its own half.
+        unsafe {
+            std::ptr::copy_nonoverlapping(a.as_ptr(), p, N - 1);
+            std::ptr::copy_nonoverlapping(b.as_ptr(), p.add(N), N - 1);
+        }
+        // SAFETY: both last bytes are in range (checked with the whole span); u8 has no
+        // alignment.
+        unsafe {
+            AtomicU8::from_ptr(p.add(N - 1)).store(a[N - 1], Ordering::Release);
+            AtomicU8::from_ptr(p.add(2 * N - 1)).store(b[N - 1], Ordering::Release);
+        }
+        true
+    }
 }
 
 /// A span of memory shared with other threads or processes (rings, device pages, counters):
@@ -339,6 +370,23 @@ impl Drop for DevPage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pair_fills_its_line_and_stays_in_range() {
+        let page = DevPage::new();
+        let m = page.view(64, 128);
+        let (a, b): ([u8; 32], [u8; 32]) = (
+            std::array::from_fn(|i| i as u8),
+            std::array::from_fn(|i| 0x80 | i as u8),
+        );
+        assert!(m.write_pair_publish_last(64, &a, &b));
+        let mut line = [0u8; 64];
+        assert!(m.read(64, &mut line));
+        assert_eq!((&line[..32], &line[32..]), (&a[..], &b[..]));
+        assert!(!m.write_pair_publish_last(65, &a, &b));
+        assert!(m.read(64, &mut line));
+        assert_eq!(&line[..32], &a[..], "a refused pair writes nothing");
+    }
 
     #[test]
     fn bounds_are_checked() {

@@ -179,18 +179,22 @@ impl DevState {
         let before = (self.counters.tx_frames, self.counters.tx_drops_wire);
         let bf_before = self.counters.bf_bursts;
         let work = match self.cqs.get_mut(cq_slot(sq.cqn)) {
-            Some(cq) => sq.poll(&mut TxCtx {
-                wc: self.wc,
-                pro: self.caps.tunnel_offloads,
-                max_wqe_size: self.caps.max_wqe_size as usize,
-                mrs: &self.mrs,
-                cq,
-                wire: &mut self.wire,
-                port: &self.port,
-                counters: &mut self.counters,
-                scratch: &mut self.scratch,
-                faults: &mut self.faults,
-            }),
+            Some(cq) => {
+                let work = sq.poll(&mut TxCtx {
+                    wc: self.wc,
+                    pro: self.caps.tunnel_offloads,
+                    max_wqe_size: self.caps.max_wqe_size as usize,
+                    mrs: &self.mrs,
+                    cq,
+                    wire: &mut self.wire,
+                    port: &self.port,
+                    counters: &mut self.counters,
+                    scratch: &mut self.scratch,
+                    faults: &mut self.faults,
+                });
+                cq.flush();
+                work
+            }
             None => 0,
         };
         self.qps.put_back(slot, Qp::Sq(sq));
@@ -262,14 +266,21 @@ impl DevState {
             }
             self.fold_wire_drops();
         }
-        if !self.port.has_pending() {
-            return work;
+        if self.port.has_pending() {
+            let port = self.port.clone();
+            work += port
+                .inbox
+                .consume(RX_BUDGET, |frame| self.receive(frame) == Rx::Done);
         }
-        let port = self.port.clone();
-        work += port
-            .inbox
-            .consume(RX_BUDGET, |frame| self.receive(frame) == Rx::Done);
+        self.flush_rx_cq();
         work
+    }
+
+    /// Write what the CQ that received last holds for its partner.
+    fn flush_rx_cq(&mut self) {
+        if let Some(cq) = self.rx_cq.take().and_then(|s| self.cqs.get_mut(s)) {
+            cq.flush();
+        }
     }
 
     /// Frames the far end of a cable sent that this end's ring refused: this port's drops.
@@ -418,7 +429,16 @@ impl DevState {
                 return Rx::Done;
             }
         };
-        match self.cqs.get_mut(cq_slot(rq.cqn)) {
+        let cq_at = cq_slot(rq.cqn);
+        // The CQEs of consecutive frames pair up in their CQ's lines; one that goes to
+        // another CQ ends the pairing in the last one.
+        if let Some(prev) = self.rx_cq.filter(|&s| s != cq_at) {
+            if let Some(cq) = self.cqs.get_mut(prev) {
+                cq.flush();
+            }
+        }
+        self.rx_cq = Some(cq_at);
+        match self.cqs.get_mut(cq_at) {
             Some(cq) => rq.receive(
                 frame,
                 lay,
