@@ -26,7 +26,7 @@ enum L3 {
 
 /// Where the headers of a frame are, as far as a NIC parser looks: found once per received
 /// frame, then read by the RSS hash and the CQE's classification.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
     l3_off: usize,
     l3: L3,
@@ -346,54 +346,177 @@ pub(crate) fn rx_status(frame: &[u8]) -> (u32, u16) {
 
 /// [`rx_status`] of a frame already parsed (`lay` is `parse(frame)`).
 pub(crate) fn rx_status_of(frame: &[u8], lay: Option<&Layout>) -> (u32, u16) {
-    let Some(lay) = lay else {
-        return (0, 0);
+    rx_status_with(frame, &headers(frame, lay.copied()))
+}
+
+/// What a received frame's headers alone decide: where they are, the status bits of its
+/// types and its IPv4 header checksum, and which L4 checksum is left to verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Headers {
+    pub(crate) lay: Option<Layout>,
+    status: u32,
+    /// TCP or UDP, its span and the offset of its checksum field.
+    l4: Option<(u8, usize, usize, usize)>,
+}
+
+/// The [`Headers`] of `frame` (`lay` is `parse(frame)`).
+pub(crate) fn headers(frame: &[u8], lay: Option<Layout>) -> Headers {
+    let Some(l) = lay else {
+        return Headers {
+            lay,
+            status: 0,
+            l4: None,
+        };
     };
     let mut st = 0;
-    match lay.l3 {
+    match l.l3 {
         L3::V4 { ihl, options } => {
             st |= rx_status::IPV4;
             if options {
                 st |= rx_status::IPV4OPT;
             }
-            if lay.fragment {
+            if l.fragment {
                 st |= rx_status::IPV4F;
             }
-            if fold(sum16(0, &frame[lay.l3_off..lay.l3_off + ihl])) == 0xffff {
+            if fold(sum16(0, &frame[l.l3_off..l.l3_off + ihl])) == 0xffff {
                 st |= rx_status::IP_HDR_CSUM_OK;
             }
         }
         L3::V6 => {
             // No header checksum to get wrong: a well-formed header is "OK", as the NIC reports.
             st |= rx_status::IPV6 | rx_status::IP_HDR_CSUM_OK;
-            if lay.fragment {
+            if l.fragment {
                 st |= rx_status::IPV6F;
             }
         }
     }
-    let mut csum = 0;
-    if let Some((proto, off, len)) = lay.l4 {
+    let mut l4 = None;
+    if let Some((proto, off, len)) = l.l4 {
         if let Some(field) = l4_csum_field(proto, len) {
             st |= if proto == PROTO_TCP {
                 rx_status::TCP
             } else {
                 rx_status::UDP
             };
-            let stored = be16(frame, off + field);
-            let no_udp_csum = proto == PROTO_UDP && stored == 0 && matches!(lay.l3, L3::V4 { .. });
-            // Without a checksum there is nothing to verify: the verdict is OK either way.
-            if no_udp_csum
-                || fold(sum16(
-                    pseudo_sum(frame, lay, proto, len),
-                    &frame[off..off + len],
-                )) == 0xffff
-            {
-                st |= rx_status::TCP_UDP_CSUM_OK;
-                csum = 0xffff;
-            }
+            l4 = Some((proto, off, len, field));
+        }
+    }
+    Headers {
+        lay,
+        status: st,
+        l4,
+    }
+}
+
+/// The CQE status word and checksum field of `frame`, whose headers are `h`: the L4 checksum,
+/// which covers the payload, is verified here.
+pub(crate) fn rx_status_with(frame: &[u8], h: &Headers) -> (u32, u16) {
+    let mut st = h.status;
+    let mut csum = 0;
+    if let (Some((proto, off, len, field)), Some(lay)) = (h.l4, h.lay.as_ref()) {
+        let stored = be16(frame, off + field);
+        let no_udp_csum = proto == PROTO_UDP && stored == 0 && matches!(lay.l3, L3::V4 { .. });
+        // Without a checksum there is nothing to verify: the verdict is OK either way.
+        if no_udp_csum
+            || fold(sum16(
+                pseudo_sum(frame, lay, proto, len),
+                &frame[off..off + len],
+            )) == 0xffff
+        {
+            st |= rx_status::TCP_UDP_CSUM_OK;
+            csum = 0xffff;
         }
     }
     (st, csum)
+}
+
+/// Header bytes a [`RxMemo`] compares, at most: VLAN tags, an IPv6 header with a few
+/// extension headers, and the ports.
+const MEMO_KEY: usize = 96;
+
+/// The last received frame's headers and what they decided, so that the frames of one flow
+/// (the same bytes up to and including the ports, and the same length) are not parsed,
+/// hashed and checked again: each such frame is compared with what is remembered instead.
+/// Only TCP and UDP frames outside fragments are remembered; their L4 checksum, which covers
+/// the payload, is verified for every frame all the same. What the frame's hash depends on
+/// besides (the port's RSS key and fields) is the owner's to forget it on.
+#[derive(Clone)]
+pub(crate) struct RxMemo {
+    /// Bytes of `key` in use; 0: nothing remembered.
+    key_len: usize,
+    len: usize,
+    key: [u8; MEMO_KEY],
+    heads: Headers,
+    hash: u32,
+}
+
+impl Default for RxMemo {
+    fn default() -> Self {
+        RxMemo {
+            key_len: 0,
+            len: 0,
+            key: [0; MEMO_KEY],
+            heads: headers(&[], None),
+            hash: 0,
+        }
+    }
+}
+
+impl std::fmt::Debug for RxMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxMemo")
+            .field("key_len", &self.key_len)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RxMemo {
+    /// The headers of `frame` and its hash under `key` and `fields`: remembered if the frame
+    /// starts as the last one did, else found in full (and remembered, if of the kind kept).
+    #[inline]
+    pub(crate) fn headers(
+        &mut self,
+        frame: &[u8],
+        key: &Toeplitz,
+        fields: RssFields,
+    ) -> (Headers, u32) {
+        match self.recall(frame) {
+            Some(known) => known,
+            None => self.learn(frame, key, fields),
+        }
+    }
+
+    /// What is remembered for `frame`, if it starts as the last frame learnt did.
+    #[inline(always)]
+    fn recall(&self, frame: &[u8]) -> Option<(Headers, u32)> {
+        let n = self.key_len;
+        (n != 0 && frame.len() == self.len && frame.get(..n) == Some(&self.key[..n]))
+            .then_some((self.heads, self.hash))
+    }
+
+    #[cold]
+    fn learn(&mut self, frame: &[u8], key: &Toeplitz, fields: RssFields) -> (Headers, u32) {
+        let heads = headers(frame, parse(frame));
+        let hash = rss_hash_of(frame, heads.lay.as_ref(), key, fields);
+        self.key_len = 0;
+        if let Some((_, off, _, _)) = heads.l4 {
+            let n = off + 4;
+            if n <= MEMO_KEY {
+                self.key[..n].copy_from_slice(&frame[..n]);
+                self.key_len = n;
+                self.len = frame.len();
+                self.heads = heads;
+                self.hash = hash;
+            }
+        }
+        (heads, hash)
+    }
+
+    /// Remember nothing: the hash's key or fields changed.
+    pub(crate) fn forget(&mut self) {
+        self.key_len = 0;
+    }
 }
 
 /// The RSS hash of a received frame: Toeplitz over source and destination address, then source
@@ -818,6 +941,83 @@ mod rss_tests {
             rss_hash(&tcp, &Toeplitz::new(&other), RssFields::ALL),
             0x51cc_c178
         );
+    }
+
+    /// The remembered headers against the full parse, over a stream of frames in which
+    /// neighbours share headers and differ in payload, checksum, length, ports, IP ID or
+    /// kind: every frame gets what the full path gives it, and most are recalled.
+    #[test]
+    fn remembered_headers_are_what_the_full_path_finds() {
+        let k = &Toeplitz::new(&DEFAULT_RSS_KEY);
+        let (a4, b4) = (ip4(V4[0].0), ip4(V4[0].2));
+        let (a6, b6) = (ip6(V6[0].0), ip6(V6[0].2));
+        let with_payload = |mut f: Vec<u8>, n: usize| {
+            f.extend((0..n).map(|i| i as u8));
+            // Lengths in the headers cover the payload.
+            if f[12..14] == ETHERTYPE_IPV4.to_be_bytes() {
+                let total = (f.len() - ETH_HDR) as u16;
+                f[ETH_HDR + 2..ETH_HDR + 4].copy_from_slice(&total.to_be_bytes());
+                f[ETH_HDR + 10..ETH_HDR + 12].fill(0);
+                let c = checksum(&f[ETH_HDR..ETH_HDR + 20]);
+                f[ETH_HDR + 10..ETH_HDR + 12].copy_from_slice(&c.to_be_bytes());
+            } else {
+                let payload = (f.len() - ETH_HDR - 40) as u16;
+                f[ETH_HDR + 4..ETH_HDR + 6].copy_from_slice(&payload.to_be_bytes());
+            }
+            f
+        };
+        let mut bases = vec![
+            with_payload(frame(PROTO_UDP, &b4, 1766, &a4, 2794), 30),
+            with_payload(frame(PROTO_TCP, &b4, 1766, &a4, 2794), 26),
+            with_payload(frame(PROTO_UDP, &b6, 1766, &a6, 2794), 30),
+            with_payload(frame(PROTO_TCP, &b6, 4739, &a6, 14230), 8),
+        ];
+        let mut checked = bases[0].clone();
+        fill_tx_checksums(&mut checked, true, true);
+        bases.push(checked);
+        let mut tagged = bases[1].clone();
+        tagged.splice(12..12, [0x81, 0x00, 0x00, 0x64]);
+        bases.push(tagged);
+        let mut frag = bases[0].clone();
+        frag[ETH_HDR + 6] = 0x20;
+        bases.push(frag);
+        let mut arp = bases[0].clone();
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        bases.push(arp);
+        let mut x = 0x1234_5678u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as usize
+        };
+        let mut memo = RxMemo::default();
+        let (mut frames, mut recalled) = (0, 0);
+        for fields in [RssFields::ALL, RssFields::IPV4 | RssFields::IPV6] {
+            memo.forget();
+            for _ in 0..400 {
+                let mut f = bases[next() % bases.len()].clone();
+                for _ in 0..8 {
+                    // A run of the same flow, each frame altered a little.
+                    let (at, last) = (next() % f.len(), f.len() - 1);
+                    match next() % 7 {
+                        0 | 1 => f[last - next() % 8] ^= 1 << (next() % 8),
+                        2 => f[at] ^= 1 << (next() % 8),
+                        3 => f.truncate(last),
+                        4 => f[34..38].fill(next() as u8),
+                        5 => f[ETH_HDR + 4] ^= 1,
+                        _ => {}
+                    }
+                    let full = (headers(&f, parse(&f)), rss_hash(&f, k, fields));
+                    recalled += usize::from(memo.recall(&f).is_some());
+                    let (heads, hash) = memo.headers(&f, k, fields);
+                    assert_eq!((heads, hash), full, "{f:02x?}");
+                    assert_eq!(rx_status_with(&f, &heads), rx_status(&f), "{f:02x?}");
+                    frames += 1;
+                }
+            }
+        }
+        assert!(recalled * 10 > frames, "{recalled} of {frames} recalled");
     }
 
     #[test]

@@ -376,9 +376,11 @@ impl DevState {
     /// Offer one frame to the port: flow rules, else the filters and the default RSS; the
     /// MTU; then its RQ.
     pub(super) fn receive(&mut self, frame: &[u8]) -> Rx {
-        // The parser runs once; the RSS hash and the RQ's classification read what it found.
-        let lay = net::parse(frame);
-        let lay = lay.as_ref();
+        // The headers are parsed once (or remembered from the last frame of the flow); the RSS
+        // hash and the RQ's classification read what was found.
+        let rx = &mut self.rx;
+        let (heads, port_hash) = rx.memo.headers(frame, &rx.toeplitz, rx.rss_fields);
+        let lay = heads.lay.as_ref();
         let verdict = if self.flows.is_empty() {
             None
         } else {
@@ -394,7 +396,7 @@ impl DevState {
                     return Rx::Done;
                 }
                 match v {
-                    Verdict::Queue(q) => (Some(q), self.rx.hash(frame, lay)),
+                    Verdict::Queue(q) => (Some(q), port_hash),
                     Verdict::Rss(slot) => match self.flows.ctx(slot) {
                         Some(c) => {
                             let h = net::rss_hash_of(frame, lay, &c.toeplitz, c.ctx.fields);
@@ -412,8 +414,7 @@ impl DevState {
                 {
                     return Rx::Done;
                 }
-                let hash = self.rx.hash(frame, lay);
-                (self.rx.steer(hash, &self.rqs), hash)
+                (self.rx.steer(port_hash, &self.rqs), port_hash)
             }
         };
         let Some(qpn) = qpn else {
@@ -441,7 +442,7 @@ impl DevState {
         match self.cqs.get_mut(cq_at) {
             Some(cq) => rq.receive(
                 frame,
-                lay,
+                &heads,
                 hash,
                 &self.mrs,
                 cq,
