@@ -23,6 +23,22 @@ macro_rules! counters {
                 [$(self.$name),*]
             }
 
+            /// Copy into `old` every counter that differs from it, handing each new value to
+            /// `changed` with its index in [`Counters::NAMES`] order: one pass, no copy of the
+            /// counters that stood still.
+            #[inline]
+            pub(crate) fn update(&self, old: &mut Counters, mut changed: impl FnMut(usize, u64)) {
+                let mut i = 0;
+                $(
+                    if self.$name != old.$name {
+                        old.$name = self.$name;
+                        changed(i, self.$name);
+                    }
+                    i += 1;
+                )*
+                let _ = i;
+            }
+
             /// Counters from values in [`Counters::NAMES`] order (missing ones are 0).
             pub fn from_values(v: &[u64]) -> Counters {
                 let mut it = v.iter().copied();

@@ -40,10 +40,7 @@ impl DevState {
 
     /// Make the counters readable from device memory; nothing to do when none changed.
     pub(crate) fn publish(&mut self) {
-        if self.counters != self.published {
-            self.pages.bar.publish(&self.counters);
-            self.published = self.counters.clone();
-        }
+        self.pages.bar.publish(&self.counters, &mut self.published);
     }
 
     /// One send queue's share of a poll (a runner's call): the doorbells of its UAR page
