@@ -25,6 +25,7 @@ const MAX_HEADS: usize = 62;
 /// How a run compares a WQE's heads. A few inline headers (a 64-byte frame inline has two)
 /// are words of one span, compared in a fixed number (the first repeated to fill them): how
 /// far into the WQE they reach, and each one's offset and word.
+#[derive(Debug, Clone, Copy)]
 enum Words {
     Two(usize, [(u16, u32); 2]),
     Four(usize, [(u16, u32); 4]),
@@ -102,6 +103,8 @@ pub(crate) struct Shape {
     hit: Hit,
     /// `MrTable::epoch` when learnt.
     epoch: u64,
+    /// How a run compares the heads, found when the shape is learnt.
+    words: Words,
 }
 
 /// Bits of the control segment's two qwords (memory order, read as little-endian) that one
@@ -139,6 +142,7 @@ impl Shape {
                 signaled: false,
             },
             epoch: 0,
+            words: Words::Heads,
         }
     }
 
@@ -215,6 +219,7 @@ impl Shape {
             signaled: false,
         };
         self.epoch = epoch;
+        self.words = Words::of(&self.heads[..self.n.min(MAX_HEADS)]);
     }
 
     /// Whether the WQE whose first TXBB sits in ring slot `slot` (its control segment already
@@ -266,14 +271,10 @@ impl Shape {
     #[inline(always)]
     pub(crate) fn plan(&self, epoch: u64) -> Option<Plan<'_>> {
         let key = self.key.filter(|_| self.epoch == epoch)?;
-        let heads = &self.heads[..self.n.min(MAX_HEADS)];
-        // With a few inline headers only, a WQE's heads are checked as words of one span, in
-        // a fixed number of compares (the first repeated to fill them).
-        let words = Words::of(heads);
         Some(Plan {
             key,
-            heads,
-            words,
+            heads: &self.heads[..self.n.min(MAX_HEADS)],
+            words: self.words,
             hit: self.hit,
         })
     }
