@@ -472,45 +472,49 @@ impl std::fmt::Debug for RxMemo {
 }
 
 impl RxMemo {
-    /// The headers of `frame` and its hash under `key` and `fields`: remembered if the frame
-    /// starts as the last one did, else found in full (and remembered, if of the kind kept).
+    /// Find the headers of `frame` and its hash under `key` and `fields`, which
+    /// [`RxMemo::heads`] and [`RxMemo::hash`] then give: remembered if the frame starts as the
+    /// last one learnt did, else found in full (and remembered, if of the kind kept). They are
+    /// left in place, not copied out, since the delivery reads them where they are.
     #[inline]
-    pub(crate) fn headers(
-        &mut self,
-        frame: &[u8],
-        key: &Toeplitz,
-        fields: RssFields,
-    ) -> (Headers, u32) {
-        match self.recall(frame) {
-            Some(known) => known,
-            None => self.learn(frame, key, fields),
+    pub(crate) fn find(&mut self, frame: &[u8], key: &Toeplitz, fields: RssFields) {
+        if !self.recalls(frame) {
+            self.learn(frame, key, fields);
         }
     }
 
-    /// What is remembered for `frame`, if it starts as the last frame learnt did.
+    /// Whether `frame` starts as the last frame learnt did (and has its length).
     #[inline(always)]
-    fn recall(&self, frame: &[u8]) -> Option<(Headers, u32)> {
+    fn recalls(&self, frame: &[u8]) -> bool {
         let n = self.key_len;
-        (n != 0 && frame.len() == self.len && frame.get(..n) == Some(&self.key[..n]))
-            .then_some((self.heads, self.hash))
+        n != 0 && frame.len() == self.len && frame.get(..n) == Some(&self.key[..n])
     }
 
     #[cold]
-    fn learn(&mut self, frame: &[u8], key: &Toeplitz, fields: RssFields) -> (Headers, u32) {
-        let heads = headers(frame, parse(frame));
-        let hash = rss_hash_of(frame, heads.lay.as_ref(), key, fields);
+    fn learn(&mut self, frame: &[u8], key: &Toeplitz, fields: RssFields) {
+        self.heads = headers(frame, parse(frame));
+        self.hash = rss_hash_of(frame, self.heads.lay.as_ref(), key, fields);
         self.key_len = 0;
-        if let Some((_, off, _, _)) = heads.l4 {
+        if let Some((_, off, _, _)) = self.heads.l4 {
             let n = off + 4;
             if n <= MEMO_KEY {
                 self.key[..n].copy_from_slice(&frame[..n]);
                 self.key_len = n;
                 self.len = frame.len();
-                self.heads = heads;
-                self.hash = hash;
             }
         }
-        (heads, hash)
+    }
+
+    /// The headers of the frame [`RxMemo::find`] was last given.
+    #[inline(always)]
+    pub(crate) fn heads(&self) -> &Headers {
+        &self.heads
+    }
+
+    /// That frame's hash.
+    #[inline(always)]
+    pub(crate) fn hash(&self) -> u32 {
+        self.hash
     }
 
     /// Remember nothing: the hash's key or fields changed.
@@ -1009,10 +1013,10 @@ mod rss_tests {
                         _ => {}
                     }
                     let full = (headers(&f, parse(&f)), rss_hash(&f, k, fields));
-                    recalled += usize::from(memo.recall(&f).is_some());
-                    let (heads, hash) = memo.headers(&f, k, fields);
-                    assert_eq!((heads, hash), full, "{f:02x?}");
-                    assert_eq!(rx_status_with(&f, &heads), rx_status(&f), "{f:02x?}");
+                    recalled += usize::from(memo.recalls(&f));
+                    memo.find(&f, k, fields);
+                    assert_eq!((*memo.heads(), memo.hash()), full, "{f:02x?}");
+                    assert_eq!(rx_status_with(&f, memo.heads()), rx_status(&f), "{f:02x?}");
                     frames += 1;
                 }
             }

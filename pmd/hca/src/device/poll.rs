@@ -376,7 +376,8 @@ impl DevState {
         // The headers are parsed once (or remembered from the last frame of the flow); the RSS
         // hash and the RQ's classification read what was found.
         let rx = &mut self.rx;
-        let (heads, port_hash) = rx.memo.headers(frame, &rx.toeplitz, rx.rss_fields);
+        rx.memo.find(frame, &rx.toeplitz, rx.rss_fields);
+        let (heads, port_hash) = (self.rx.memo.heads(), self.rx.memo.hash());
         let lay = heads.lay.as_ref();
         let verdict = if self.flows.is_empty() {
             None
@@ -439,7 +440,7 @@ impl DevState {
         match self.cqs.get_mut(cq_at) {
             Some(cq) => rq.receive(
                 frame,
-                &heads,
+                heads,
                 hash,
                 &self.mrs,
                 cq,
