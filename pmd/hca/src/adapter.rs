@@ -171,6 +171,7 @@ impl Hca {
                 caps,
                 (cfg.wc, cfg.reset_on_create),
                 port.clone(),
+                cfg.doorbell_ns,
                 bar,
                 events.clone(),
             )),

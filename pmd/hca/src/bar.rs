@@ -378,11 +378,15 @@ impl Bar {
     }
 
     /// Publish the device's counters (its own part: the receive buffer counts its drops
-    /// itself). Called by whoever holds the adapter's lock, so there is one writer at a time.
-    pub(crate) fn publish(&self, c: &Counters) {
-        for (w, v) in self.counter_words().iter().zip(c.values()) {
-            w.store(v, Ordering::Relaxed);
-        }
+    /// itself) where they differ from `old`, what was published last (zero in a new layout).
+    /// Called by whoever holds the adapter's lock, so there is one writer at a time. A word
+    /// that did not change is not stored to: a reader on another core (the driver's xstats,
+    /// a telemetry thread, a secondary process) keeps its copy of a line whose counters
+    /// stood still, instead of the device taking every counter line at every poll.
+    /// `old` is brought up to date.
+    pub(crate) fn publish(&self, c: &Counters, old: &mut Counters) {
+        let words = self.counter_words();
+        c.update(old, |i, v| words[i].store(v, Ordering::Relaxed));
     }
 
     /// A view of `len` bytes at `off` in UAR page `i`.
@@ -441,5 +445,38 @@ impl Bar {
     /// BlueFlame registers per page.
     pub(crate) fn bf_regs_per_page(&self) -> usize {
         self.layout.bf_regs_per_page
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_counters_that_changed_are_stored() {
+        let bar = Bar::on_heap(&HcaConfig::default());
+        let mut c = Counters {
+            doorbells: 3,
+            rx_frames: 7,
+            ..Counters::default()
+        };
+        let mut old = Counters::default();
+        bar.publish(&c, &mut old);
+        assert_eq!(bar.counters(), c);
+        assert_eq!(old, c);
+        c.rx_frames = 8;
+        // A store to the unchanged word would overwrite this mark.
+        let at = Counters::NAMES
+            .iter()
+            .position(|&n| n == "doorbells")
+            .unwrap();
+        bar.counter_words()[at].store(u64::MAX, Ordering::Relaxed);
+        bar.publish(&c, &mut old);
+        assert_eq!(old, c);
+        let seen = bar.counters();
+        assert_eq!(seen.rx_frames, 8);
+        assert_eq!(seen.doorbells, u64::MAX, "an unchanged word was stored to");
+        bar.counter_words()[at].store(3, Ordering::Relaxed);
+        assert_eq!(bar.counters(), c);
     }
 }

@@ -23,6 +23,22 @@ macro_rules! counters {
                 [$(self.$name),*]
             }
 
+            /// Copy into `old` every counter that differs from it, handing each new value to
+            /// `changed` with its index in [`Counters::NAMES`] order: one pass, no copy of the
+            /// counters that stood still.
+            #[inline]
+            pub(crate) fn update(&self, old: &mut Counters, mut changed: impl FnMut(usize, u64)) {
+                let mut i = 0;
+                $(
+                    if self.$name != old.$name {
+                        old.$name = self.$name;
+                        changed(i, self.$name);
+                    }
+                    i += 1;
+                )*
+                let _ = i;
+            }
+
             /// Counters from values in [`Counters::NAMES`] order (missing ones are 0).
             pub fn from_values(v: &[u64]) -> Counters {
                 let mut it = v.iter().copied();
@@ -238,15 +254,17 @@ impl Counters {
                 self.rx_multicast += 1;
             }
         }
-        *[
-            &mut self.rx_size_64,
-            &mut self.rx_size_65_to_127,
-            &mut self.rx_size_128_to_255,
-            &mut self.rx_size_256_to_511,
-            &mut self.rx_size_512_to_1023,
-            &mut self.rx_size_1024_to_1522,
-            &mut self.rx_size_1523_to_max,
-        ][size_bucket(frame.len())] += 1;
+        // A match, not an array of the seven references: that array is built per frame.
+        let bucket = match size_bucket(frame.len()) {
+            0 => &mut self.rx_size_64,
+            1 => &mut self.rx_size_65_to_127,
+            2 => &mut self.rx_size_128_to_255,
+            3 => &mut self.rx_size_256_to_511,
+            4 => &mut self.rx_size_512_to_1023,
+            5 => &mut self.rx_size_1024_to_1522,
+            _ => &mut self.rx_size_1523_to_max,
+        };
+        *bucket += 1;
     }
 }
 

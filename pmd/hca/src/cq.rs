@@ -12,6 +12,10 @@ use crate::events::Channel;
 /// Bits of the consumer index the `set_ci_db` record carries.
 const CI_MASK: u32 = 0x00ff_ffff;
 
+/// The `owner_sr_opcode` byte: the last of the entry, the one published last.
+const OWNER_AT: usize = Cqe::<&[u8]>::OWNER_OFFSET;
+const _: () = assert!(OWNER_AT == CQE_SIZE - 1);
+
 /// A CQ as the device keeps it.
 #[derive(Debug)]
 pub(crate) struct Cq {
@@ -30,6 +34,11 @@ pub(crate) struct Cq {
     armed: Option<bool>,
     /// Where its events go.
     pub(crate) channel: Option<Arc<Channel>>,
+    /// The CQE of an even slot (owner bit set), held back to be written with its odd partner
+    /// as one 64-byte line ([`Cq::push`]); [`Cq::flush`] writes it alone.
+    held: [u8; CQE_SIZE],
+    /// `held` is a CQE not yet written.
+    holding: bool,
 }
 
 impl Cq {
@@ -51,6 +60,8 @@ impl Cq {
             cqn,
             armed: None,
             channel: None,
+            held: [0; CQE_SIZE],
+            holding: false,
         }
     }
 
@@ -92,36 +103,62 @@ impl Cq {
     }
 
     /// Write one CQE (its owner bit is set here from the pass parity), publishing the
-    /// `owner_sr_opcode` byte last. Cross-core, a CQE at a time is the slower order:
-    /// `apps/lines` (`cqe` rows) measures the polling lcore at about 2x the cycles per CQE
-    /// against writing the two CQEs of a 64-byte line together, because the lcore pulls the
-    /// line between the two halves. Pairing them needs a CQE held until its partner is due
-    /// and flushed at the end of every poll (and before an event fires); not done yet, so
-    /// this stays the one-at-a-time write; an armed CQ raises its event (`solicited`: the WQE asked for
-    /// a solicited event, or the CQE is an error). The caller has checked [`Cq::room`].
-    /// Returns whether an event was raised.
-    #[inline]
+    /// `owner_sr_opcode` byte last. The two CQEs of a 64-byte line are written together: a
+    /// CQE of an even slot is held until its partner comes (or [`Cq::flush`]), since
+    /// cross-core a CQE at a time is the slower order (`apps/lines`, `cqe` rows: the polling
+    /// lcore pays about 2x the cycles per CQE, pulling the line between the two halves). An
+    /// armed CQ raises its event (`solicited`: the WQE asked for a solicited event, or the CQE
+    /// is an error), what it holds written first. The caller has checked [`Cq::room`], and
+    /// flushes before the driver may look (the end of every walk and delivery). Returns
+    /// whether an event was raised.
+    #[inline(always)]
     pub(crate) fn push(&mut self, mut cqe: [u8; CQE_SIZE], solicited: bool) -> bool {
         let owner = if self.pi & self.cnt != 0 {
             cqe_owner::OWNER
         } else {
             0
         };
-        let mut v = Cqe::new_unchecked(&mut cqe[..]);
-        let byte = (v.owner_sr_opcode() & !cqe_owner::OWNER) | owner;
-        v.set_owner_sr_opcode(byte);
-        let off = (self.pi & (self.cnt - 1)) as usize * CQE_SIZE;
-        self.ring.write_publish_last(off, &cqe);
+        cqe[OWNER_AT] = (cqe[OWNER_AT] & !cqe_owner::OWNER) | owner;
+        let slot = self.pi & (self.cnt - 1);
+        if self.holding {
+            // The held CQE is of the even slot just before this one.
+            self.holding = false;
+            let off = (slot - 1) as usize * CQE_SIZE;
+            self.ring.write_pair_publish_last(off, &self.held, &cqe);
+        } else if slot & 1 == 0 && self.cnt > 1 {
+            self.held = cqe;
+            self.holding = true;
+        } else {
+            self.ring.write_publish_last(slot as usize * CQE_SIZE, &cqe);
+        }
         self.pi = self.pi.wrapping_add(1);
         self.credit = self.credit.saturating_sub(1);
         if let Some(sol_only) = self.armed {
-            let error = cqe[31] & cqe_owner::OPCODE_MASK == mlx4_prm::cqe_opcode::ERROR;
+            let error = cqe[OWNER_AT] & cqe_owner::OPCODE_MASK == mlx4_prm::cqe_opcode::ERROR;
             if !sol_only || solicited || error {
+                self.flush();
                 self.fire();
                 return true;
             }
         }
         false
+    }
+
+    /// Write the CQE held for its partner, if any, alone: the driver may look now.
+    #[inline]
+    pub(crate) fn flush(&mut self) {
+        if self.holding {
+            self.holding = false;
+            let slot = self.pi.wrapping_sub(1) & (self.cnt - 1);
+            self.ring
+                .write_publish_last(slot as usize * CQE_SIZE, &self.held);
+        }
+    }
+
+    /// Whether a CQE is held for its partner (none may be once a poll is over).
+    #[cfg(test)]
+    pub(crate) fn holds(&self) -> bool {
+        self.holding
     }
 }
 
@@ -141,5 +178,69 @@ impl CqCredit {
         }
         self.0 -= 1;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dma::DevPage;
+
+    fn cqe(n: u8) -> [u8; CQE_SIZE] {
+        let mut c = [n; CQE_SIZE];
+        c[OWNER_AT] = mlx4_prm::cqe_opcode::RX_SEND;
+        c
+    }
+
+    /// The ring's entries as the driver sees them: `Some(fill byte)` where the owner bit says
+    /// software owns the entry in pass 0.
+    fn visible(page: &DevPage) -> Vec<Option<u8>> {
+        (0..4)
+            .map(|i| {
+                let mut e = [0u8; CQE_SIZE];
+                assert!(page.view(0, 4 * CQE_SIZE).read(i * CQE_SIZE, &mut e));
+                (e[OWNER_AT] & cqe_owner::OWNER == 0).then_some(e[0])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_cqes_of_a_line_are_written_together_and_a_flush_writes_the_rest() {
+        let page = DevPage::new();
+        let mut cq = Cq::new(1, page.view(0, 4 * CQE_SIZE), 4, page.view(512, 4));
+        assert_eq!(visible(&page), [None; 4]);
+        assert!(!cq.push(cqe(1), false));
+        assert!(cq.holds());
+        assert_eq!(
+            visible(&page),
+            [None; 4],
+            "the even CQE waits for its partner"
+        );
+        cq.push(cqe(2), false);
+        assert!(!cq.holds());
+        assert_eq!(visible(&page), [Some(1), Some(2), None, None]);
+        cq.push(cqe(3), false);
+        assert_eq!(visible(&page), [Some(1), Some(2), None, None]);
+        cq.flush();
+        assert!(!cq.holds());
+        assert_eq!(visible(&page), [Some(1), Some(2), Some(3), None]);
+        // A flush with nothing held writes nothing; the odd slot is written at once.
+        cq.flush();
+        cq.push(cqe(4), false);
+        assert_eq!(visible(&page), [Some(1), Some(2), Some(3), Some(4)]);
+        assert_eq!(cq.pi, 4);
+    }
+
+    #[test]
+    fn an_event_is_raised_only_once_its_cqe_is_visible() {
+        let page = DevPage::new();
+        let mut cq = Cq::new(1, page.view(0, 4 * CQE_SIZE), 4, page.view(512, 4));
+        let ch = Arc::new(Channel::new().unwrap());
+        cq.channel = Some(ch.clone());
+        assert!(!cq.arm(false, 0));
+        assert!(cq.push(cqe(7), false));
+        assert!(!cq.holds());
+        assert_eq!(ch.pop(), Some(1));
+        assert_eq!(visible(&page), [Some(7), None, None, None]);
     }
 }

@@ -8,6 +8,7 @@ mod poll;
 mod port;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::bar::Bar;
 use crate::counters::Counters;
@@ -71,6 +72,11 @@ pub(crate) struct DevState {
     /// What device memory shows.
     published: Counters,
     scratch: Box<Scratch>,
+    /// Time charged per doorbell and BlueFlame burst taken ([`crate::HcaConfig::doorbell_ns`]).
+    doorbell_ns: u32,
+    /// The CQ slot the last received frame completed to, which may hold a CQE for its
+    /// partner until the delivery ends.
+    rx_cq: Option<usize>,
 }
 
 fn cq_slot(cqn: u32) -> usize {
@@ -86,6 +92,7 @@ impl DevState {
         caps: Caps,
         (wc, reset_on_create): (bool, bool),
         port: Arc<RxPort>,
+        doorbell_ns: u32,
         bar: Bar,
         events: Arc<Events>,
     ) -> Self {
@@ -113,6 +120,8 @@ impl DevState {
             faults: FaultState::default(),
             published: Counters::default(),
             scratch: Scratch::new(),
+            doorbell_ns,
+            rx_cq: None,
         }
     }
 

@@ -109,6 +109,54 @@ impl HostMem {
         Some(u32::from_be(v))
     }
 
+    /// The `N` bytes at `off`, the first 4 (an ownership word the driver stores last, with a
+    /// release store or after a barrier) acquire-loaded before the rest is copied: one bounds
+    /// check and one pass over the line where an owner load and a copy would be two. `None` if
+    /// out of range, misaligned, or `N < 4`.
+    #[inline(always)]
+    pub(crate) fn load_guarded<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
+        let p = self.check(off, N)?;
+        if N < 4 || p as usize % 4 != 0 {
+            return None;
+        }
+        // SAFETY: as in `load_be32` (in range, 4-aligned, valid for reads).
+        let w = unsafe { AtomicU32::from_ptr(p as *mut u32) }.load(Ordering::Acquire);
+        let mut out = [0u8; N];
+        // SAFETY: the range is inside the region (checked above); `out` is a distinct buffer.
+        unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), N) };
+        // The word as the acquire load saw it, whatever the copy read after it.
+        out[..4].copy_from_slice(&w.to_ne_bytes());
+        Some(out)
+    }
+
+    /// Whether each `(at, word)` of `words` is what the 4 bytes at `off + at` hold (read in
+    /// memory order, as a little-endian value), for offsets `at + 4 <= reach`: the span
+    /// `[off, off + reach)` is checked once, not per word. An `at` past the span is read at
+    /// the span's end instead, so a wrong caller gets a wrong answer, never an access outside
+    /// the memory. False if the span is out of range or shorter than a word.
+    #[inline(always)]
+    pub(crate) fn words_match<const K: usize>(
+        &self,
+        off: usize,
+        reach: usize,
+        words: &[(u16, u32); K],
+    ) -> bool {
+        let Some(p) = self.check(off, reach) else {
+            return false;
+        };
+        let Some(last) = reach.checked_sub(4) else {
+            return false;
+        };
+        // All of them, without a branch per word: a fixed count the compiler unrolls.
+        words.iter().fold(true, |ok, &(at, word)| {
+            // SAFETY: `at.min(last) + 4 <= reach`, inside the span checked above, which the
+            // invariant makes valid for reads; an unaligned read of plain bytes.
+            let v =
+                unsafe { std::ptr::read_unaligned(p.add(usize::from(at).min(last)).cast::<u32>()) };
+            ok & (u32::from_le(v) == word)
+        })
+    }
+
     /// Take the 4 bytes at `off`, leaving zero: a doorbell is consumed exactly once even when the
     /// driver rings again while we look.
     pub(crate) fn take_be32(&self, off: usize) -> Option<u32> {
@@ -185,6 +233,37 @@ impl HostMem {
         unsafe { std::ptr::copy_nonoverlapping(body.as_ptr(), p, body.len()) };
         // SAFETY: the last byte is in range (checked with the whole span); u8 has no alignment.
         unsafe { AtomicU8::from_ptr(p.add(body.len())) }.store(last, Ordering::Release);
+        true
+    }
+
+    /// Write two `N`-byte entries back to back at `off` (two CQEs of a cache line), each
+    /// entry's last byte published with a release store after both bodies, the first entry's
+    /// before the second's: the line is written in one go, and a reader that sees an entry's
+    /// last byte sees the entry.
+    pub(crate) fn write_pair_publish_last<const N: usize>(
+        &self,
+        off: usize,
+        a: &[u8; N],
+        b: &[u8; N],
+    ) -> bool {
+        if N == 0 {
+            return true;
+        }
+        let Some(p) = self.check(off, 2 * N) else {
+            return false;
+        };
+        // SAFETY: `[off, off + 2N)` is in range and valid for writes; `a` and `b` are distinct
+        // buffers; each copy stays within its own half.
+        unsafe {
+            std::ptr::copy_nonoverlapping(a.as_ptr(), p, N - 1);
+            std::ptr::copy_nonoverlapping(b.as_ptr(), p.add(N), N - 1);
+        }
+        // SAFETY: both last bytes are in range (checked with the whole span); u8 has no
+        // alignment.
+        unsafe {
+            AtomicU8::from_ptr(p.add(N - 1)).store(a[N - 1], Ordering::Release);
+            AtomicU8::from_ptr(p.add(2 * N - 1)).store(b[N - 1], Ordering::Release);
+        }
         true
     }
 }
@@ -339,6 +418,39 @@ impl Drop for DevPage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_match_in_the_span_only() {
+        let page = DevPage::new();
+        let m = page.view(0, 64);
+        assert!(m.write(8, &[1, 2, 3, 4, 5, 6, 7, 8]));
+        let w = |b: [u8; 4]| u32::from_le_bytes(b);
+        assert!(m.words_match(8, 8, &[(0, w([1, 2, 3, 4])), (4, w([5, 6, 7, 8]))]));
+        assert!(!m.words_match(8, 8, &[(0, w([1, 2, 3, 4])), (4, w([5, 6, 7, 9]))]));
+        assert!(!m.words_match(8, 8, &[(0, w([0, 2, 3, 4])), (4, w([5, 6, 7, 8]))]));
+        assert!(m.words_match(8, 8, &[]));
+        // Past the span: the span's last word is read instead.
+        assert!(m.words_match(8, 8, &[(40, w([5, 6, 7, 8]))]));
+        assert!(!m.words_match(60, 8, &[(0, 0)]), "span out of range");
+        assert!(!m.words_match(8, 3, &[(0, 0)]), "span shorter than a word");
+    }
+
+    #[test]
+    fn a_pair_fills_its_line_and_stays_in_range() {
+        let page = DevPage::new();
+        let m = page.view(64, 128);
+        let (a, b): ([u8; 32], [u8; 32]) = (
+            std::array::from_fn(|i| i as u8),
+            std::array::from_fn(|i| 0x80 | i as u8),
+        );
+        assert!(m.write_pair_publish_last(64, &a, &b));
+        let mut line = [0u8; 64];
+        assert!(m.read(64, &mut line));
+        assert_eq!((&line[..32], &line[32..]), (&a[..], &b[..]));
+        assert!(!m.write_pair_publish_last(65, &a, &b));
+        assert!(m.read(64, &mut line));
+        assert_eq!(&line[..32], &a[..], "a refused pair writes nothing");
+    }
 
     #[test]
     fn bounds_are_checked() {

@@ -3,7 +3,7 @@
 
 use mlx4_prm::rx_status;
 
-use crate::rss::{RssFields, Toeplitz, RSS_KEY_LEN};
+use crate::rss::{RssFields, Toeplitz};
 
 const ETH_HDR: usize = 14;
 const ETHERTYPE_IPV4: u16 = 0x0800;
@@ -24,9 +24,10 @@ enum L3 {
     V6,
 }
 
-/// Where the headers of a frame are, as far as a NIC parser looks.
-#[derive(Debug, Clone, Copy)]
-struct Layout {
+/// Where the headers of a frame are, as far as a NIC parser looks: found once per received
+/// frame, then read by the RSS hash and the CQE's classification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
     l3_off: usize,
     l3: L3,
     fragment: bool,
@@ -34,7 +35,7 @@ struct Layout {
     l4: Option<(u8, usize, usize)>,
 }
 
-fn parse(frame: &[u8]) -> Option<Layout> {
+pub(crate) fn parse(frame: &[u8]) -> Option<Layout> {
     if frame.len() < ETH_HDR {
         return None;
     }
@@ -115,16 +116,26 @@ fn parse(frame: &[u8]) -> Option<Layout> {
     }
 }
 
-/// One's-complement sum of `data` added to `sum` (not folded).
-fn sum16(mut sum: u32, data: &[u8]) -> u32 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+/// One's-complement sum of `data` added to `sum`, folded to at most 17 bits. It adds 32-bit
+/// words: since 2^16 = 1 modulo 0xffff, a word counts as the sum of its two halves, and a
+/// 64-bit accumulator cannot overflow on any frame, so the carries are folded once at the end.
+fn sum16(sum: u32, data: &[u8]) -> u32 {
+    let mut acc = u64::from(sum);
+    let mut words = data.chunks_exact(4);
+    for w in &mut words {
+        acc += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
     }
-    if let [last] = chunks.remainder() {
-        sum += u32::from(*last) << 8;
+    let rest = words.remainder();
+    let mut pairs = rest.chunks_exact(2);
+    for c in &mut pairs {
+        acc += u64::from(u16::from_be_bytes([c[0], c[1]]));
     }
-    sum
+    if let [last] = pairs.remainder() {
+        acc += u64::from(*last) << 8;
+    }
+    let acc = (acc & 0xffff_ffff) + (acc >> 32);
+    let acc = (acc & 0xffff) + (acc >> 16);
+    ((acc & 0xffff) + (acc >> 16)) as u32
 }
 
 fn fold(mut sum: u32) -> u16 {
@@ -330,56 +341,203 @@ pub(crate) fn for_each_tso_segment(
 /// RX classification: the CQE status word (doc/prm.md 6.3) and the value for the CQE checksum
 /// field.
 pub(crate) fn rx_status(frame: &[u8]) -> (u32, u16) {
-    let Some(lay) = parse(frame) else {
-        return (0, 0);
+    rx_status_of(frame, parse(frame).as_ref())
+}
+
+/// [`rx_status`] of a frame already parsed (`lay` is `parse(frame)`).
+pub(crate) fn rx_status_of(frame: &[u8], lay: Option<&Layout>) -> (u32, u16) {
+    rx_status_with(frame, &headers(frame, lay.copied()))
+}
+
+/// What a received frame's headers alone decide: where they are, the status bits of its
+/// types and its IPv4 header checksum, and which L4 checksum is left to verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Headers {
+    pub(crate) lay: Option<Layout>,
+    status: u32,
+    /// TCP or UDP, its span and the offset of its checksum field.
+    l4: Option<(u8, usize, usize, usize)>,
+}
+
+/// The [`Headers`] of `frame` (`lay` is `parse(frame)`).
+pub(crate) fn headers(frame: &[u8], lay: Option<Layout>) -> Headers {
+    let Some(l) = lay else {
+        return Headers {
+            lay,
+            status: 0,
+            l4: None,
+        };
     };
     let mut st = 0;
-    match lay.l3 {
+    match l.l3 {
         L3::V4 { ihl, options } => {
             st |= rx_status::IPV4;
             if options {
                 st |= rx_status::IPV4OPT;
             }
-            if lay.fragment {
+            if l.fragment {
                 st |= rx_status::IPV4F;
             }
-            if fold(sum16(0, &frame[lay.l3_off..lay.l3_off + ihl])) == 0xffff {
+            if fold(sum16(0, &frame[l.l3_off..l.l3_off + ihl])) == 0xffff {
                 st |= rx_status::IP_HDR_CSUM_OK;
             }
         }
         L3::V6 => {
             // No header checksum to get wrong: a well-formed header is "OK", as the NIC reports.
             st |= rx_status::IPV6 | rx_status::IP_HDR_CSUM_OK;
-            if lay.fragment {
+            if l.fragment {
                 st |= rx_status::IPV6F;
             }
         }
     }
-    let mut csum = 0;
-    if let Some((proto, off, len)) = lay.l4 {
+    let mut l4 = None;
+    if let Some((proto, off, len)) = l.l4 {
         if let Some(field) = l4_csum_field(proto, len) {
             st |= if proto == PROTO_TCP {
                 rx_status::TCP
             } else {
                 rx_status::UDP
             };
-            let stored = be16(frame, off + field);
-            let no_udp_csum = proto == PROTO_UDP && stored == 0 && matches!(lay.l3, L3::V4 { .. });
-            let sum = sum16(pseudo_sum(frame, &lay, proto, len), &frame[off..off + len]);
-            if no_udp_csum || fold(sum) == 0xffff {
-                st |= rx_status::TCP_UDP_CSUM_OK;
-                csum = 0xffff;
-            }
+            l4 = Some((proto, off, len, field));
+        }
+    }
+    Headers {
+        lay,
+        status: st,
+        l4,
+    }
+}
+
+/// The CQE status word and checksum field of `frame`, whose headers are `h`: the L4 checksum,
+/// which covers the payload, is verified here.
+pub(crate) fn rx_status_with(frame: &[u8], h: &Headers) -> (u32, u16) {
+    let mut st = h.status;
+    let mut csum = 0;
+    if let (Some((proto, off, len, field)), Some(lay)) = (h.l4, h.lay.as_ref()) {
+        let stored = be16(frame, off + field);
+        let no_udp_csum = proto == PROTO_UDP && stored == 0 && matches!(lay.l3, L3::V4 { .. });
+        // Without a checksum there is nothing to verify: the verdict is OK either way.
+        if no_udp_csum
+            || fold(sum16(
+                pseudo_sum(frame, lay, proto, len),
+                &frame[off..off + len],
+            )) == 0xffff
+        {
+            st |= rx_status::TCP_UDP_CSUM_OK;
+            csum = 0xffff;
         }
     }
     (st, csum)
+}
+
+/// Header bytes a [`RxMemo`] compares, at most: VLAN tags, an IPv6 header with a few
+/// extension headers, and the ports.
+const MEMO_KEY: usize = 96;
+
+/// The last received frame's headers and what they decided, so that the frames of one flow
+/// (the same bytes up to and including the ports, and the same length) are not parsed,
+/// hashed and checked again: each such frame is compared with what is remembered instead.
+/// Only TCP and UDP frames outside fragments are remembered; their L4 checksum, which covers
+/// the payload, is verified for every frame all the same. What the frame's hash depends on
+/// besides (the port's RSS key and fields) is the owner's to forget it on.
+#[derive(Clone)]
+pub(crate) struct RxMemo {
+    /// Bytes of `key` in use; 0: nothing remembered.
+    key_len: usize,
+    len: usize,
+    key: [u8; MEMO_KEY],
+    heads: Headers,
+    hash: u32,
+}
+
+impl Default for RxMemo {
+    fn default() -> Self {
+        RxMemo {
+            key_len: 0,
+            len: 0,
+            key: [0; MEMO_KEY],
+            heads: headers(&[], None),
+            hash: 0,
+        }
+    }
+}
+
+impl std::fmt::Debug for RxMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxMemo")
+            .field("key_len", &self.key_len)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RxMemo {
+    /// Find the headers of `frame` and its hash under `key` and `fields`, which
+    /// [`RxMemo::heads`] and [`RxMemo::hash`] then give: remembered if the frame starts as the
+    /// last one learnt did, else found in full (and remembered, if of the kind kept). They are
+    /// left in place, not copied out, since the delivery reads them where they are.
+    #[inline]
+    pub(crate) fn find(&mut self, frame: &[u8], key: &Toeplitz, fields: RssFields) {
+        if !self.recalls(frame) {
+            self.learn(frame, key, fields);
+        }
+    }
+
+    /// Whether `frame` starts as the last frame learnt did (and has its length).
+    #[inline(always)]
+    fn recalls(&self, frame: &[u8]) -> bool {
+        let n = self.key_len;
+        n != 0 && frame.len() == self.len && frame.get(..n) == Some(&self.key[..n])
+    }
+
+    #[cold]
+    fn learn(&mut self, frame: &[u8], key: &Toeplitz, fields: RssFields) {
+        self.heads = headers(frame, parse(frame));
+        self.hash = rss_hash_of(frame, self.heads.lay.as_ref(), key, fields);
+        self.key_len = 0;
+        if let Some((_, off, _, _)) = self.heads.l4 {
+            let n = off + 4;
+            if n <= MEMO_KEY {
+                self.key[..n].copy_from_slice(&frame[..n]);
+                self.key_len = n;
+                self.len = frame.len();
+            }
+        }
+    }
+
+    /// The headers of the frame [`RxMemo::find`] was last given.
+    #[inline(always)]
+    pub(crate) fn heads(&self) -> &Headers {
+        &self.heads
+    }
+
+    /// That frame's hash.
+    #[inline(always)]
+    pub(crate) fn hash(&self) -> u32 {
+        self.hash
+    }
+
+    /// Remember nothing: the hash's key or fields changed.
+    pub(crate) fn forget(&mut self) {
+        self.key_len = 0;
+    }
 }
 
 /// The RSS hash of a received frame: Toeplitz over source and destination address, then source
 /// and destination port when the L4 field set of that IP version is enabled; 0 for frames no
 /// enabled field set covers (non-IP, malformed, or a disabled IP version).
 pub(crate) fn rss_hash(frame: &[u8], key: &Toeplitz, fields: RssFields) -> u32 {
-    let Some(lay) = parse(frame) else {
+    rss_hash_of(frame, parse(frame).as_ref(), key, fields)
+}
+
+/// [`rss_hash`] of a frame already parsed (`lay` is `parse(frame)`).
+pub(crate) fn rss_hash_of(
+    frame: &[u8],
+    lay: Option<&Layout>,
+    key: &Toeplitz,
+    fields: RssFields,
+) -> u32 {
+    let Some(lay) = lay else {
         return 0;
     };
     let (addrs, ip, tcp, udp) = match lay.l3 {
@@ -396,9 +554,6 @@ pub(crate) fn rss_hash(frame: &[u8], key: &Toeplitz, fields: RssFields) -> u32 {
             RssFields::IPV6_UDP,
         ),
     };
-    let mut input = [0u8; RSS_KEY_LEN - 4];
-    let n = addrs.len();
-    input[..n].copy_from_slice(&frame[addrs]);
     // Fragments have no ports to hash (later fragments carry none), so they fall back to the
     // addresses, as the standard asks; a header too short to be TCP/UDP is not TCP/UDP.
     let ports = match lay.l4 {
@@ -408,13 +563,19 @@ pub(crate) fn rss_hash(frame: &[u8], key: &Toeplitz, fields: RssFields) -> u32 {
         }
         _ => None,
     };
+    if ports.is_none() && !fields.contains(ip) {
+        return 0;
+    }
+    // The input is the addresses followed by the ports: each part is hashed where it lies in
+    // the frame, at its position in the input, in fixed sizes the compiler unrolls.
+    let n = addrs.len();
+    let h = match lay.l3 {
+        L3::V4 { .. } => key.hash_at::<8>(0, frame[addrs].try_into().expect("8 bytes")),
+        L3::V6 => key.hash_at::<32>(0, frame[addrs].try_into().expect("32 bytes")),
+    };
     match ports {
-        Some(off) => {
-            input[n..n + 4].copy_from_slice(&frame[off..off + 4]);
-            key.hash(&input[..n + 4])
-        }
-        None if fields.contains(ip) => key.hash(&input[..n]),
-        None => 0,
+        Some(off) => h ^ key.hash_at::<4>(n, frame[off..off + 4].try_into().expect("4 bytes")),
+        None => h,
     }
 }
 
@@ -533,6 +694,40 @@ mod tests {
         h[11] = 0;
         assert_eq!(checksum(&h), 0xb861);
         assert_eq!(fold(sum16(0, &IP_HDR)), 0xffff);
+    }
+
+    /// The definition: 16-bit big-endian words, an odd last byte padded with zero.
+    fn sum16_by_halfwords(data: &[u8]) -> u32 {
+        let mut sum = 0u32;
+        for c in data.chunks(2) {
+            sum += u32::from(c[0]) << 8 | u32::from(c.get(1).copied().unwrap_or(0));
+        }
+        sum
+    }
+
+    #[test]
+    fn word_sum_folds_to_the_halfword_sum() {
+        let mut x = 0x9e37_79b9u32;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        for len in 0..200 {
+            for fill in [None, Some(0x00), Some(0xff)] {
+                let data: Vec<u8> = (0..len)
+                    .map(|_| fill.unwrap_or_else(|| next() as u8))
+                    .collect();
+                let seed = next() & 0x3_ffff;
+                assert_eq!(
+                    fold(sum16(seed, &data)),
+                    fold(seed + sum16_by_halfwords(&data)),
+                    "{len} bytes {fill:?}"
+                );
+                assert_eq!(fold(sum16(0, &data)), fold(sum16_by_halfwords(&data)));
+            }
+        }
     }
 
     #[test]
@@ -750,6 +945,83 @@ mod rss_tests {
             rss_hash(&tcp, &Toeplitz::new(&other), RssFields::ALL),
             0x51cc_c178
         );
+    }
+
+    /// The remembered headers against the full parse, over a stream of frames in which
+    /// neighbours share headers and differ in payload, checksum, length, ports, IP ID or
+    /// kind: every frame gets what the full path gives it, and most are recalled.
+    #[test]
+    fn remembered_headers_are_what_the_full_path_finds() {
+        let k = &Toeplitz::new(&DEFAULT_RSS_KEY);
+        let (a4, b4) = (ip4(V4[0].0), ip4(V4[0].2));
+        let (a6, b6) = (ip6(V6[0].0), ip6(V6[0].2));
+        let with_payload = |mut f: Vec<u8>, n: usize| {
+            f.extend((0..n).map(|i| i as u8));
+            // Lengths in the headers cover the payload.
+            if f[12..14] == ETHERTYPE_IPV4.to_be_bytes() {
+                let total = (f.len() - ETH_HDR) as u16;
+                f[ETH_HDR + 2..ETH_HDR + 4].copy_from_slice(&total.to_be_bytes());
+                f[ETH_HDR + 10..ETH_HDR + 12].fill(0);
+                let c = checksum(&f[ETH_HDR..ETH_HDR + 20]);
+                f[ETH_HDR + 10..ETH_HDR + 12].copy_from_slice(&c.to_be_bytes());
+            } else {
+                let payload = (f.len() - ETH_HDR - 40) as u16;
+                f[ETH_HDR + 4..ETH_HDR + 6].copy_from_slice(&payload.to_be_bytes());
+            }
+            f
+        };
+        let mut bases = vec![
+            with_payload(frame(PROTO_UDP, &b4, 1766, &a4, 2794), 30),
+            with_payload(frame(PROTO_TCP, &b4, 1766, &a4, 2794), 26),
+            with_payload(frame(PROTO_UDP, &b6, 1766, &a6, 2794), 30),
+            with_payload(frame(PROTO_TCP, &b6, 4739, &a6, 14230), 8),
+        ];
+        let mut checked = bases[0].clone();
+        fill_tx_checksums(&mut checked, true, true);
+        bases.push(checked);
+        let mut tagged = bases[1].clone();
+        tagged.splice(12..12, [0x81, 0x00, 0x00, 0x64]);
+        bases.push(tagged);
+        let mut frag = bases[0].clone();
+        frag[ETH_HDR + 6] = 0x20;
+        bases.push(frag);
+        let mut arp = bases[0].clone();
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        bases.push(arp);
+        let mut x = 0x1234_5678u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as usize
+        };
+        let mut memo = RxMemo::default();
+        let (mut frames, mut recalled) = (0, 0);
+        for fields in [RssFields::ALL, RssFields::IPV4 | RssFields::IPV6] {
+            memo.forget();
+            for _ in 0..400 {
+                let mut f = bases[next() % bases.len()].clone();
+                for _ in 0..8 {
+                    // A run of the same flow, each frame altered a little.
+                    let (at, last) = (next() % f.len(), f.len() - 1);
+                    match next() % 7 {
+                        0 | 1 => f[last - next() % 8] ^= 1 << (next() % 8),
+                        2 => f[at] ^= 1 << (next() % 8),
+                        3 => f.truncate(last),
+                        4 => f[34..38].fill(next() as u8),
+                        5 => f[ETH_HDR + 4] ^= 1,
+                        _ => {}
+                    }
+                    let full = (headers(&f, parse(&f)), rss_hash(&f, k, fields));
+                    recalled += usize::from(memo.recalls(&f));
+                    memo.find(&f, k, fields);
+                    assert_eq!((*memo.heads(), memo.hash()), full, "{f:02x?}");
+                    assert_eq!(rx_status_with(&f, memo.heads()), rx_status(&f), "{f:02x?}");
+                    frames += 1;
+                }
+            }
+        }
+        assert!(recalled * 10 > frames, "{recalled} of {frames} recalled");
     }
 
     #[test]

@@ -100,10 +100,12 @@ impl Rq {
         self.state = state;
     }
 
-    /// Receive `frame` (RSS hash `hash`) into the next posted WQE.
+    /// Receive `frame` (its headers `heads`, RSS hash `hash`) into the next posted WQE.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn receive(
         &mut self,
         frame: &[u8],
+        heads: &net::Headers,
         hash: u32,
         mrs: &MrTable,
         cq: &mut Cq,
@@ -184,7 +186,7 @@ impl Rq {
                     at = end;
                 }
                 let len = frame.len() + fcs.len();
-                let (status, csum, tunnel) = self.classify(frame);
+                let (status, csum, tunnel) = self.classify(frame, heads);
                 let mut w = Cqe::new_unchecked(&mut cqe[..]);
                 w.set_vlan_my_qpn(self.qpn | tunnel);
                 w.set_immed_rss_invalid(hash);
@@ -222,7 +224,7 @@ impl Rq {
     /// The status word, checksum field and `vlan_my_qpn` tunnel bits for `frame`. On a Pro, a
     /// VXLAN frame's status describes the inner packet (its types and checksum verdicts, which
     /// DPDK maps to inner packet types), and the tunnel bits the outer headers.
-    fn classify(&self, frame: &[u8]) -> (u32, u16, u32) {
+    fn classify(&self, frame: &[u8], heads: &net::Headers) -> (u32, u16, u32) {
         if self.tunnels {
             if let Some(t) = net::vxlan(frame) {
                 let (status, csum) = net::rx_status(&frame[t.inner..]);
@@ -239,7 +241,7 @@ impl Rq {
                 return (status, csum, bits);
             }
         }
-        let (status, csum) = net::rx_status(frame);
+        let (status, csum) = net::rx_status_with(frame, heads);
         (status, csum, 0)
     }
 
@@ -255,7 +257,7 @@ impl Rq {
             if room >= len {
                 break;
             }
-            self.ring.read(base + i * entry, &mut raw);
+            self.ring.read_array(base + i * entry, &mut raw);
             let d = RxDataSeg::new_unchecked(&raw[..]);
             if d.lkey() == INVALID_LKEY {
                 break;

@@ -170,6 +170,9 @@ pub(crate) struct RxConfig {
     /// `rss_key` as a hashing table.
     pub(crate) toeplitz: Toeplitz,
     pub(crate) rss_fields: RssFields,
+    /// The last frame's headers and hash under `toeplitz` and `rss_fields`: forgotten when
+    /// they change.
+    pub(crate) memo: net::RxMemo,
     /// Destination-MAC and VLAN filters.
     pub(crate) filter: Filters,
     /// Largest L3 length received.
@@ -185,6 +188,7 @@ impl Default for RxConfig {
             rss_key: DEFAULT_RSS_KEY,
             toeplitz: Toeplitz::new(&DEFAULT_RSS_KEY),
             rss_fields: RssFields::ALL,
+            memo: net::RxMemo::default(),
             filter: Filters::default(),
             mtu: DEFAULT_MTU,
             flows_only: false,
@@ -213,11 +217,6 @@ impl RxConfig {
             return false;
         }
         true
-    }
-
-    /// The frame's hash under the port's default RSS key and fields.
-    pub(crate) fn hash(&self, frame: &[u8]) -> u32 {
-        net::rss_hash(frame, &self.toeplitz, self.rss_fields)
     }
 
     /// The QPN of the RQ a frame with `hash` goes to. `rqs` lists every RQ in QPN order, for an

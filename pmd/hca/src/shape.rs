@@ -22,6 +22,45 @@ use crate::types::Verdict;
 /// Headers a shape can hold: one per DS unit after the control segment.
 const MAX_HEADS: usize = 62;
 
+/// How a run compares a WQE's heads. A few inline headers (a 64-byte frame inline has two)
+/// are words of one span, compared in a fixed number (the first repeated to fill them): how
+/// far into the WQE they reach, and each one's offset and word.
+#[derive(Debug, Clone, Copy)]
+enum Words {
+    Two(usize, [(u16, u32); 2]),
+    Four(usize, [(u16, u32); 4]),
+    /// Any other shape: head by head.
+    Heads,
+}
+
+impl Words {
+    fn of(heads: &[Head]) -> Words {
+        fn fill<const K: usize>(heads: &[Head]) -> (usize, [(u16, u32); K]) {
+            let word = |h: &Head| (h.at, h.raw as u32);
+            let mut w = [word(&heads[0]); K];
+            for (slot, h) in w.iter_mut().zip(heads) {
+                *slot = word(h);
+            }
+            let reach = heads.iter().map(|h| usize::from(h.at) + 4).max();
+            (reach.unwrap_or(0), w)
+        }
+        if heads.is_empty() || heads.iter().any(|h| h.gather) {
+            return Words::Heads;
+        }
+        match heads.len() {
+            ..=2 => {
+                let (reach, w) = fill(heads);
+                Words::Two(reach, w)
+            }
+            3..=4 => {
+                let (reach, w) = fill(heads);
+                Words::Four(reach, w)
+            }
+            _ => Words::Heads,
+        }
+    }
+}
+
 /// A segment header the decoder read.
 #[derive(Debug, Clone, Copy, Default)]
 struct Head {
@@ -64,6 +103,8 @@ pub(crate) struct Shape {
     hit: Hit,
     /// `MrTable::epoch` when learnt.
     epoch: u64,
+    /// How a run compares the heads, found when the shape is learnt.
+    words: Words,
 }
 
 /// Bits of the control segment's two qwords (memory order, read as little-endian) that one
@@ -101,6 +142,7 @@ impl Shape {
                 signaled: false,
             },
             epoch: 0,
+            words: Words::Heads,
         }
     }
 
@@ -177,6 +219,7 @@ impl Shape {
             signaled: false,
         };
         self.epoch = epoch;
+        self.words = Words::of(&self.heads[..self.n.min(MAX_HEADS)]);
     }
 
     /// Whether the WQE whose first TXBB sits in ring slot `slot` (its control segment already
@@ -231,6 +274,7 @@ impl Shape {
         Some(Plan {
             key,
             heads: &self.heads[..self.n.min(MAX_HEADS)],
+            words: self.words,
             hit: self.hit,
         })
     }
@@ -240,6 +284,7 @@ impl Shape {
 pub(crate) struct Plan<'a> {
     key: [u64; 2],
     heads: &'a [Head],
+    words: Words,
     /// What each WQE of the shape does (its `signaled` aside).
     pub(crate) hit: Hit,
 }
@@ -249,7 +294,14 @@ impl Plan<'_> {
     /// whole before the ring's end and no BlueFlame write announced it.
     #[inline(always)]
     pub(crate) fn matches(&self, ring: &HostMem, base: usize, ctrl: &[u8; DS_SIZE]) -> bool {
-        self.key == key(ctrl) && heads_match(self.heads, ring, |at| base + at)
+        if self.key != key(ctrl) {
+            return false;
+        }
+        match &self.words {
+            Words::Two(reach, words) => ring.words_match(base, *reach, words),
+            Words::Four(reach, words) => ring.words_match(base, *reach, words),
+            Words::Heads => heads_match(self.heads, ring, |at| base + at),
+        }
     }
 }
 

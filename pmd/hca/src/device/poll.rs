@@ -40,10 +40,7 @@ impl DevState {
 
     /// Make the counters readable from device memory; nothing to do when none changed.
     pub(crate) fn publish(&mut self) {
-        if self.counters != self.published {
-            self.pages.bar.publish(&self.counters);
-            self.published = self.counters.clone();
-        }
+        self.pages.bar.publish(&self.counters, &mut self.published);
     }
 
     /// One send queue's share of a poll (a runner's call): the doorbells of its UAR page
@@ -140,6 +137,7 @@ impl DevState {
         }
         let v = db.take_be32(0).unwrap_or(0);
         self.counters.doorbells += 1;
+        self.charge_doorbells(1);
         if self.faults.doorbell.tick() {
             // An injected fault: the write never reached the device.
             self.counters.inj_doorbells_dropped += 1;
@@ -176,28 +174,48 @@ impl DevState {
             unreachable!("the caller checked the slot")
         };
         let before = (self.counters.tx_frames, self.counters.tx_drops_wire);
+        let bf_before = self.counters.bf_bursts;
         let work = match self.cqs.get_mut(cq_slot(sq.cqn)) {
-            Some(cq) => sq.poll(&mut TxCtx {
-                wc: self.wc,
-                pro: self.caps.tunnel_offloads,
-                max_wqe_size: self.caps.max_wqe_size as usize,
-                mrs: &self.mrs,
-                cq,
-                wire: &mut self.wire,
-                port: &self.port,
-                counters: &mut self.counters,
-                scratch: &mut self.scratch,
-                faults: &mut self.faults,
-            }),
+            Some(cq) => {
+                let work = sq.poll(&mut TxCtx {
+                    wc: self.wc,
+                    pro: self.caps.tunnel_offloads,
+                    max_wqe_size: self.caps.max_wqe_size as usize,
+                    mrs: &self.mrs,
+                    cq,
+                    wire: &mut self.wire,
+                    port: &self.port,
+                    counters: &mut self.counters,
+                    scratch: &mut self.scratch,
+                    faults: &mut self.faults,
+                });
+                cq.flush();
+                work
+            }
             None => 0,
         };
         self.qps.put_back(slot, Qp::Sq(sq));
+        self.charge_doorbells(self.counters.bf_bursts - bf_before);
         if self.faults.cfg.link_flap_every != 0 {
             let sent = self.counters.tx_frames - before.0;
             let lost = self.counters.tx_drops_wire - before.1;
             self.flap(sent, lost);
         }
         work
+    }
+
+    /// Spend what `n` UAR writes cost a card's device side, when the model is asked to
+    /// ([`crate::HcaConfig::doorbell_ns`]): a spin, not a sleep, since a card is busy for that
+    /// long, not idle.
+    #[inline]
+    fn charge_doorbells(&self, n: u64) {
+        if self.doorbell_ns == 0 || n == 0 {
+            return;
+        }
+        let until = Instant::now() + Duration::from_nanos(n * u64::from(self.doorbell_ns));
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
     }
 
     /// Injected link flaps: down after `link_flap_every` frames sent, up again after
@@ -245,14 +263,21 @@ impl DevState {
             }
             self.fold_wire_drops();
         }
-        if !self.port.has_pending() {
-            return work;
+        if self.port.has_pending() {
+            let port = self.port.clone();
+            work += port
+                .inbox
+                .consume(RX_BUDGET, |frame| self.receive(frame) == Rx::Done);
         }
-        let port = self.port.clone();
-        work += port
-            .inbox
-            .consume(RX_BUDGET, |frame| self.receive(frame) == Rx::Done);
+        self.flush_rx_cq();
         work
+    }
+
+    /// Write what the CQ that received last holds for its partner.
+    fn flush_rx_cq(&mut self) {
+        if let Some(cq) = self.rx_cq.take().and_then(|s| self.cqs.get_mut(s)) {
+            cq.flush();
+        }
     }
 
     /// Frames the far end of a cable sent that this end's ring refused: this port's drops.
@@ -348,6 +373,12 @@ impl DevState {
     /// Offer one frame to the port: flow rules, else the filters and the default RSS; the
     /// MTU; then its RQ.
     pub(super) fn receive(&mut self, frame: &[u8]) -> Rx {
+        // The headers are parsed once (or remembered from the last frame of the flow); the RSS
+        // hash and the RQ's classification read what was found.
+        let rx = &mut self.rx;
+        rx.memo.find(frame, &rx.toeplitz, rx.rss_fields);
+        let (heads, port_hash) = (self.rx.memo.heads(), self.rx.memo.hash());
+        let lay = heads.lay.as_ref();
         let verdict = if self.flows.is_empty() {
             None
         } else {
@@ -363,10 +394,10 @@ impl DevState {
                     return Rx::Done;
                 }
                 match v {
-                    Verdict::Queue(q) => (Some(q), self.rx.hash(frame)),
+                    Verdict::Queue(q) => (Some(q), port_hash),
                     Verdict::Rss(slot) => match self.flows.ctx(slot) {
                         Some(c) => {
-                            let h = net::rss_hash(frame, &c.toeplitz, c.ctx.fields);
+                            let h = net::rss_hash_of(frame, lay, &c.toeplitz, c.ctx.fields);
                             let rqs = &c.ctx.rqs;
                             (rqs.get(h as usize % rqs.len().max(1)).copied(), h)
                         }
@@ -381,8 +412,7 @@ impl DevState {
                 {
                     return Rx::Done;
                 }
-                let hash = self.rx.hash(frame);
-                (self.rx.steer(hash, &self.rqs), hash)
+                (self.rx.steer(port_hash, &self.rqs), port_hash)
             }
         };
         let Some(qpn) = qpn else {
@@ -398,9 +428,19 @@ impl DevState {
                 return Rx::Done;
             }
         };
-        match self.cqs.get_mut(cq_slot(rq.cqn)) {
+        let cq_at = cq_slot(rq.cqn);
+        // The CQEs of consecutive frames pair up in their CQ's lines; one that goes to
+        // another CQ ends the pairing in the last one.
+        if let Some(prev) = self.rx_cq.filter(|&s| s != cq_at) {
+            if let Some(cq) = self.cqs.get_mut(prev) {
+                cq.flush();
+            }
+        }
+        self.rx_cq = Some(cq_at);
+        match self.cqs.get_mut(cq_at) {
             Some(cq) => rq.receive(
                 frame,
+                heads,
                 hash,
                 &self.mrs,
                 cq,

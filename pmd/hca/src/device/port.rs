@@ -18,6 +18,7 @@ impl DevState {
         self.rx.rss_key = key;
         self.rx.toeplitz = Toeplitz::new(&key);
         self.rx.rss_fields = fields;
+        self.rx.memo.forget();
     }
 
     pub(crate) fn rss(&self) -> ([u8; RSS_KEY_LEN], RssFields) {

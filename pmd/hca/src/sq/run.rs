@@ -67,14 +67,14 @@ impl Sq {
                 break;
             }
             let off = (slot << shift) as usize * TXBB_SIZE;
-            let Some(dw0) = ring.load_be32(off) else {
+            // The control segment, its owner word acquire-loaded first.
+            let Some(ctrl) = ring.load_guarded::<DS_SIZE>(off) else {
                 break;
             };
-            if (dw0 & owner_opcode::OWNER != 0) != (ci & cnt != 0) {
-                break;
-            }
-            let mut ctrl = [0u8; DS_SIZE];
-            if !ring.read_array(off, &mut ctrl) || !plan.matches(&ring, off, &ctrl) {
+            let dw0 = u32::from_be_bytes([ctrl[0], ctrl[1], ctrl[2], ctrl[3]]);
+            if (dw0 & owner_opcode::OWNER != 0) != (ci & cnt != 0)
+                || !plan.matches(&ring, off, &ctrl)
+            {
                 break;
             }
             if ctrl[11] & CQ_UPDATE_BYTE == CQ_UPDATE_BYTE {
