@@ -19,19 +19,10 @@ use crate::error::HcaError;
 /// Events kept for a driver that does not take them.
 const MAX_QUEUED: usize = 256;
 
-/// Something that happened to the port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PortEvent {
-    /// The link came up: the port is up ([`crate::Hca::set_port_up`]) and its wire has a
-    /// carrier (a cable's far end plugged in and up, a TAP interface up, a peer adapter open
-    /// and up; null, loop, pcap and sink wires always have one).
-    LinkUp,
-    /// The link went down.
-    LinkDown,
-    /// The adapter went away ([`crate::Hca::remove`], or its cable file was deleted): nothing
-    /// more is sent, received or executed. Comes once, after a `LinkDown`.
-    Removed,
-}
+/// Link up and down, and removal ([`crate::Hca::remove`], or a cable file deleted or cut
+/// short). A cable's far end plugged in and up, a TAP interface up, a peer adapter open and up
+/// give a carrier; null, loop, pcap and sink wires always have one.
+pub use mlx4_prm::PortEvent;
 
 /// The queue of port events and its eventfd.
 #[derive(Debug)]

@@ -4,17 +4,8 @@
 use std::fmt;
 use std::ops::{BitAnd, BitOr, BitOrAssign};
 
-/// Length of the Toeplitz key: 32 bits of window for each of the 36 bytes of the largest input
-/// (two IPv6 addresses and two ports) need 36 + 4 bytes.
-pub const RSS_KEY_LEN: usize = 40;
-
-/// The key every RSS implementation starts from (Microsoft's sample key, also the historic
-/// default of the mlx4 and many other drivers), so hashes match what users see on hardware.
-pub const DEFAULT_RSS_KEY: [u8; RSS_KEY_LEN] = [
-    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
-    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
-    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
-];
+/// The key length and the default key are the port vocabulary the driver shares.
+pub use mlx4_prm::{DEFAULT_RSS_KEY, RSS_KEY_LEN};
 
 /// Which packet types are hashed, and over which fields. A frame whose type is not enabled gets
 /// hash 0 (and so the first entry of the steering table). `Default` is [`RssFields::NONE`], as

@@ -46,44 +46,10 @@ impl Default for RxFilter {
     }
 }
 
-/// IEEE 802.3x flow control (pause frames) as the port is configured: stored and reported. The
+/// Flow control as the port is configured: stored and reported. The
 /// model's wires have no flow control of their own: a full receiver drops and counts (the
 /// `rx_drops_*` counters), no pause frame is ever sent, and one received is just a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FlowControl {
-    /// Honour pause frames received (stop sending for the time they ask).
-    pub rx_pause: bool,
-    /// Send pause frames when the receive buffer passes `high_water`.
-    pub tx_pause: bool,
-    /// Negotiate pause with the link partner.
-    pub autoneg: bool,
-    /// Pause time sent, in 512-bit-time quanta.
-    pub pause_time: u16,
-    /// Receive buffer bytes above which a pause is sent.
-    pub high_water: u32,
-    /// Receive buffer bytes below which sending may resume (an XON if `send_xon`).
-    pub low_water: u32,
-    /// Send an XON (pause time 0) at `low_water`.
-    pub send_xon: bool,
-    /// Forward MAC control frames to the host instead of consuming them.
-    pub mac_ctrl_frame_fwd: bool,
-}
-
-impl Default for FlowControl {
-    /// mlx4_en's defaults: pause on in both directions, no autonegotiation.
-    fn default() -> Self {
-        FlowControl {
-            rx_pause: true,
-            tx_pause: true,
-            autoneg: false,
-            pause_time: 0xffff,
-            high_water: 0,
-            low_water: 0,
-            send_xon: false,
-            mac_ctrl_frame_fwd: false,
-        }
-    }
-}
+pub use mlx4_prm::FlowControl;
 
 /// What the port filters on, in the form a received frame is checked against.
 #[derive(Debug, Clone)]

@@ -140,20 +140,10 @@ impl Caps {
     }
 }
 
-/// Queue state as the driver sets and observes it (a QP's RESET/RTS/ERR, a WQ's
-/// RESET/RDY/ERR).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueState {
-    /// Not running: an SQ drops its doorbells and BlueFlame writes (`doorbells_not_ready`,
-    /// `bf_ignored`), an RQ drops the frames steered to it (`rx_drops_not_ready`). Moving a
-    /// queue here forgets its position: the next `Ready` starts at WQE 0.
-    Reset,
-    /// Executing WQEs (SQ) or receiving (RQ).
-    Ready,
-    /// A WQE completed in error (or the driver moved the queue here): nothing more is executed
-    /// until the queue is reset (or recreated).
-    Error,
-}
+/// In the model, a queue in `Reset` drops what reaches it and counts it: an SQ its doorbells
+/// and BlueFlame writes (`doorbells_not_ready`, `bf_ignored`), an RQ the frames steered to it
+/// (`rx_drops_not_ready`).
+pub use mlx4_prm::QueueState;
 
 /// A completion queue on driver memory.
 #[derive(Debug, Clone, Copy)]

@@ -13,9 +13,11 @@
 #![warn(missing_docs)]
 
 mod cqe;
+mod port;
 mod wqe;
 
 pub use cqe::Cqe;
+pub use port::{FlowControl, PortEvent, QueueState, DEFAULT_RSS_KEY, RSS_KEY_LEN};
 pub use wqe::{inline_header, CtrlSeg, DataSeg, InlineHdr, RxDataSeg};
 
 /// log2 of the send basic block size.

@@ -109,30 +109,9 @@ impl Caps {
     }
 }
 
-/// Something the device tells the driver without being polled, behind [`Device::event_fd`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PortEvent {
-    LinkUp,
-    LinkDown,
-    /// The device went away: nothing more is sent, received or executed.
-    Removed,
-}
-
-/// IEEE 802.3x flow control (pause frames) as the port is set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FlowControl {
-    /// Honour pause frames received.
-    pub rx_pause: bool,
-    /// Send pause frames when the receive buffer passes `high_water`.
-    pub tx_pause: bool,
-    pub autoneg: bool,
-    /// In 512-bit-time quanta.
-    pub pause_time: u16,
-    pub high_water: u32,
-    pub low_water: u32,
-    pub send_xon: bool,
-    pub mac_ctrl_frame_fwd: bool,
-}
+/// What the device tells the driver without being polled ([`Device::event_fd`]), the pause
+/// settings, and queue states: one definition, shared with the software HCA.
+pub use mlx4_prm::{FlowControl, PortEvent, QueueState};
 
 /// A BlueFlame register: two halves of `half_size` bytes from `reg`, written alternately.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,16 +295,6 @@ unsafe impl Send for SqDesc {}
 unsafe impl Send for CqDesc {}
 // SAFETY: as above.
 unsafe impl Send for RqDesc {}
-
-/// A queue's state as the device reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueState {
-    /// Created or stopped: the queue executes nothing until it is made ready.
-    Reset,
-    Ready,
-    /// A WQE completed in error; the queue executes nothing until it is recreated.
-    Error,
-}
 
 /// The control side of one device port.
 ///

@@ -233,17 +233,9 @@ impl Soft {
 
 fn queue_state(ready: bool) -> mlx4_hca::QueueState {
     if ready {
-        mlx4_hca::QueueState::Ready
+        QueueState::Ready
     } else {
-        mlx4_hca::QueueState::Reset
-    }
-}
-
-fn state(s: mlx4_hca::QueueState) -> QueueState {
-    match s {
-        mlx4_hca::QueueState::Reset => QueueState::Reset,
-        mlx4_hca::QueueState::Ready => QueueState::Ready,
-        mlx4_hca::QueueState::Error => QueueState::Error,
+        QueueState::Reset
     }
 }
 
@@ -407,23 +399,17 @@ impl Device for Soft {
     }
 
     fn sq_state(&self, qpn: u32) -> Result<QueueState, HwError> {
-        self.hca
-            .sq_state(qpn)
-            .map(state)
-            .map_err(hw_err("SQ state"))
+        self.hca.sq_state(qpn).map_err(hw_err("SQ state"))
     }
 
     fn rq_state(&self, qpn: u32) -> Result<QueueState, HwError> {
-        self.hca
-            .rq_state(qpn)
-            .map(state)
-            .map_err(hw_err("RQ state"))
+        self.hca.rq_state(qpn).map_err(hw_err("RQ state"))
     }
 
     fn restart_rq(&self, qpn: u32) -> Result<(), HwError> {
         self.hca
-            .set_rq_state(qpn, mlx4_hca::QueueState::Reset)
-            .and_then(|()| self.hca.set_rq_state(qpn, mlx4_hca::QueueState::Ready))
+            .set_rq_state(qpn, QueueState::Reset)
+            .and_then(|()| self.hca.set_rq_state(qpn, QueueState::Ready))
             .map_err(hw_err("restart RQ"))
     }
 
@@ -496,11 +482,7 @@ impl Device for Soft {
     }
 
     fn next_event(&self) -> Option<PortEvent> {
-        self.hca.next_event().map(|e| match e {
-            mlx4_hca::PortEvent::LinkUp => PortEvent::LinkUp,
-            mlx4_hca::PortEvent::LinkDown => PortEvent::LinkDown,
-            mlx4_hca::PortEvent::Removed => PortEvent::Removed,
-        })
+        self.hca.next_event()
     }
 
     fn set_link(&self, up: bool) -> Result<(), HwError> {
@@ -551,32 +533,11 @@ impl Device for Soft {
     }
 
     fn flow_control(&self) -> Result<FlowControl, HwError> {
-        let f = self.hca.flow_control();
-        Ok(FlowControl {
-            rx_pause: f.rx_pause,
-            tx_pause: f.tx_pause,
-            autoneg: f.autoneg,
-            pause_time: f.pause_time,
-            high_water: f.high_water,
-            low_water: f.low_water,
-            send_xon: f.send_xon,
-            mac_ctrl_frame_fwd: f.mac_ctrl_frame_fwd,
-        })
+        Ok(self.hca.flow_control())
     }
 
     fn set_flow_control(&self, f: &FlowControl) -> Result<(), HwError> {
-        self.hca
-            .set_flow_control(&mlx4_hca::FlowControl {
-                rx_pause: f.rx_pause,
-                tx_pause: f.tx_pause,
-                autoneg: f.autoneg,
-                pause_time: f.pause_time,
-                high_water: f.high_water,
-                low_water: f.low_water,
-                send_xon: f.send_xon,
-                mac_ctrl_frame_fwd: f.mac_ctrl_frame_fwd,
-            })
-            .map_err(hw_err("flow control"))
+        self.hca.set_flow_control(f).map_err(hw_err("flow control"))
     }
 
     fn create_comp_channel(&self) -> Result<(u32, std::os::fd::RawFd), HwError> {
