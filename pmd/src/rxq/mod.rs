@@ -45,6 +45,13 @@ pub unsafe trait RxBuf: Copy {
     fn set_segment(&mut self, len: u32, next: Option<Self>);
     /// This (first) buffer starts a frame of `pkt_len` bytes in `nb_segs` buffers.
     fn set_packet(&mut self, pkt_len: u32, nb_segs: u16, port: u16, meta: &RxMeta);
+    /// This buffer holds a whole frame of `len` bytes: `set_segment(len, None)` then
+    /// `set_packet(len, 1, port, meta)`, which a buffer may do in fewer stores.
+    #[inline(always)]
+    fn set_single(&mut self, len: u32, port: u16, meta: &RxMeta) {
+        self.set_segment(len, None);
+        self.set_packet(len, 1, port, meta);
+    }
 }
 
 /// `n` fresh buffers from `pool`, or None if the pool cannot give them all.

@@ -7,6 +7,7 @@ use mlx4_prm::{cqe_opcode, Cqe, DataSeg};
 use super::meta::{parse_rx_cqe, rx_meta, with_tunnel, RX_META};
 use super::{alloc_into, release, RxBuf, RxConfig, RxQueue, CHUNK, FRESH};
 use crate::mem::{Lkeys, Mr};
+use crate::stats::RxStats;
 
 impl<B: RxBuf> RxQueue<B> {
     /// Receives up to `out.len()` frames.
@@ -114,16 +115,16 @@ impl<B: RxBuf> RxQueue<B> {
                     let elts: &mut [B] = &mut self.elts;
                     let entries = self.rq.scatter_entries();
                     let lkeys = &mut self.lkeys;
+                    let (stats, error_seen) = (&mut self.stats, &mut self.error_seen);
                     let dst = &mut out[got..got + n];
                     let mut used = 0;
                     self.cq.take_ready(ready, |c| {
                         let slot = (rq_ci & mask) as usize;
                         rq_ci = rq_ci.wrapping_add(1);
                         if c.opcode() == cqe_opcode::ERROR {
-                            // Too long for its buffer, or a bad one: the slot keeps it.
-                            errors += 1;
-                            error_cqes += 1;
-                            why = Some((c.syndrome(), c.vendor_err()));
+                            // Too long for its buffer, or a bad one: the slot keeps it. Rare,
+                            // so counted in place rather than in registers the loop needs.
+                            error_cqe(stats, error_seen, &c);
                             return;
                         }
                         let len = c.byte_cnt();
@@ -132,8 +133,7 @@ impl<B: RxBuf> RxQueue<B> {
                             meta = with_tunnel(meta, c.vlan_my_qpn(), csum);
                         }
                         let mut head = elts[slot];
-                        head.set_segment(len, None);
-                        head.set_packet(len, 1, port, &meta);
+                        head.set_single(len, port, &meta);
                         dst[used] = head;
                         bytes += u64::from(len);
                         let b = fresh[used];
@@ -158,7 +158,7 @@ impl<B: RxBuf> RxQueue<B> {
                                 d.set_addr(0);
                                 d.set_lkey(mlx4_prm::INVALID_LKEY);
                                 d.set_byte_count(0);
-                                errors += 1;
+                                stats.errors += 1;
                             }
                         }
                     });
@@ -278,6 +278,15 @@ impl<B: RxBuf> RxQueue<B> {
     }
 }
 
+/// Counts an error CQE of a burst and notes it for [`RxQueue::recover`].
+#[cold]
+#[inline(never)]
+fn error_cqe(stats: &mut RxStats, error_seen: &mut Option<(u8, u8)>, c: &Cqe<&[u8]>) {
+    stats.errors += 1;
+    stats.error_cqes += 1;
+    *error_seen = Some((c.syndrome(), c.vendor_err()));
+}
+
 /// What handing up one frame of a single-buffer queue touches, borrowed once per burst.
 struct Refill<'a, B: RxBuf> {
     elts: &'a mut [B],
@@ -300,8 +309,7 @@ impl<B: RxBuf> Refill<'_, B> {
             meta = with_tunnel(meta, c.vlan_my_qpn(), cfg.csum);
         }
         let mut head = self.elts[slot];
-        head.set_segment(len, None);
-        head.set_packet(len, 1, cfg.port_id, &meta);
+        head.set_single(len, cfg.port_id, &meta);
         self.elts[slot] = fresh;
         let (addr, room) = fresh.data_area();
         let lkey = match self.region {
