@@ -82,7 +82,7 @@ impl<B: RxBuf> RxQueue<B> {
         let (csum, rss, port) = (self.cfg.csum, self.cfg.rss, self.cfg.port_id);
         let tunnel = self.cfg.tunnel;
         let table = &RX_META[usize::from(csum)];
-        let region = self.lkeys.cached();
+        let region = Region::new(self.lkeys.cached());
         let (mut got, mut bytes, mut errors, mut nombuf) = (0usize, 0u64, 0u64, 0u64);
         let (mut error_cqes, mut why) = (0u64, None);
         let mut rq_ci = self.rq_ci;
@@ -124,7 +124,7 @@ impl<B: RxBuf> RxQueue<B> {
                         if c.opcode() == cqe_opcode::ERROR {
                             // Too long for its buffer, or a bad one: the slot keeps it. Rare,
                             // so counted in place rather than in registers the loop needs.
-                            error_cqe(stats, error_seen, &c);
+                            error_cqe(stats, error_seen, c.syndrome(), c.vendor_err());
                             return;
                         }
                         let len = c.byte_cnt();
@@ -142,10 +142,11 @@ impl<B: RxBuf> RxQueue<B> {
                         let (addr, room) = b.data_area();
                         let e = &mut entries[slot];
                         let mut d = DataSeg::new_unchecked(&mut e[..]);
-                        let lkey = match region {
+                        let lkey = if region.covers(addr, room) {
                             // The pool's region, looked up once per burst.
-                            Some(mr) if mr.contains(addr, room as usize) => Some(mr.lkey),
-                            _ => lkeys.lookup(addr, room as usize),
+                            Some(region.lkey)
+                        } else {
+                            lkeys.lookup(addr, room as usize)
                         };
                         match lkey {
                             Some(lkey) => {
@@ -281,10 +282,48 @@ impl<B: RxBuf> RxQueue<B> {
 /// Counts an error CQE of a burst and notes it for [`RxQueue::recover`].
 #[cold]
 #[inline(never)]
-fn error_cqe(stats: &mut RxStats, error_seen: &mut Option<(u8, u8)>, c: &Cqe<&[u8]>) {
+fn error_cqe(stats: &mut RxStats, error_seen: &mut Option<(u8, u8)>, syndrome: u8, vendor: u8) {
     stats.errors += 1;
     stats.error_cqes += 1;
-    *error_seen = Some((c.syndrome(), c.vendor_err()));
+    *error_seen = Some((syndrome, vendor));
+}
+
+/// The registered region the pool's buffers came from last, read once per burst: a buffer
+/// inside it takes a subtraction and two compares, with no `Option` to test.
+#[derive(Clone, Copy)]
+struct Region {
+    start: usize,
+    /// Bytes from `start` to the region's end.
+    span: usize,
+    lkey: u32,
+}
+
+impl Region {
+    /// `mr`, or a region that holds nothing when there is none yet (no span covers a
+    /// buffer's room, which setup found to be at least a byte).
+    #[inline(always)]
+    fn new(mr: Option<Mr>) -> Region {
+        match mr {
+            Some(m) => Region {
+                start: m.start,
+                span: m.end.saturating_sub(m.start),
+                lkey: m.lkey,
+            },
+            None => Region {
+                start: usize::MAX,
+                span: 0,
+                lkey: mlx4_prm::INVALID_LKEY,
+            },
+        }
+    }
+
+    /// Whether `[addr, addr + room)` lies inside (what [`Mr::contains`] says): an `addr` below
+    /// `start` wraps to an offset past any span.
+    #[inline(always)]
+    fn covers(&self, addr: usize, room: u32) -> bool {
+        let off = addr.wrapping_sub(self.start);
+        off <= self.span && room as usize <= self.span - off
+    }
 }
 
 /// What handing up one frame of a single-buffer queue touches, borrowed once per burst.
