@@ -78,7 +78,7 @@ impl<B: RxBuf> RxQueue<B> {
 
     /// One buffer per frame (RX scatter off): no segment arithmetic, CQEs read in place.
     fn burst_single(&mut self, out: &mut [B]) -> usize {
-        let mask = self.wqe_cnt - 1;
+        debug_assert_eq!(self.elts.len(), self.wqe_cnt as usize);
         let (csum, rss, port) = (self.cfg.csum, self.cfg.rss, self.cfg.port_id);
         let tunnel = self.cfg.tunnel;
         let table = &RX_META[usize::from(csum)];
@@ -114,12 +114,16 @@ impl<B: RxBuf> RxQueue<B> {
                 Some(fresh) => {
                     let elts: &mut [B] = &mut self.elts;
                     let entries = self.rq.scatter_entries();
+                    // One buffer and one entry per WQE: a slot masked by the ring's size is
+                    // inside both, which lets the loop index them unchecked.
+                    let entries = &mut entries[..elts.len()];
+                    let ring_mask = elts.len() - 1;
                     let lkeys = &mut self.lkeys;
                     let (stats, error_seen) = (&mut self.stats, &mut self.error_seen);
                     let dst = &mut out[got..got + n];
                     let mut used = 0;
                     self.cq.take_ready(ready, |c| {
-                        let slot = (rq_ci & mask) as usize;
+                        let slot = rq_ci as usize & ring_mask;
                         rq_ci = rq_ci.wrapping_add(1);
                         if c.opcode() == cqe_opcode::ERROR {
                             // Too long for its buffer, or a bad one: the slot keeps it. Rare,
