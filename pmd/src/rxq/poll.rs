@@ -29,7 +29,11 @@ impl<B: RxBuf> RxQueue<B> {
                     return 0;
                 }
                 if self.cfg.sges == 1 {
-                    self.burst_single(out)
+                    if self.cfg.rss || self.cfg.tunnel {
+                        self.burst_single::<false>(out)
+                    } else {
+                        self.burst_single::<true>(out)
+                    }
                 } else {
                     self.burst_scattered(out)
                 }
@@ -77,10 +81,13 @@ impl<B: RxBuf> RxQueue<B> {
     }
 
     /// One buffer per frame (RX scatter off): no segment arithmetic, CQEs read in place.
-    fn burst_single(&mut self, out: &mut [B]) -> usize {
+    /// `PLAIN`: neither RSS nor tunnel reports (the queue's settings say so), compiled
+    /// without their tests per frame.
+    fn burst_single<const PLAIN: bool>(&mut self, out: &mut [B]) -> usize {
         debug_assert_eq!(self.elts.len(), self.wqe_cnt as usize);
-        let (csum, rss, port) = (self.cfg.csum, self.cfg.rss, self.cfg.port_id);
-        let tunnel = self.cfg.tunnel;
+        debug_assert!(!PLAIN || !(self.cfg.rss || self.cfg.tunnel));
+        let (csum, port) = (self.cfg.csum, self.cfg.port_id);
+        let (rss, tunnel) = (!PLAIN && self.cfg.rss, !PLAIN && self.cfg.tunnel);
         let table = &RX_META[usize::from(csum)];
         let region = Region::new(self.lkeys.cached());
         let (mut got, mut bytes, mut errors, mut nombuf) = (0usize, 0u64, 0u64, 0u64);
