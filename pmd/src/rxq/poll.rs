@@ -386,3 +386,40 @@ impl<B: RxBuf> Refill<'_, B> {
         head
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_covers_what_the_region_contains() {
+        let mr = Mr {
+            start: 0x1_0000,
+            end: 0x2_0000,
+            lkey: 7,
+        };
+        let r = Region::new(Some(mr));
+        for addr in [
+            0,
+            0xffff,
+            0x1_0000,
+            0x1_8000,
+            0x1_f800,
+            0x1_ffff,
+            0x2_0000,
+            usize::MAX - 8,
+        ] {
+            for room in [1u32, 0x7ff, 0x800, 0x801, 0x1_0000, 0x1_0001, u32::MAX] {
+                assert_eq!(
+                    r.covers(addr, room),
+                    mr.contains(addr, room as usize),
+                    "addr {addr:#x} room {room:#x}"
+                );
+            }
+        }
+        let none = Region::new(None);
+        for addr in [0, 0x1_0000, usize::MAX - 1, usize::MAX] {
+            assert!(!none.covers(addr, 1), "no region holds {addr:#x}");
+        }
+    }
+}
