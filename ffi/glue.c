@@ -22,6 +22,13 @@ int mlx4rs_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, u
 	return rte_pktmbuf_alloc_bulk(mp, mbufs, count);
 }
 
+/* The objects alone, in the state a pktmbuf pool keeps them (reference count 1, one segment,
+ * no next): an RX refill writes the fields a reset would as it hands each one up. */
+int mlx4rs_mbuf_raw_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count)
+{
+	return rte_mempool_get_bulk(mp, (void **)mbufs, count);
+}
+
 void mlx4rs_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned n)
 {
 	rte_mempool_put_bulk(mp, objs, n);

@@ -11,6 +11,7 @@ int mlx4rs_errno(void);
 void mlx4rs_set_errno(int e);
 struct rte_mbuf *mlx4rs_pktmbuf_alloc(struct rte_mempool *mp);
 int mlx4rs_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count);
+int mlx4rs_mbuf_raw_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count);
 void mlx4rs_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned n);
 void mlx4rs_log(uint32_t level, uint32_t logtype, const char *msg);
 uint16_t mlx4rs_pktmbuf_data_room_size(struct rte_mempool *mp);

@@ -323,16 +323,48 @@ impl Pool {
 // SAFETY: a mempool is multi-thread safe by DPDK's contract; the queue uses it from one lcore.
 unsafe impl Send for Pool {}
 
-// SAFETY: `alloc_bulk` initialises every entry when DPDK's bulk allocation succeeds (it is
-// all or nothing) and reports false otherwise.
+/// The headroom the RX path posts and hands up with, whatever `data_off` a previous user left:
+/// a reset's (`RTE_PKTMBUF_HEADROOM`). A pool whose buffers are smaller has no data room
+/// ([`RxBuf::data_area`] says 0), and the RX queue refuses it at setup, so no buffer with less
+/// room is ever posted.
+const RX_HEADROOM: u16 = sys::RTE_PKTMBUF_HEADROOM as u16;
+
+/// `data_off`, `refcnt`, `nb_segs` and `port`, adjacent from offset 16 (the 8-byte aligned
+/// group C calls `rearm_data`), in one store.
+///
+/// # Safety
+/// `m` is an mbuf the caller owns, no reference to which is live.
+#[inline(always)]
+unsafe fn rearm(m: *mut sys::rte_mbuf, data_off: u16, nb_segs: u16, port: u16) {
+    // SAFETY: the four u16 fields follow one another from offset 16 of the 64-byte aligned
+    // mbuf (the layout test in dpdk-sys); the caller's mbuf.
+    unsafe {
+        ptr::addr_of_mut!((*m).data_off)
+            .cast::<[u16; 4]>()
+            .write([data_off, 1, nb_segs, port])
+    }
+}
+
+/// The one `ol_flags` bit an mbuf keeps across uses (what a reset keeps): its buffer is
+/// external memory, which its free must know.
+const KEPT_FLAGS: u64 = sys::RTE_MBUF_F_EXTERNAL;
+
+// SAFETY: `alloc_bulk` initialises every entry when DPDK's bulk get succeeds (it is all or
+// nothing) and reports false otherwise.
+//
+// The mbufs come from the pool as the pool keeps them, without a reset: reference count 1, one
+// segment, `next` NULL (what DPDK's free guarantees and its raw allocation asserts), the other
+// fields as their last user left them. Every field a reset would set and a receiver reads is
+// written before the mbuf is handed up: `data_off`, `nb_segs`, `port`, `ol_flags` (its external
+// bit kept), `packet_type`, `pkt_len`, `data_len`, `vlan_tci`, `hash`, `next`.
 unsafe impl RxBuf for Mbuf {
     type Pool = Pool;
 
     fn alloc_bulk(pool: Pool, out: &mut [MaybeUninit<Self>]) -> bool {
         // SAFETY: `out` is room for `out.len()` mbuf pointers (`Mbuf` is transparent), which
-        // DPDK fills with fresh mbufs the caller then owns, or leaves alone on failure.
+        // DPDK fills with mbufs of the pool the caller then owns, or leaves alone on failure.
         unsafe {
-            sys::mlx4rs_pktmbuf_alloc_bulk(pool.0, out.as_mut_ptr().cast(), out.len() as u32) == 0
+            sys::mlx4rs_mbuf_raw_alloc_bulk(pool.0, out.as_mut_ptr().cast(), out.len() as u32) == 0
         }
     }
 
@@ -345,8 +377,8 @@ unsafe impl RxBuf for Mbuf {
     fn data_area(&self) -> (usize, u32) {
         let m = self.get();
         (
-            m.buf_addr as usize + usize::from(m.data_off),
-            u32::from(m.buf_len - m.data_off),
+            m.buf_addr as usize + usize::from(RX_HEADROOM),
+            u32::from(m.buf_len.saturating_sub(RX_HEADROOM)),
         )
     }
 
@@ -355,8 +387,14 @@ unsafe impl RxBuf for Mbuf {
         // SAFETY: a buffer the queue allocated and still owns; the queue hands it to the
         // application right after, and no other reference to it exists meanwhile.
         unsafe {
-            let m = &mut *self.0;
+            let m = self.0;
+            rearm(m, RX_HEADROOM, 1, sys::RTE_MBUF_PORT_INVALID as u16);
+            let m = &mut *m;
+            m.ol_flags &= KEPT_FLAGS;
+            m.packet_type = 0;
+            m.pkt_len = 0;
             m.data_len = len as u16;
+            m.vlan_tci = 0;
             m.next = next.map_or(ptr::null_mut(), |n| n.0);
         }
     }
@@ -365,13 +403,34 @@ unsafe impl RxBuf for Mbuf {
     fn set_packet(&mut self, pkt_len: u32, nb_segs: u16, port: u16, meta: &RxMeta) {
         // SAFETY: as above.
         unsafe {
-            let m = &mut *self.0;
+            let m = self.0;
+            rearm(m, RX_HEADROOM, nb_segs, port);
+            let m = &mut *m;
             m.pkt_len = pkt_len;
-            m.nb_segs = nb_segs;
-            m.port = port;
-            m.ol_flags = meta.ol_flags;
+            m.ol_flags = meta.ol_flags | (m.ol_flags & KEPT_FLAGS);
             m.packet_type = meta.packet_type;
             m.hash.rss = meta.rss_hash;
+        }
+    }
+
+    /// What `set_segment(len, None)` and `set_packet(len, 1, ..)` write that a receiver reads,
+    /// with the adjacent fields as wide stores: `rearm`, `packet_type` with `pkt_len`,
+    /// `data_len` with `vlan_tci`. `next` is NULL already (the pool's state).
+    #[inline(always)]
+    fn set_single(&mut self, len: u32, port: u16, meta: &RxMeta) {
+        // SAFETY: as in set_segment. `packet_type`, `pkt_len`, `data_len` and `vlan_tci`
+        // follow one another from offset 32 of the 64-byte aligned mbuf (the layout test in
+        // dpdk-sys).
+        unsafe {
+            let m = self.0;
+            rearm(m, RX_HEADROOM, 1, port);
+            let fields = ptr::addr_of_mut!((*m).packet_type);
+            fields.cast::<[u32; 2]>().write([meta.packet_type, len]);
+            ptr::addr_of_mut!((*m).data_len)
+                .cast::<[u16; 2]>()
+                .write([len as u16, 0]);
+            (*m).ol_flags = meta.ol_flags | ((*m).ol_flags & KEPT_FLAGS);
+            (*m).hash.rss = meta.rss_hash;
         }
     }
 }

@@ -845,19 +845,21 @@ impl CqRing {
         let (cnt, shift) = (self.cqe_cnt, self.entry_shift);
         let idx = self.ci & (cnt - 1);
         let head = r.n.min(cnt - idx);
-        let mut at = (idx as usize) << shift;
-        for i in 0..r.n {
-            if i == head {
-                at = 0;
+        // The run to the ring's end, then the one from its start: no wrap test per CQE.
+        for (from, len) in [((idx as usize) << shift, head), (0, r.n - head)] {
+            let mut at = from;
+            for _ in 0..len {
+                // SAFETY: `at` is an entry inside the array (`idx + i` below `cnt` in the
+                // first run, `i` below `n - head` in the second, and `ready` never counts
+                // more than `cnt`); software owns it, since `ready` saw its owner byte with
+                // acquire for this very consumer counter (asserted), and the device writes it
+                // again only after the consumer record passes it, which `update_ci` does
+                // after this call.
+                let cqe =
+                    unsafe { std::slice::from_raw_parts(self.first.as_ptr().add(at), CQE_SIZE) };
+                f(Cqe::new_unchecked(cqe));
+                at += 1 << shift;
             }
-            // SAFETY: `at` is an entry inside the array (`idx + i` below `cnt` in the first
-            // run, `i - head` below `n - head` in the second, and `ready` never counts more
-            // than `cnt`); software owns it, since `ready` saw its owner byte with acquire
-            // for this very consumer counter (asserted), and the device writes it again only
-            // after the consumer record passes it, which `update_ci` does after this call.
-            let cqe = unsafe { std::slice::from_raw_parts(self.first.as_ptr().add(at), CQE_SIZE) };
-            f(Cqe::new_unchecked(cqe));
-            at += 1 << shift;
         }
         // As `advance`, by n at once: `ready` never counts past one wrap.
         self.ci = self.ci.wrapping_add(r.n);

@@ -80,6 +80,12 @@ unsafe impl RxBuf for Buf {
         let m = &self.1.meta[self.0 as usize];
         m.set((m.get().0, pkt_len));
     }
+
+    /// Both lengths in one store, as an mbuf's are written from a template.
+    #[inline]
+    fn set_single(&mut self, len: u32, _port: u16, _meta: &RxMeta) {
+        self.1.meta[self.0 as usize].set((len, len));
+    }
 }
 
 /// The one function callgrind collects.
