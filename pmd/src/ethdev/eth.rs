@@ -143,17 +143,41 @@ impl<'a, T> CMut<'a, T> {
         unsafe { self.0.as_mut() }
     }
 
-    /// The array of `len` entries the pointer starts, if it is not NULL.
-    ///
-    /// # Safety
-    /// The op's C API promises `len` entries there.
-    pub unsafe fn slice(self, len: usize) -> Option<&'a mut [T]> {
-        // SAFETY: the caller's promise.
-        (!self.0.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(self.0, len) })
-    }
-
     pub fn as_ptr(&self) -> *mut T {
         self.0
+    }
+}
+
+/// An array argument, declared `name: *mut T [count]` in [`ops!`]: NULL, or as many entries
+/// as the count its C API pairs with the pointer.
+pub(super) struct CArray<'a, T> {
+    first: *mut T,
+    len: usize,
+    _entries: PhantomData<&'a mut [T]>,
+}
+
+impl<'a, T> CArray<'a, T> {
+    /// # Safety
+    /// `first` is NULL or valid, for the op's call, as `len` exclusive entries.
+    pub unsafe fn new(first: *mut T, len: impl TryInto<usize>) -> Self {
+        CArray {
+            first,
+            // A count that does not fit the address space cannot be valid: seen as none.
+            len: len.try_into().unwrap_or(0),
+            _entries: PhantomData,
+        }
+    }
+
+    /// How many entries the op's caller says there are.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The entries, if the pointer is not NULL.
+    pub fn get(self) -> Option<&'a mut [T]> {
+        // SAFETY: NULL or `len` valid entries (new's contract).
+        (!self.first.is_null())
+            .then(|| unsafe { std::slice::from_raw_parts_mut(self.first, self.len) })
     }
 }
 
@@ -202,22 +226,35 @@ pub(super) fn given<T>(p: Option<T>) -> Result<T, Error> {
 /// Generates the `extern "C"` trampolines: `fn name(args) -> ret = mode body, "what";`
 /// makes `name(dev, args)`, which converts `dev` and each argument once and calls
 /// `body(&e, args)` (`shared`: `e: &Eth`) or `body(&mut e, args)` (`exclusive`: `e: &mut
-/// EthMut`), turning its answer into C's ([`Answer`]).
+/// EthMut`), turning its answer into C's ([`Answer`]). A pointer argument followed by
+/// `[count]` (an expression of the other arguments) is an array of that many entries, and the
+/// body gets a [`CArray`].
 macro_rules! ops {
-    ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) $(-> $r:ty)? = $mode:ident $body:path, $what:literal;)*) => {$(
+    ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty $([$len:expr])?),*) $(-> $r:ty)? = $mode:ident $body:path, $what:literal;)*) => {$(
         $(#[$m])*
         pub(super) unsafe extern "C" fn $name(dev: *mut dpdk_sys::rte_eth_dev, $($a: $t),*) $(-> $r)? {
             // SAFETY: ethdev calls an op only on a live port of this driver, one control op at
             // a time per port, with the arguments its API documents (valid or NULL pointers,
-            // queue ids below the configured counts).
+            // arrays of the counts passed beside them, queue ids below the configured counts).
             unsafe {
                 $crate::ethdev::eth::$mode(dev, $what, |e| {
-                    $body(e, $($crate::ethdev::eth::CArg::convert($a)),*)
+                    $body(e, $($crate::ethdev::eth::c_arg!($a $([$len])?)),*)
                 })
             }
         }
     )*};
 }
+
+/// One argument of [`ops!`], converted (inside the trampoline's `unsafe` block).
+macro_rules! c_arg {
+    ($a:ident) => {
+        $crate::ethdev::eth::CArg::convert($a)
+    };
+    ($a:ident [$len:expr]) => {
+        $crate::ethdev::eth::CArray::new($a, $len)
+    };
+}
+pub(super) use c_arg;
 pub(super) use ops;
 
 /// What an op reads of `rte_eth_dev_data`, taken once when it is called.

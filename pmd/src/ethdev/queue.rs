@@ -11,7 +11,7 @@ use std::ffi::{c_int, c_void};
 use dpdk_sys as sys;
 
 use super::eth::{given, ops, CMut, CRef, Eth, EthMut, Proc};
-use super::slot::{RxFixed, RxQ, RxSlot, Slot, TxFixed, TxQ, TxSlot};
+use super::slot::{point_lcore, RxFixed, RxQ, RxSlot, Slot, TxFixed, TxQ, TxSlot};
 use super::{invalid, Error};
 use crate::mbuf::{Mbuf, Pool};
 use crate::mem::MemSource;
@@ -45,10 +45,6 @@ fn tx_setup(
     let mut q = TxQ::new(e.dev, p.name.as_str(), qid, nb_desc, cfg, p.mrs.as_slice())
         .map_err(|err| with_queue("TX", qid, err))?;
     q.set_db_avoid(p.tx_db_avoid.then(crate::txq::DbAvoid::default_bound));
-    if let Some(l) = e.lcore {
-        // SAFETY: queue setup: no lcore polls the queue (DPDK's rule for tx_queue_setup).
-        unsafe { l.set_sq(qid, Some(q.qpn())) };
-    }
     let sq = q.sq_desc();
     // Device pages in DPDK memory are at the same address in every process.
     let registers_shared = in_dpdk_memory(sq.doorbell().as_ptr().cast())
@@ -61,7 +57,13 @@ fn tx_setup(
         nb_desc: q.nb_desc() as u16,
     };
     let slot = Slot::new(e.conf.port_id, fixed, q.qpn(), q);
-    e.install(true, qid, slot)
+    e.install(true, qid, slot)?;
+    // Only an installed queue is ever pointed at, so a release finds what it must undo.
+    let lcore = e.lcore;
+    if let Some((_, q)) = e.stopped_txq(qid) {
+        point_lcore(lcore, q, true);
+    }
+    Ok(())
 }
 
 fn tx_release(e: &mut EthMut<'_>, qid: u16) {
@@ -69,12 +71,10 @@ fn tx_release(e: &mut EthMut<'_>, qid: u16) {
         crate::pmd_log!(ERR, "{}: TX queue release: {err}", e.port.name);
         return;
     }
-    if let Some(l) = e.lcore {
-        // SAFETY: queue release: no lcore polls the queue (DPDK's rule for queue release).
-        unsafe { l.set_sq(qid, None) };
-    }
     if let Some(s) = e.take::<TxQ, TxFixed>(true, qid) {
-        s.into_queue().destroy(e.dev);
+        let mut q = s.into_queue();
+        point_lcore(e.lcore, &mut q, false);
+        q.destroy(e.dev);
     }
 }
 
@@ -370,10 +370,7 @@ fn recover_txq(s: &TxSlot, q: &mut TxQ) {
     if let Some(p) = handles(s.port_id) {
         if q.recover(p.dev.as_ref()) {
             s.set_qpn(q.qpn());
-            if let Some(l) = &p.lcore {
-                // SAFETY: the queue's own lcore, between its bursts: no after_tx on it runs.
-                unsafe { l.set_sq(q.qid, Some(q.qpn())) };
-            }
+            point_lcore(p.lcore.as_ref(), q, true);
         }
     }
 }

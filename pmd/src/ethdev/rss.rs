@@ -4,40 +4,41 @@ use std::ffi::c_int;
 
 use dpdk_sys as sys;
 
-use super::eth::{given, ops, CMut, Eth, EthMut};
+use super::eth::{given, ops, CArray, CMut, Eth, EthMut};
 use super::{invalid, Error};
 use crate::hw::RSS_KEY_LEN;
 use crate::port::{self, RETA_SIZE};
 
-/// Redirection-table groups of 64 entries.
-const GROUPS: usize = RETA_SIZE / sys::RTE_ETH_RETA_GROUP_SIZE as usize;
-
 ops! {
-    fn reta_update(conf: *mut sys::rte_eth_rss_reta_entry64, size: u16) -> c_int
-        = exclusive update_reta, "RETA update";
-    fn reta_query(conf: *mut sys::rte_eth_rss_reta_entry64, size: u16) -> c_int
-        = shared query_reta, "RETA query";
+    fn reta_update(conf: *mut sys::rte_eth_rss_reta_entry64 [groups_of(size)], size: u16)
+        -> c_int = exclusive update_reta, "RETA update";
+    fn reta_query(conf: *mut sys::rte_eth_rss_reta_entry64 [groups_of(size)], size: u16)
+        -> c_int = shared query_reta, "RETA query";
     fn rss_hash_update(conf: *mut sys::rte_eth_rss_conf) -> c_int
         = exclusive update_hash, "RSS hash update";
     fn rss_hash_conf_get(conf: *mut sys::rte_eth_rss_conf) -> c_int
         = shared query_hash, "RSS hash query";
 }
 
+/// How many groups of 64 entries ethdev passes for a table of `size` entries.
+fn groups_of(size: u16) -> usize {
+    usize::from(size).div_ceil(sys::RTE_ETH_RETA_GROUP_SIZE as usize)
+}
+
 /// The application's redirection-table groups, when their size is the device's.
 fn groups(
-    conf: CMut<'_, sys::rte_eth_rss_reta_entry64>,
+    conf: CArray<'_, sys::rte_eth_rss_reta_entry64>,
     size: u16,
 ) -> Result<&mut [sys::rte_eth_rss_reta_entry64], Error> {
     if usize::from(size) != RETA_SIZE {
         return Err(invalid!("RETA size {size}, the device has {RETA_SIZE}"));
     }
-    // SAFETY: ethdev passes `size / 64` groups.
-    given(unsafe { conf.slice(GROUPS) })
+    given(conf.get())
 }
 
 fn update_reta(
     e: &mut EthMut<'_>,
-    conf: CMut<'_, sys::rte_eth_rss_reta_entry64>,
+    conf: CArray<'_, sys::rte_eth_rss_reta_entry64>,
     size: u16,
 ) -> Result<(), Error> {
     let conf = groups(conf, size)?;
@@ -58,7 +59,7 @@ fn update_reta(
 
 fn query_reta(
     e: &Eth<'_>,
-    conf: CMut<'_, sys::rte_eth_rss_reta_entry64>,
+    conf: CArray<'_, sys::rte_eth_rss_reta_entry64>,
     size: u16,
 ) -> Result<(), Error> {
     for (g, c) in groups(conf, size)?.iter_mut().enumerate() {
