@@ -228,9 +228,9 @@ pub(super) fn given<T>(p: Option<T>) -> Result<T, Error> {
 /// `body(&e, args)` (`shared`: `e: &Eth`) or `body(&mut e, args)` (`exclusive`: `e: &mut
 /// EthMut`), turning its answer into C's ([`Answer`]). A pointer argument followed by
 /// `[count]` (an expression of the other arguments) is an array of that many entries, and the
-/// body gets a [`CArray`].
+/// body gets a [`CArray`]; one followed by `as View` is read through `View` ([`FromC`]).
 macro_rules! ops {
-    ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty $([$len:expr])?),*) $(-> $r:ty)? = $mode:ident $body:path, $what:literal;)*) => {$(
+    ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty $([$len:expr])? $(as $v:ty)?),*) $(-> $r:ty)? = $mode:ident $body:path, $what:literal;)*) => {$(
         $(#[$m])*
         pub(super) unsafe extern "C" fn $name(dev: *mut dpdk_sys::rte_eth_dev, $($a: $t),*) $(-> $r)? {
             // SAFETY: ethdev calls an op only on a live port of this driver, one control op at
@@ -238,7 +238,7 @@ macro_rules! ops {
             // arrays of the counts passed beside them, queue ids below the configured counts).
             unsafe {
                 $crate::ethdev::eth::$mode(dev, $what, |e| {
-                    $body(e, $($crate::ethdev::eth::c_arg!($a $([$len])?)),*)
+                    $body(e, $($crate::ethdev::eth::c_arg!($a $([$len])? $(as $v)?)),*)
                 })
             }
         }
@@ -253,8 +253,19 @@ macro_rules! c_arg {
     ($a:ident [$len:expr]) => {
         $crate::ethdev::eth::CArray::new($a, $len)
     };
+    ($a:ident as $v:ty) => {
+        <$v as $crate::ethdev::eth::FromC<_>>::from_c($a)
+    };
 }
 pub(super) use c_arg;
+
+/// A safe view over a C argument whose structures lead on to more (an `rte_flow` pattern or
+/// list of actions), for [`ops!`]'s `as View`.
+pub(super) trait FromC<P> {
+    /// # Safety
+    /// `p` is NULL or what the op's C API documents, valid for the op's call.
+    unsafe fn from_c(p: P) -> Self;
+}
 pub(super) use ops;
 
 /// What an op reads of `rte_eth_dev_data`, taken once when it is called.
