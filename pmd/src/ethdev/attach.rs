@@ -60,6 +60,7 @@ pub(super) fn attach_port(
         d.numa_node = socket;
         d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
         (*dev).device = device;
+        let events = proc_.dev.event_fd();
         let bursts = match proc_.lcore {
             Some(_) => queue::Bursts::Lcore,
             None => queue::Bursts::Plain,
@@ -67,7 +68,7 @@ pub(super) fn attach_port(
         (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
         (*dev).dev_ops = &*ops::OPS;
         queue::set_bursts(&mut *dev, bursts);
-        intr::install(dev, name);
+        intr::install(dev, name, events);
         sys::rte_eth_dev_probing_finish(dev);
         pmd_log!(
             INFO,

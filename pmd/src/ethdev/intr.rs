@@ -27,14 +27,13 @@ use crate::pmd_log;
 /// handler; the port then offers LSC and RMV. A device without events offers neither.
 ///
 /// # Safety
-/// `dev` is a port of this driver being probed in the primary, its `process_private` set.
-pub(super) unsafe fn install(dev: *mut sys::rte_eth_dev, name: &str) {
-    // SAFETY: the caller's port; process_private is its Proc.
-    let proc_ = unsafe { ((*dev).process_private as *const eth::Proc).as_ref() };
-    let Some(fd) = proc_.map(|p| p.dev.event_fd()) else {
-        return;
-    };
-    let fd = match fd {
+/// `dev` is a port of this driver being probed in the primary, `events` its device's event fd.
+pub(super) unsafe fn install(
+    dev: *mut sys::rte_eth_dev,
+    name: &str,
+    events: Result<std::os::fd::RawFd, Error>,
+) {
+    let fd = match events {
         Ok(fd) => fd,
         Err(e) => {
             pmd_log!(INFO, "{name}: no link status or removal events: {e}");

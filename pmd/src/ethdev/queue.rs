@@ -88,15 +88,14 @@ fn rx_setup(
 ) -> Result<(), Error> {
     e.primary_only()?;
     use sys::bits::*;
+    let conf = given(conf.get())?;
     // SAFETY: ethdev checked that the pool is a pktmbuf pool; the application keeps it until
     // the queue is released (DPDK's contract for rx_queue_setup).
-    let (conf, pool) = (given(conf.get())?, unsafe {
-        Pool::from_raw(given(mp.get())?)
-    });
-    // SAFETY: ethdev checked that the pool is a pktmbuf pool.
-    let room = unsafe { sys::mlx4rs_pktmbuf_data_room_size(pool.as_ptr()) }
-        .saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16)
-        .max(1);
+    let (pool, room) = unsafe {
+        let pool = Pool::from_raw(given(mp.get())?);
+        (pool, sys::mlx4rs_pktmbuf_data_room_size(pool.as_ptr()))
+    };
+    let room = room.saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16).max(1);
     let offloads = conf.offloads | e.conf.rx_offloads;
     let keep_crc = offloads & RTE_ETH_RX_OFFLOAD_KEEP_CRC != 0;
     // A kept FCS takes buffer room after the frame.
