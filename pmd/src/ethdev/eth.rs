@@ -237,7 +237,7 @@ macro_rules! ops {
             // a time per port, with the arguments its API documents (valid or NULL pointers,
             // arrays of the counts passed beside them, queue ids below the configured counts).
             unsafe {
-                $crate::ethdev::eth::$mode(dev, $what, |e| {
+                $crate::ethdev::eth::enter!($mode, dev, $what, |e| {
                     $body(e, $($crate::ethdev::eth::c_arg!($a $([$len])? $(as $v)?)),*)
                 })
             }
@@ -306,12 +306,29 @@ pub(super) struct EthMut<'a> {
     pub lcore: Option<&'a crate::hw::soft::Lcore>,
 }
 
-/// A live port's parts, checked once.
+/// A live port's parts, checked once by [`parts`]: what becomes an op's [`Eth`] or
+/// [`EthMut`] once the trampoline has borrowed the port as the op's mode allows.
+pub(super) struct Parts<'a> {
+    raw: NonNull<sys::rte_eth_dev>,
+    conf: Conf,
+    port: NonNull<Port>,
+    proc_: &'a Proc,
+}
+
+impl Parts<'_> {
+    /// The port (`dev_private`), for the trampoline to borrow ([`enter!`]).
+    pub fn port_ptr(&self) -> *mut Port {
+        self.port.as_ptr()
+    }
+}
+
+/// A live port's parts.
 ///
 /// # Safety
 /// `dev` must be NULL or a live ethdev of this driver, whose `dev_private` is NULL or the
-/// `Port` written at probe, and `process_private` NULL or this process's `Proc`.
-unsafe fn parts<'a>(dev: *mut sys::rte_eth_dev) -> Option<(Conf, NonNull<Port>, &'a Proc)> {
+/// `Port` written at probe, and `process_private` NULL or this process's `Proc`, for as long
+/// as the parts are used.
+pub(super) unsafe fn parts<'a>(dev: *mut sys::rte_eth_dev) -> Option<Parts<'a>> {
     let raw = NonNull::new(dev)?;
     // SAFETY: the caller's contract; the fields are plain reads of ethdev's records.
     unsafe {
@@ -330,55 +347,79 @@ unsafe fn parts<'a>(dev: *mut sys::rte_eth_dev) -> Option<(Conf, NonNull<Port>, 
         };
         let port = NonNull::new(d.dev_private as *mut Port)?;
         let proc_ = ((*raw.as_ptr()).process_private as *const Proc).as_ref()?;
-        Some((conf, port, proc_))
+        Some(Parts {
+            raw,
+            conf,
+            port,
+            proc_,
+        })
     }
 }
 
-/// Runs a shared op (see [`ops!`]).
-///
-/// # Safety
-/// As for [`parts`]; whoever changes the port's settings does so in another control op, which
-/// the application does not run at the same time on the same port (ethdev's rule).
-pub(super) unsafe fn shared<R: Answer>(
-    dev: *mut sys::rte_eth_dev,
+/// Checks `dev` and borrows its port for a `shared` (`&Port`) or `exclusive` (`&mut Port`)
+/// op, then runs `op` through [`shared`] or [`exclusive`]. Used inside the trampoline's one
+/// `unsafe` block, under [`parts`]' contract and ethdev's rules: a shared op only reads the
+/// port, and its settings change only in another control op, which the application does not
+/// run at the same time on the same port; an exclusive op is the port's one user (ethdev
+/// serialises control ops on a port, and nothing on the data path references the `Port`).
+macro_rules! enter {
+    (shared, $dev:expr, $what:expr, $op:expr) => {
+        $crate::ethdev::eth::shared(
+            $crate::ethdev::eth::parts($dev).map(|p| {
+                let port = &*p.port_ptr();
+                (p, port)
+            }),
+            $what,
+            $op,
+        )
+    };
+    (exclusive, $dev:expr, $what:expr, $op:expr) => {
+        $crate::ethdev::eth::exclusive(
+            $crate::ethdev::eth::parts($dev).map(|p| {
+                let port = &mut *p.port_ptr();
+                (p, port)
+            }),
+            $what,
+            $op,
+        )
+    };
+}
+pub(super) use enter;
+
+/// Runs a shared op on a port its trampoline borrowed ([`enter!`]); a port that is gone
+/// answers [`Answer::GONE`].
+pub(super) fn shared<R: Answer>(
+    parts: Option<(Parts<'_>, &Port)>,
     what: &str,
     op: impl FnOnce(&Eth<'_>) -> R,
 ) -> R::C {
-    // SAFETY: the caller's contract; the port is only read.
-    let parts = unsafe { parts(dev).map(|(c, port, p)| (c, &*port.as_ptr(), p)) };
-    let Some((conf, port, p)) = parts else {
+    let Some((p, port)) = parts else {
         return R::GONE;
     };
     let e = Eth {
-        raw: NonNull::new(dev).expect("checked in parts"),
-        conf,
+        raw: p.raw,
+        conf: p.conf,
         port,
-        dev: p.dev.as_ref(),
+        dev: p.proc_.dev.as_ref(),
     };
     op(&e).into_c(e.port.name.as_str(), what)
 }
 
-/// Runs an op that changes the port (see [`ops!`]).
-///
-/// # Safety
-/// As for [`parts`]; ethdev serialises control ops on a port, and nothing on the data path
-/// references the `Port`.
-pub(super) unsafe fn exclusive<R: Answer>(
-    dev: *mut sys::rte_eth_dev,
+/// Runs an op that changes the port, as [`shared`].
+pub(super) fn exclusive<R: Answer>(
+    parts: Option<(Parts<'_>, &mut Port)>,
     what: &str,
     op: impl FnOnce(&mut EthMut<'_>) -> R,
 ) -> R::C {
-    // SAFETY: the caller's contract: this op is the port's one user.
-    let parts = unsafe { parts(dev).map(|(c, port, p)| (c, &mut *port.as_ptr(), p)) };
-    let Some((conf, port, p)) = parts else {
+    let Some((p, port)) = parts else {
         return R::GONE;
     };
     let mut e = EthMut {
-        raw: NonNull::new(dev).expect("checked in parts"),
-        conf,
+        raw: p.raw,
+        conf: p.conf,
         port,
-        dev: p.dev.as_ref(),
-        lcore: p.lcore.as_ref(),
+        dev: p.proc_.dev.as_ref(),
+        lcore: p.proc_.lcore.as_ref(),
     };
     let answer = op(&mut e);
     answer.into_c(e.port.name.as_str(), what)

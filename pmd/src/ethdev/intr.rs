@@ -107,24 +107,30 @@ unsafe extern "C" fn port_event(arg: *mut c_void) {
     }) else {
         return;
     };
-    let started = || {
-        // SAFETY: as above: a plain read of the live port's data.
-        unsafe { (*(*dev.as_ptr()).data).dev_started() != 0 }
-    };
     while let Some(ev) = proc_.dev.next_event() {
-        let kind = match ev {
-            PortEvent::LinkUp | PortEvent::LinkDown => {
-                eth::publish_link(dev, started() && ev == PortEvent::LinkUp);
-                lsc.then_some(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_LSC)
-            }
+        let (link, kind) = match ev {
+            PortEvent::LinkUp | PortEvent::LinkDown => (
+                Some(ev == PortEvent::LinkUp),
+                lsc.then_some(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_LSC),
+            ),
             PortEvent::Removed => {
                 pmd_log!(WARNING, "port {port_id}: the device was removed");
-                rmv.then_some(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RMV)
+                (
+                    None,
+                    rmv.then_some(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RMV),
+                )
             }
         };
-        if let Some(kind) = kind {
-            // SAFETY: a live port; ethdev runs the application's callbacks.
-            unsafe { sys::rte_eth_dev_callback_process(dev.as_ptr(), kind, ptr::null_mut()) };
+        // SAFETY: as above: a plain read of the live port's data, then ethdev runs the
+        // application's callbacks.
+        unsafe {
+            if let Some(up) = link {
+                let started = (*(*dev.as_ptr()).data).dev_started() != 0;
+                eth::publish_link(dev, started && up);
+            }
+            if let Some(kind) = kind {
+                sys::rte_eth_dev_callback_process(dev.as_ptr(), kind, ptr::null_mut());
+            }
         }
     }
 }
