@@ -156,10 +156,11 @@ impl RxSlot {
 /// Points the device that runs in the polling lcore (if it does) at TX queue `q`'s SQ
 /// (`live`), or at none (a queue being released), by the queue's id.
 ///
-/// Whoever holds a TX queue mutably is its one user, and the lcore's device runs a queue
-/// (`after_tx`) only inside that queue's burst, which holds it: so holding `q` is what
-/// `Lcore::set_sq` asks for. Holders are the queue's lcore between bursts (recovery), and
-/// control ops on a queue no lcore polls (set up, released, stopped: DPDK's rules).
+/// `q` is the queue of its port's slot `q.qid` (or was just taken out of it). Whoever holds
+/// that queue mutably is its one user, and the lcore's device runs a queue (`after_tx`) only
+/// inside that queue's burst, which holds it: so holding `q` is what `Lcore::set_sq` asks
+/// for. Holders are the queue's lcore between bursts (recovery), and control ops on a queue
+/// no lcore polls (set up, released, stopped: DPDK's rules).
 pub(super) fn point_lcore(lcore: Option<&Lcore>, q: &mut TxQ, live: bool) {
     if let Some(l) = lcore {
         // SAFETY: no after_tx on this queue runs while `q` is held (above).
