@@ -225,11 +225,12 @@ pub(super) fn set_bursts(dev: &mut sys::rte_eth_dev, which: Bursts) {
     dev.tx_pkt_burst = tx;
 }
 
-/// Generates the burst entry points: each converts the queue and the packet array once
-/// (`|p, n| slice`), and a stopped queue answers 0 before its queue is touched.
-macro_rules! bursts {
-    ($($name:ident: $slot:ty, |$p:ident, $n:ident| $pkts:expr => $body:ident;)*) => {$(
-        unsafe extern "C" fn $name(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
+/// Generates the entry points ethdev calls with a queue (the bursts, `tx_done_cleanup`): each
+/// converts the queue, and its other pointers, once (`= body(args)`: the arguments after
+/// the slot and its queue), and a stopped queue answers 0 before its queue is touched.
+macro_rules! queue_entries {
+    ($($vis:vis fn $name:ident($slot:ty $(, $a:ident: $t:ty)*) -> $r:ty = $body:ident($($arg:expr),*);)*) => {$(
+        $vis unsafe extern "C" fn $name(q: *mut c_void $(, $a: $t)*) -> $r {
             // SAFETY: `q` is a slot a queue setup installed, which lives until its release;
             // `pkts` holds (TX) or has room for (RX) `n` mbuf pointers (TX may pass NULL with
             // none), and `Mbuf` is a transparent pointer. The queue is this lcore's alone
@@ -239,23 +240,30 @@ macro_rules! bursts {
                 if !s.started() {
                     return 0;
                 }
-                let ($p, $n) = (pkts.cast::<Mbuf>(), usize::from(n));
-                $body(s, s.queue(), $pkts)
+                $body(s, s.queue() $(, $arg)*)
             }
         }
     )*};
 }
 
 // An empty TX burst may pass NULL; its test is the one tx_plain makes anyway.
-bursts! {
-    tx_burst: TxSlot, |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) }
-        => tx_plain;
-    tx_burst_lcore: TxSlot, |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) }
-        => tx_lcore;
-    tx_burst_secondary: TxSlot,
-        |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) } => tx_secondary;
-    rx_burst: RxSlot, |p, n| std::slice::from_raw_parts_mut(p, n) => rx_plain;
-    rx_burst_lcore: RxSlot, |p, n| std::slice::from_raw_parts_mut(p, n) => rx_lcore;
+queue_entries! {
+    fn tx_burst(TxSlot, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 = tx_plain(
+        if n == 0 { &[] } else { std::slice::from_raw_parts(pkts.cast::<Mbuf>(), usize::from(n)) }
+    );
+    fn tx_burst_lcore(TxSlot, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 = tx_lcore(
+        if n == 0 { &[] } else { std::slice::from_raw_parts(pkts.cast::<Mbuf>(), usize::from(n)) }
+    );
+    fn tx_burst_secondary(TxSlot, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 = tx_secondary(
+        if n == 0 { &[] } else { std::slice::from_raw_parts(pkts.cast::<Mbuf>(), usize::from(n)) }
+    );
+    fn rx_burst(RxSlot, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 = rx_plain(
+        std::slice::from_raw_parts_mut(pkts.cast::<Mbuf>(), usize::from(n))
+    );
+    fn rx_burst_lcore(RxSlot, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 = rx_lcore(
+        std::slice::from_raw_parts_mut(pkts.cast::<Mbuf>(), usize::from(n))
+    );
+    pub(super) fn tx_done_cleanup(TxSlot, free_cnt: u32) -> c_int = tx_cleanup(free_cnt);
 }
 
 /// This process's handles to a queue's port (a queue's port outlives it).
@@ -335,15 +343,8 @@ fn rx_lcore(s: &RxSlot, q: &mut RxQ, out: &mut [Mbuf]) -> u16 {
     rx_plain(s, q, out)
 }
 
-pub(super) unsafe extern "C" fn tx_done_cleanup(q: *mut c_void, free_cnt: u32) -> c_int {
-    // SAFETY: as for the bursts: a live slot, called from the queue's lcore.
-    let (s, q) = unsafe {
-        let s = &*(q as *const TxSlot);
-        if !s.started() {
-            return 0;
-        }
-        (s, s.queue())
-    };
+/// `rte_eth_tx_done_cleanup`, from the queue's lcore.
+fn tx_cleanup(s: &TxSlot, q: &mut TxQ, free_cnt: u32) -> c_int {
     let n = q.done_cleanup(free_cnt) as c_int;
     if q.failed() {
         recover_txq(s, q);

@@ -90,47 +90,64 @@ struct Item<'a> {
     cause: *const c_void,
 }
 
-/// Reads a C array ending with an element whose type is `END` (0).
-///
-/// # Safety
-/// `p` is NULL or points to such an array of at most [`MAX_ELEMS`] elements before the END.
-unsafe fn until_end<'a, T>(p: *const T, ty: impl Fn(&T) -> u32) -> Option<Vec<&'a T>> {
-    let mut v = Vec::new();
-    if p.is_null() {
-        return Some(v);
+/// An element of an `rte_flow` C array, which ends with one whose type is `END` (0).
+trait Typed {
+    fn type_of(&self) -> u32;
+}
+
+impl Typed for sys::rte_flow_item {
+    fn type_of(&self) -> u32 {
+        self.type_
     }
-    for i in 0..=MAX_ELEMS {
-        // SAFETY: within the array, up to and including its END (the caller's contract).
-        let el = unsafe { &*p.add(i) };
-        if ty(el) == 0 {
+}
+
+impl Typed for sys::rte_flow_action {
+    fn type_of(&self) -> u32 {
+        self.type_
+    }
+}
+
+/// NULL or a C array of `T` that ends with END (the views' contract, taken on in `from_c`).
+struct EndList<'a, T>(*const T, PhantomData<&'a T>);
+
+impl<'a, T: Typed> EndList<'a, T> {
+    /// The elements before END; None when there is no END within [`MAX_ELEMS`] of them
+    /// (nothing past the bound is read).
+    fn elements(&self) -> Option<Vec<&'a T>> {
+        let mut v = Vec::new();
+        if self.0.is_null() {
             return Some(v);
         }
-        v.push(el);
+        for i in 0..=MAX_ELEMS {
+            // SAFETY: within the array, up to and including its END (the list's contract).
+            let el = unsafe { &*self.0.add(i) };
+            if el.type_of() == 0 {
+                return Some(v);
+            }
+            v.push(el);
+        }
+        None
     }
-    None
 }
 
 /// A rule's pattern as `rte_flow_validate`/`create` were given it: NULL or items ending with
 /// END, whose spec, last and mask are NULL or structures of the type the item names. Read
 /// when the rule's checks reach it, and only as far as they go.
-pub(super) struct Pattern<'a>(
-    *const sys::rte_flow_item,
-    PhantomData<&'a sys::rte_flow_item>,
-);
+pub(super) struct Pattern<'a>(EndList<'a, sys::rte_flow_item>);
 
 impl FromC<*const sys::rte_flow_item> for Pattern<'_> {
     unsafe fn from_c(p: *const sys::rte_flow_item) -> Self {
-        Pattern(p, PhantomData)
+        Pattern(EndList(p, PhantomData))
     }
 }
 
 impl<'a> Pattern<'a> {
     /// The items before END, each structure as bytes; None past [`MAX_ELEMS`].
     fn items(&self) -> Option<Vec<Item<'a>>> {
-        // SAFETY: an END-terminated array whose structures are of the items' types
-        // (rte_flow's contract, taken on in from_c); `len` is 0 for types refused unread.
+        let items = self.0.elements()?;
+        // SAFETY: each item's structures are NULL or of the type it names (rte_flow's
+        // contract, taken on in from_c); `len` is 0 for types refused unread.
         unsafe {
-            let items = until_end(self.0, |i: &sys::rte_flow_item| i.type_)?;
             let bytes = |p: *const c_void, len: usize| {
                 (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len))
             };
@@ -152,23 +169,18 @@ impl<'a> Pattern<'a> {
 /// A rule's actions as `rte_flow_validate`/`create` were given them: NULL or actions ending
 /// with END, each conf NULL or the structure its type names (for RSS, with `key_len` bytes of
 /// key and `queue_num` queues).
-pub(super) struct Actions<'a>(
-    *const sys::rte_flow_action,
-    PhantomData<&'a sys::rte_flow_action>,
-);
+pub(super) struct Actions<'a>(EndList<'a, sys::rte_flow_action>);
 
 impl FromC<*const sys::rte_flow_action> for Actions<'_> {
     unsafe fn from_c(p: *const sys::rte_flow_action) -> Self {
-        Actions(p, PhantomData)
+        Actions(EndList(p, PhantomData))
     }
 }
 
 impl<'a> Actions<'a> {
     /// The actions before END; None past [`MAX_ELEMS`].
     fn list(&self) -> Option<Vec<Action<'a>>> {
-        // SAFETY: an END-terminated array (rte_flow's contract, taken on in from_c).
-        let list = unsafe { until_end(self.0, |a: &sys::rte_flow_action| a.type_) }?;
-        Some(list.into_iter().map(Action).collect())
+        Some(self.0.elements()?.into_iter().map(Action).collect())
     }
 }
 
