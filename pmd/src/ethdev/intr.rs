@@ -15,6 +15,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
+use std::sync::atomic::AtomicU64;
 
 use dpdk_sys as sys;
 
@@ -97,12 +98,14 @@ pub(super) unsafe fn uninstall(dev: *mut sys::rte_eth_dev) {
 unsafe extern "C" fn port_event(arg: *mut c_void) {
     let port_id = arg as usize as u16;
     // SAFETY: registered for a port of ours, unregistered (synchronously) before it closes,
-    // so the port and its Proc live while this runs; intr_conf and dev_started are only read.
-    let Some((dev, proc_, lsc, rmv)) = (unsafe {
+    // so the port and its Proc live while this runs; intr_conf and dev_started are only read;
+    // `dev_link` is ethdev's atomic 64-bit word (see `eth::parts`).
+    let Some((dev, proc_, dev_link, lsc, rmv)) = (unsafe {
         eth::port_of(port_id).and_then(|(dev, _, p)| {
-            let d = &*(*dev.as_ptr()).data;
-            let c = &d.dev_conf.intr_conf;
-            Some((dev, p?, c.lsc() != 0, c.rmv() != 0))
+            let d = (*dev.as_ptr()).data;
+            let link = AtomicU64::from_ptr(ptr::addr_of_mut!((*d).dev_link).cast::<u64>());
+            let c = &(*d).dev_conf.intr_conf;
+            Some((dev, p?, link, c.lsc() != 0, c.rmv() != 0))
         })
     }) else {
         return;
@@ -126,7 +129,7 @@ unsafe extern "C" fn port_event(arg: *mut c_void) {
         unsafe {
             if let Some(up) = link {
                 let started = (*(*dev.as_ptr()).data).dev_started() != 0;
-                eth::publish_link(dev, started && up);
+                eth::publish_link(dev_link, started && up);
             }
             if let Some(kind) = kind {
                 sys::rte_eth_dev_callback_process(dev.as_ptr(), kind, ptr::null_mut());
