@@ -260,7 +260,7 @@ macro_rules! c_arg {
 pub(super) use c_arg;
 
 /// A safe view over a C argument whose structures lead on to more (an `rte_flow` pattern or
-/// list of actions), for [`ops!`]'s `as View`.
+/// list of actions, an RSS configuration and its key), for [`ops!`]'s `as View`.
 pub(super) trait FromC<P> {
     /// # Safety
     /// `p` is NULL or what the op's C API documents, valid for the op's call.
