@@ -32,9 +32,15 @@ pub(super) fn attach_port(
     // from rte_zmalloc.
     let private = DmaBox::new(port, MemSource::Dpdk { socket })
         .ok_or_else(|| Error::NoMemory("no DPDK memory for the port".into()))?;
+    let events = proc_.dev.event_fd();
+    let bursts = match proc_.lcore {
+        Some(_) => queue::Bursts::Lcore,
+        None => queue::Bursts::Plain,
+    };
     // SAFETY: plain allocation calls with a valid C string; the table is freed again if no
-    // ethdev takes it.
-    let (macs, dev) = unsafe {
+    // ethdev takes it. Then `dev` is freshly allocated and ours, with zeroed data; `device` is
+    // the live device being probed.
+    unsafe {
         let size = n_macs * size_of::<sys::rte_ether_addr>();
         let macs = sys::rte_zmalloc_socket(c"mlx4rs_mac".as_ptr(), size, 0, socket)
             as *mut sys::rte_ether_addr;
@@ -48,11 +54,6 @@ pub(super) fn attach_port(
                 "cannot allocate an ethdev (name taken or no free port id)".into(),
             ));
         }
-        (macs, dev)
-    };
-    // SAFETY: `dev` is freshly allocated and ours, with zeroed data; `device` is the live
-    // device being probed.
-    unsafe {
         let d = &mut *(*dev).data;
         (*macs).addr_bytes = mac;
         d.dev_private = private.into_raw().as_ptr().cast();
@@ -60,14 +61,10 @@ pub(super) fn attach_port(
         d.numa_node = socket;
         d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
         (*dev).device = device;
-        let bursts = match proc_.lcore {
-            Some(_) => queue::Bursts::Lcore,
-            None => queue::Bursts::Plain,
-        };
         (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
         (*dev).dev_ops = &*ops::OPS;
         queue::set_bursts(&mut *dev, bursts);
-        intr::install(dev, name);
+        intr::install(dev, name, events);
         sys::rte_eth_dev_probing_finish(dev);
         pmd_log!(
             INFO,

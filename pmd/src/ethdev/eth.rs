@@ -18,7 +18,7 @@
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use dpdk_sys as sys;
 
@@ -143,17 +143,41 @@ impl<'a, T> CMut<'a, T> {
         unsafe { self.0.as_mut() }
     }
 
-    /// The array of `len` entries the pointer starts, if it is not NULL.
-    ///
-    /// # Safety
-    /// The op's C API promises `len` entries there.
-    pub unsafe fn slice(self, len: usize) -> Option<&'a mut [T]> {
-        // SAFETY: the caller's promise.
-        (!self.0.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(self.0, len) })
-    }
-
     pub fn as_ptr(&self) -> *mut T {
         self.0
+    }
+}
+
+/// An array argument, declared `name: *mut T [count]` in [`ops!`]: NULL, or as many entries
+/// as the count its C API pairs with the pointer.
+pub(super) struct CArray<'a, T> {
+    first: *mut T,
+    len: usize,
+    _entries: PhantomData<&'a mut [T]>,
+}
+
+impl<'a, T> CArray<'a, T> {
+    /// # Safety
+    /// `first` is NULL or valid, for the op's call, as `len` exclusive entries.
+    pub unsafe fn new(first: *mut T, len: impl TryInto<usize>) -> Self {
+        CArray {
+            first,
+            // A count that does not fit the address space cannot be valid: seen as none.
+            len: len.try_into().unwrap_or(0),
+            _entries: PhantomData,
+        }
+    }
+
+    /// How many entries the op's caller says there are.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The entries, if the pointer is not NULL.
+    pub fn get(self) -> Option<&'a mut [T]> {
+        // SAFETY: NULL or `len` valid entries (new's contract).
+        (!self.first.is_null())
+            .then(|| unsafe { std::slice::from_raw_parts_mut(self.first, self.len) })
     }
 }
 
@@ -202,27 +226,53 @@ pub(super) fn given<T>(p: Option<T>) -> Result<T, Error> {
 /// Generates the `extern "C"` trampolines: `fn name(args) -> ret = mode body, "what";`
 /// makes `name(dev, args)`, which converts `dev` and each argument once and calls
 /// `body(&e, args)` (`shared`: `e: &Eth`) or `body(&mut e, args)` (`exclusive`: `e: &mut
-/// EthMut`), turning its answer into C's ([`Answer`]).
+/// EthMut`), turning its answer into C's ([`Answer`]). A pointer argument followed by
+/// `[count]` (an expression of the other arguments) is an array of that many entries, and the
+/// body gets a [`CArray`]; one followed by `as View` is read through `View` ([`FromC`]).
 macro_rules! ops {
-    ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) $(-> $r:ty)? = $mode:ident $body:path, $what:literal;)*) => {$(
+    ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty $([$len:expr])? $(as $v:ty)?),*) $(-> $r:ty)? = $mode:ident $body:path, $what:literal;)*) => {$(
         $(#[$m])*
         pub(super) unsafe extern "C" fn $name(dev: *mut dpdk_sys::rte_eth_dev, $($a: $t),*) $(-> $r)? {
             // SAFETY: ethdev calls an op only on a live port of this driver, one control op at
             // a time per port, with the arguments its API documents (valid or NULL pointers,
-            // queue ids below the configured counts).
+            // arrays of the counts passed beside them, queue ids below the configured counts).
             unsafe {
-                $crate::ethdev::eth::$mode(dev, $what, |e| {
-                    $body(e, $($crate::ethdev::eth::CArg::convert($a)),*)
+                $crate::ethdev::eth::enter!($mode, dev, $what, |e| {
+                    $body(e, $($crate::ethdev::eth::c_arg!($a $([$len])? $(as $v)?)),*)
                 })
             }
         }
     )*};
 }
+
+/// One argument of [`ops!`], converted (inside the trampoline's `unsafe` block).
+macro_rules! c_arg {
+    ($a:ident) => {
+        $crate::ethdev::eth::CArg::convert($a)
+    };
+    ($a:ident [$len:expr]) => {
+        $crate::ethdev::eth::CArray::new($a, $len)
+    };
+    ($a:ident as $v:ty) => {
+        <$v as $crate::ethdev::eth::FromC<_>>::from_c($a)
+    };
+}
+pub(super) use c_arg;
+
+/// A safe view over a C argument whose structures lead on to more (an `rte_flow` pattern or
+/// list of actions, an RSS configuration and its key), for [`ops!`]'s `as View`.
+pub(super) trait FromC<P> {
+    /// # Safety
+    /// `p` is NULL or what the op's C API documents, valid for the op's call.
+    unsafe fn from_c(p: P) -> Self;
+}
 pub(super) use ops;
 
-/// What an op reads of `rte_eth_dev_data`, taken once when it is called.
+/// What an op reads of `rte_eth_dev_data`, taken once when it is called, and the words of it
+/// that ethdev shares with the driver, as atomics: the link, the queue states and the queue
+/// arrays (which other threads and processes read).
 #[derive(Clone, Copy)]
-pub(super) struct Conf {
+pub(super) struct Conf<'a> {
     pub port_id: u16,
     pub nb_rx_queues: u16,
     pub nb_tx_queues: u16,
@@ -235,14 +285,16 @@ pub(super) struct Conf {
     pub intr_conf_rxq: bool,
     /// The port's interrupt handle in this process (NULL: the device has no events).
     pub intr_handle: *mut sys::rte_intr_handle,
-    rx_slots: *mut *mut c_void,
-    tx_slots: *mut *mut c_void,
+    link: &'a AtomicU64,
+    rx_states: &'a [AtomicU8],
+    tx_states: &'a [AtomicU8],
+    rx_slots: &'a [AtomicPtr<c_void>],
+    tx_slots: &'a [AtomicPtr<c_void>],
 }
 
 /// One op's shared view of a port: for ops that may run while the lcores forward.
 pub(super) struct Eth<'a> {
-    raw: NonNull<sys::rte_eth_dev>,
-    pub conf: Conf,
+    pub conf: Conf<'a>,
     pub port: &'a Port,
     /// This process's handle to the port's device.
     pub dev: &'a dyn Device,
@@ -250,87 +302,136 @@ pub(super) struct Eth<'a> {
 
 /// One op's view of a port whose settings it changes.
 pub(super) struct EthMut<'a> {
-    raw: NonNull<sys::rte_eth_dev>,
-    pub conf: Conf,
+    pub conf: Conf<'a>,
     pub port: &'a mut Port,
     pub dev: &'a dyn Device,
     /// When the device runs in the polling lcore: what the burst glue runs it with.
     pub lcore: Option<&'a crate::hw::soft::Lcore>,
 }
 
-/// A live port's parts, checked once.
-///
-/// # Safety
-/// `dev` must be NULL or a live ethdev of this driver, whose `dev_private` is NULL or the
-/// `Port` written at probe, and `process_private` NULL or this process's `Proc`.
-unsafe fn parts<'a>(dev: *mut sys::rte_eth_dev) -> Option<(Conf, NonNull<Port>, &'a Proc)> {
-    let raw = NonNull::new(dev)?;
-    // SAFETY: the caller's contract; the fields are plain reads of ethdev's records.
-    unsafe {
-        let d = &*(*raw.as_ptr()).data;
-        let conf = Conf {
-            port_id: d.port_id,
-            nb_rx_queues: d.nb_rx_queues,
-            nb_tx_queues: d.nb_tx_queues,
-            mtu: d.mtu,
-            rx_offloads: d.dev_conf.rxmode.offloads,
-            tx_offloads: d.dev_conf.txmode.offloads,
-            intr_conf_rxq: d.dev_conf.intr_conf.rxq() != 0,
-            intr_handle: (*raw.as_ptr()).intr_handle,
-            rx_slots: d.rx_queues,
-            tx_slots: d.tx_queues,
-        };
-        let port = NonNull::new(d.dev_private as *mut Port)?;
-        let proc_ = ((*raw.as_ptr()).process_private as *const Proc).as_ref()?;
-        Some((conf, port, proc_))
+/// A live port's parts, checked once by [`parts`]: what becomes an op's [`Eth`] or
+/// [`EthMut`] once the trampoline has borrowed the port as the op's mode allows.
+pub(super) struct Parts<'a> {
+    conf: Conf<'a>,
+    port: NonNull<Port>,
+    proc_: &'a Proc,
+}
+
+impl Parts<'_> {
+    /// The port (`dev_private`), for the trampoline to borrow ([`enter!`]).
+    pub fn port_ptr(&self) -> *mut Port {
+        self.port.as_ptr()
     }
 }
 
-/// Runs a shared op (see [`ops!`]).
+/// A live port's parts.
 ///
 /// # Safety
-/// As for [`parts`]; whoever changes the port's settings does so in another control op, which
-/// the application does not run at the same time on the same port (ethdev's rule).
-pub(super) unsafe fn shared<R: Answer>(
-    dev: *mut sys::rte_eth_dev,
+/// `dev` must be NULL or a live ethdev of this driver, whose `dev_private` is NULL or the
+/// `Port` written at probe, and `process_private` NULL or this process's `Proc`, for as long
+/// as the parts are used.
+pub(super) unsafe fn parts<'a>(dev: *mut sys::rte_eth_dev) -> Option<Parts<'a>> {
+    let raw = NonNull::new(dev)?.as_ptr();
+    // SAFETY: the caller's contract; the fields are plain reads of ethdev's records, through
+    // the raw pointer since ethdev writes some of them meanwhile. `dev_link` is an 8-byte,
+    // 8-aligned word in every supported release (a union with `val64` from 24.11), only ever
+    // accessed whole and atomically by ethdev; the queue states are bytes, and a queue array
+    // entry a pointer-sized word, that ethdev and the driver each store whole. A queue array
+    // is NULL or has room for at least the configured queues (ethdev allocates it at
+    // configure), as the state arrays have (RTE_MAX_QUEUES_PER_PORT entries).
+    unsafe {
+        let d = (*raw).data;
+        let entries = |p: *mut *mut c_void, n: u16| match p.is_null() {
+            true => &[][..],
+            false => std::slice::from_raw_parts(p.cast::<AtomicPtr<c_void>>(), usize::from(n)),
+        };
+        let states = |s: *mut [u8; sys::RTE_MAX_QUEUES_PER_PORT as usize], n: u16| {
+            let n = usize::from(n).min(sys::RTE_MAX_QUEUES_PER_PORT as usize);
+            std::slice::from_raw_parts(s.cast::<AtomicU8>(), n)
+        };
+        let conf = Conf {
+            port_id: (*d).port_id,
+            nb_rx_queues: (*d).nb_rx_queues,
+            nb_tx_queues: (*d).nb_tx_queues,
+            mtu: (*d).mtu,
+            rx_offloads: (*d).dev_conf.rxmode.offloads,
+            tx_offloads: (*d).dev_conf.txmode.offloads,
+            intr_conf_rxq: (*d).dev_conf.intr_conf.rxq() != 0,
+            intr_handle: (*raw).intr_handle,
+            link: AtomicU64::from_ptr(ptr::addr_of_mut!((*d).dev_link).cast::<u64>()),
+            rx_states: states(ptr::addr_of_mut!((*d).rx_queue_state), (*d).nb_rx_queues),
+            tx_states: states(ptr::addr_of_mut!((*d).tx_queue_state), (*d).nb_tx_queues),
+            rx_slots: entries((*d).rx_queues, (*d).nb_rx_queues),
+            tx_slots: entries((*d).tx_queues, (*d).nb_tx_queues),
+        };
+        let port = NonNull::new((*d).dev_private as *mut Port)?;
+        let proc_ = ((*raw).process_private as *const Proc).as_ref()?;
+        Some(Parts { conf, port, proc_ })
+    }
+}
+
+/// Checks `dev` and borrows its port for a `shared` (`&Port`) or `exclusive` (`&mut Port`)
+/// op, then runs `op` through [`shared`] or [`exclusive`]. Used inside the trampoline's one
+/// `unsafe` block, under [`parts`]' contract and ethdev's rules: a shared op only reads the
+/// port, and its settings change only in another control op, which the application does not
+/// run at the same time on the same port; an exclusive op is the port's one user (ethdev
+/// serialises control ops on a port, and nothing on the data path references the `Port`).
+macro_rules! enter {
+    (shared, $dev:expr, $what:expr, $op:expr) => {
+        $crate::ethdev::eth::shared(
+            $crate::ethdev::eth::parts($dev).map(|p| {
+                let port = &*p.port_ptr();
+                (p, port)
+            }),
+            $what,
+            $op,
+        )
+    };
+    (exclusive, $dev:expr, $what:expr, $op:expr) => {
+        $crate::ethdev::eth::exclusive(
+            $crate::ethdev::eth::parts($dev).map(|p| {
+                let port = &mut *p.port_ptr();
+                (p, port)
+            }),
+            $what,
+            $op,
+        )
+    };
+}
+pub(super) use enter;
+
+/// Runs a shared op on a port its trampoline borrowed ([`enter!`]); a port that is gone
+/// answers [`Answer::GONE`].
+pub(super) fn shared<R: Answer>(
+    parts: Option<(Parts<'_>, &Port)>,
     what: &str,
     op: impl FnOnce(&Eth<'_>) -> R,
 ) -> R::C {
-    // SAFETY: the caller's contract; the port is only read.
-    let parts = unsafe { parts(dev).map(|(c, port, p)| (c, &*port.as_ptr(), p)) };
-    let Some((conf, port, p)) = parts else {
+    let Some((p, port)) = parts else {
         return R::GONE;
     };
     let e = Eth {
-        raw: NonNull::new(dev).expect("checked in parts"),
-        conf,
+        conf: p.conf,
         port,
-        dev: p.dev.as_ref(),
+        dev: p.proc_.dev.as_ref(),
     };
     op(&e).into_c(e.port.name.as_str(), what)
 }
 
-/// Runs an op that changes the port (see [`ops!`]).
-///
-/// # Safety
-/// As for [`parts`]; ethdev serialises control ops on a port, and nothing on the data path
-/// references the `Port`.
-pub(super) unsafe fn exclusive<R: Answer>(
-    dev: *mut sys::rte_eth_dev,
+/// Runs an op that changes the port, as [`shared`].
+pub(super) fn exclusive<R: Answer>(
+    parts: Option<(Parts<'_>, &mut Port)>,
     what: &str,
     op: impl FnOnce(&mut EthMut<'_>) -> R,
 ) -> R::C {
-    // SAFETY: the caller's contract: this op is the port's one user.
-    let parts = unsafe { parts(dev).map(|(c, port, p)| (c, &mut *port.as_ptr(), p)) };
-    let Some((conf, port, p)) = parts else {
+    let Some((p, port)) = parts else {
         return R::GONE;
     };
     let mut e = EthMut {
-        raw: NonNull::new(dev).expect("checked in parts"),
-        conf,
+        conf: p.conf,
         port,
-        dev: p.dev.as_ref(),
-        lcore: p.lcore.as_ref(),
+        dev: p.proc_.dev.as_ref(),
+        lcore: p.proc_.lcore.as_ref(),
     };
     let answer = op(&mut e);
     answer.into_c(e.port.name.as_str(), what)
@@ -369,17 +470,10 @@ pub(super) fn secondary() -> bool {
     unsafe { sys::rte_eal_process_type() == sys::rte_proc_type_t_RTE_PROC_SECONDARY }
 }
 
-/// Publishes the link state of `dev`. ethdev keeps `dev_link` as one 64-bit word that any
-/// thread may read, and stores it with an atomic exchange; so do we.
-pub(super) fn publish_link(dev: NonNull<sys::rte_eth_dev>, up: bool) {
-    let word = link_word(up);
-    // SAFETY: `dev` is a live port (every caller has it from `parts` or `port_of`); `dev_link`
-    // is an 8-byte, 8-aligned word in every supported release (a union with `val64` from
-    // 24.11), only ever accessed whole and atomically by ethdev.
-    unsafe {
-        let link = ptr::addr_of_mut!((*(*dev.as_ptr()).data).dev_link).cast::<u64>();
-        AtomicU64::from_ptr(link).swap(word, Ordering::AcqRel);
-    }
+/// Publishes a link state. ethdev keeps `dev_link` as one 64-bit word that any thread may
+/// read, and stores it with an atomic exchange; so do we.
+pub(super) fn publish_link(link: &AtomicU64, up: bool) {
+    link.swap(link_word(up), Ordering::AcqRel);
 }
 
 /// `rte_eth_link` as its 64-bit word: the speed in Mb/s in the low 32 bits, then the duplex,
@@ -408,7 +502,7 @@ macro_rules! common {
         impl $t<'_> {
             /// Publishes the link state (ethdev stores it atomically).
             pub fn set_link(&self, up: bool) {
-                publish_link(self.raw, up);
+                publish_link(self.conf.link, up);
             }
 
             /// Fails an op that would change the port from a secondary process: the port,
@@ -425,13 +519,13 @@ macro_rules! common {
             /// TX queue `i` (below `nb_tx_queues`), if it was set up.
             pub fn txq(&self, i: u16) -> Option<&TxSlot> {
                 assert!(i < self.conf.nb_tx_queues);
-                slot(self.conf.tx_slots, i)
+                slot(self.conf.tx_slots.get(usize::from(i))?)
             }
 
             /// RX queue `i` (below `nb_rx_queues`), if it was set up.
             pub fn rxq(&self, i: u16) -> Option<&RxSlot> {
                 assert!(i < self.conf.nb_rx_queues);
-                slot(self.conf.rx_slots, i)
+                slot(self.conf.rx_slots.get(usize::from(i))?)
             }
 
             /// Each TX queue that is set up, in order.
@@ -463,18 +557,18 @@ fn stopped<Q, X>(s: Option<&Slot<Q, X>>) -> Option<(&Slot<Q, X>, &mut Q)> {
     Some((s, unsafe { s.queue() }))
 }
 
-/// Entry `i` of a live port's queue array: NULL or a slot an install put there.
-fn slot<'a, S>(slots: *mut *mut c_void, i: u16) -> Option<&'a S> {
-    // SAFETY: `slots` is the array of a live port (from `parts`), with more than `i` entries
-    // (the callers' asserts); a slot is only ever shared (see the module's aliasing rule).
-    unsafe { (*slots.add(usize::from(i)) as *const S).as_ref() }
+/// The slot an entry of a live port's queue array holds (NULL, or what an install put there,
+/// as `S`: the TX array holds TX slots, the RX array RX slots).
+fn slot<S>(entry: &AtomicPtr<c_void>) -> Option<&S> {
+    // SAFETY: NULL or a live slot, which lives until a release empties the entry; a slot is
+    // only ever shared (see the module's aliasing rule).
+    unsafe { (entry.load(Ordering::Acquire) as *const S).as_ref() }
 }
 
 impl EthMut<'_> {
     /// The shared view, for what the shared ops and this one have in common.
     pub fn view(&self) -> Eth<'_> {
         Eth {
-            raw: self.raw,
             conf: self.conf,
             port: self.port,
             dev: self.dev,
@@ -493,16 +587,12 @@ impl EthMut<'_> {
         } else {
             sys::RTE_ETH_QUEUE_STATE_STOPPED
         } as u8;
-        // SAFETY: live port; qid is a configured queue, inside ethdev's state arrays,
-        // which ethdev reads from the application's thread only.
-        unsafe {
-            let d = (*self.raw.as_ptr()).data;
-            let states = match tx {
-                true => ptr::addr_of_mut!((*d).tx_queue_state).cast::<u8>(),
-                false => ptr::addr_of_mut!((*d).rx_queue_state).cast::<u8>(),
-            };
-            states.add(usize::from(qid)).write(state);
-        }
+        // ethdev reads the states from the application's thread only.
+        let states = match tx {
+            true => self.conf.tx_states,
+            false => self.conf.rx_states,
+        };
+        states[usize::from(qid)].store(state, Ordering::Relaxed);
     }
 
     /// Marks every configured queue started or stopped (at start, every queue; at stop).
@@ -518,29 +608,23 @@ impl EthMut<'_> {
     /// Puts a new queue slot, in shared memory, at entry `i` (`tx`: of the TX array), which
     /// ethdev emptied (by releasing) before setup.
     pub fn install<Q, X>(&mut self, tx: bool, i: u16, s: Slot<Q, X>) -> Result<(), Error> {
-        let (slots, n) = self.array(tx);
-        assert!(i < n);
+        let entry = self.entry(tx, i);
         let p = DmaBox::new(s, SHARED)
             .ok_or_else(|| Error::NoMemory(format!("queue {i}: no shared memory")))?
             .into_raw();
-        // SAFETY: in bounds; the entry holds NULL (ethdev released the old queue first).
-        unsafe { *slots.add(usize::from(i)) = p.as_ptr().cast() };
+        // The entry holds NULL: ethdev released the old queue first.
+        entry.store(p.as_ptr().cast(), Ordering::Release);
         Ok(())
     }
 
     /// Empties entry `i`, handing over its queue. `Q, X` are what the install put there.
     pub fn take<Q, X>(&mut self, tx: bool, i: u16) -> Option<Slot<Q, X>> {
-        let (slots, n) = self.array(tx);
-        assert!(i < n);
-        // SAFETY: in bounds; the entry is NULL or a DmaBox of shared memory given up by
-        // `install` with these types; it is emptied here, so the slot is taken once, and no
-        // lcore polls a queue being released (ethdev releases only with the port stopped).
-        unsafe {
-            let entry = slots.add(usize::from(i));
-            let s = NonNull::new(*entry as *mut Slot<Q, X>)?;
-            *entry = ptr::null_mut();
-            Some(DmaBox::from_raw(s, SHARED).into_inner())
-        }
+        let entry = self.entry(tx, i);
+        let s = NonNull::new(entry.swap(ptr::null_mut(), Ordering::AcqRel) as *mut Slot<Q, X>)?;
+        // SAFETY: the entry held NULL or a DmaBox of shared memory given up by `install` with
+        // these types; it is emptied above, so the slot is taken once, and no lcore polls a
+        // queue being released (ethdev releases only with the port stopped).
+        Some(unsafe { DmaBox::from_raw(s, SHARED) }.into_inner())
     }
 
     /// TX queue `i`, to change, if it is set up and stopped (see [`stopped`]).
@@ -567,11 +651,14 @@ impl EthMut<'_> {
         self.apply_rx()
     }
 
-    fn array(&self, tx: bool) -> (*mut *mut c_void, u16) {
-        match tx {
+    /// Entry `i` (below the configured count) of the TX (`tx`) or RX queue array.
+    fn entry(&self, tx: bool, i: u16) -> &AtomicPtr<c_void> {
+        let (slots, n) = match tx {
             true => (self.conf.tx_slots, self.conf.nb_tx_queues),
             false => (self.conf.rx_slots, self.conf.nb_rx_queues),
-        }
+        };
+        assert!(i < n);
+        &slots[usize::from(i)]
     }
 }
 

@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_int};
 
 use dpdk_sys as sys;
 
-use super::eth::{given, ops, CMut, Eth, EthMut};
+use super::eth::{given, ops, CArray, CMut, Eth, EthMut};
 use super::{fmt_mac, invalid, Error};
 use crate::hw::FlowControl;
 use crate::port::{MAX_MAC_ADDRS, MAX_MC_ADDRS};
@@ -18,14 +18,14 @@ ops! {
     fn mac_addr_add(mac: *mut sys::rte_ether_addr, index: u32, _vmdq: u32) -> c_int
         = exclusive add_mac, "add MAC";
     fn mac_addr_remove(index: u32) = exclusive remove_mac, "remove MAC";
-    fn set_mc_addr_list(list: *mut sys::rte_ether_addr, n: u32) -> c_int
+    fn set_mc_addr_list(list: *mut sys::rte_ether_addr [n], n: u32) -> c_int
         = exclusive set_mc_list, "set multicast list";
     fn vlan_filter_set(vid: u16, on: c_int) -> c_int = exclusive set_vlan, "VLAN filter";
     fn vlan_offload_set(_mask: c_int) -> c_int = exclusive set_vlan_offload, "VLAN offloads";
     fn flow_ctrl_get(conf: *mut sys::rte_eth_fc_conf) -> c_int = shared get_fc, "flow control";
     fn flow_ctrl_set(conf: *mut sys::rte_eth_fc_conf) -> c_int
         = exclusive set_fc, "set flow control";
-    fn fw_version_get(buf: *mut c_char, size: usize) -> c_int
+    fn fw_version_get(buf: *mut c_char [size], size: usize) -> c_int
         = shared fw_version, "firmware version";
 }
 
@@ -67,15 +67,15 @@ fn remove_mac(e: &mut EthMut<'_>, index: u32) {
 
 fn set_mc_list(
     e: &mut EthMut<'_>,
-    list: CMut<'_, sys::rte_ether_addr>,
+    list: CArray<'_, sys::rte_ether_addr>,
     n: u32,
 ) -> Result<(), Error> {
     let n = n as usize;
     if n > MAX_MC_ADDRS {
         return Err(invalid!("{n} multicast addresses, at most {MAX_MC_ADDRS}"));
     }
-    // SAFETY: ethdev passes `n` addresses (or none).
-    let macs: Vec<[u8; 6]> = unsafe { list.slice(n) }
+    let macs: Vec<[u8; 6]> = list
+        .get()
         .unwrap_or_default()
         .iter()
         .map(|a| a.addr_bytes)
@@ -159,7 +159,7 @@ fn set_fc(e: &mut EthMut<'_>, conf: CMut<'_, sys::rte_eth_fc_conf>) -> Result<()
 
 /// `major.minor.subminor` into `buf`; as ethdev wants it: 0, or the size needed when `size` is
 /// too small. Not an error to log: the answer for a device without a version.
-fn fw_version(e: &Eth<'_>, buf: CMut<'_, c_char>, size: usize) -> Result<c_int, Error> {
+fn fw_version(e: &Eth<'_>, buf: CArray<'_, c_char>, size: usize) -> Result<c_int, Error> {
     let Some(v) = e.port.caps.fw_version() else {
         return Ok(-libc::ENOTSUP);
     };
@@ -167,9 +167,8 @@ fn fw_version(e: &Eth<'_>, buf: CMut<'_, c_char>, size: usize) -> Result<c_int, 
     if size < need {
         return Ok(need as c_int);
     }
-    // SAFETY: ethdev's buffer of `size` >= `need` bytes.
-    let out = given(unsafe { buf.slice(need) })?;
-    for (d, s) in out.iter_mut().zip(v.bytes().chain([0])) {
+    let out = given(buf.get())?;
+    for (d, s) in out[..need].iter_mut().zip(v.bytes().chain([0])) {
         *d = s as c_char;
     }
     Ok(0)

@@ -15,6 +15,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
+use std::sync::atomic::AtomicU64;
 
 use dpdk_sys as sys;
 
@@ -27,14 +28,13 @@ use crate::pmd_log;
 /// handler; the port then offers LSC and RMV. A device without events offers neither.
 ///
 /// # Safety
-/// `dev` is a port of this driver being probed in the primary, its `process_private` set.
-pub(super) unsafe fn install(dev: *mut sys::rte_eth_dev, name: &str) {
-    // SAFETY: the caller's port; process_private is its Proc.
-    let proc_ = unsafe { ((*dev).process_private as *const eth::Proc).as_ref() };
-    let Some(fd) = proc_.map(|p| p.dev.event_fd()) else {
-        return;
-    };
-    let fd = match fd {
+/// `dev` is a port of this driver being probed in the primary, `events` its device's event fd.
+pub(super) unsafe fn install(
+    dev: *mut sys::rte_eth_dev,
+    name: &str,
+    events: Result<std::os::fd::RawFd, Error>,
+) {
+    let fd = match events {
         Ok(fd) => fd,
         Err(e) => {
             pmd_log!(INFO, "{name}: no link status or removal events: {e}");
@@ -98,34 +98,42 @@ pub(super) unsafe fn uninstall(dev: *mut sys::rte_eth_dev) {
 unsafe extern "C" fn port_event(arg: *mut c_void) {
     let port_id = arg as usize as u16;
     // SAFETY: registered for a port of ours, unregistered (synchronously) before it closes,
-    // so the port and its Proc live while this runs; intr_conf and dev_started are only read.
-    let Some((dev, proc_, lsc, rmv)) = (unsafe {
+    // so the port and its Proc live while this runs; intr_conf and dev_started are only read;
+    // `dev_link` is ethdev's atomic 64-bit word (see `eth::parts`).
+    let Some((dev, proc_, dev_link, lsc, rmv)) = (unsafe {
         eth::port_of(port_id).and_then(|(dev, _, p)| {
-            let d = &*(*dev.as_ptr()).data;
-            let c = &d.dev_conf.intr_conf;
-            Some((dev, p?, c.lsc() != 0, c.rmv() != 0))
+            let d = (*dev.as_ptr()).data;
+            let link = AtomicU64::from_ptr(ptr::addr_of_mut!((*d).dev_link).cast::<u64>());
+            let c = &(*d).dev_conf.intr_conf;
+            Some((dev, p?, link, c.lsc() != 0, c.rmv() != 0))
         })
     }) else {
         return;
     };
-    let started = || {
-        // SAFETY: as above: a plain read of the live port's data.
-        unsafe { (*(*dev.as_ptr()).data).dev_started() != 0 }
-    };
     while let Some(ev) = proc_.dev.next_event() {
-        let kind = match ev {
-            PortEvent::LinkUp | PortEvent::LinkDown => {
-                eth::publish_link(dev, started() && ev == PortEvent::LinkUp);
-                lsc.then_some(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_LSC)
-            }
+        let (link, kind) = match ev {
+            PortEvent::LinkUp | PortEvent::LinkDown => (
+                Some(ev == PortEvent::LinkUp),
+                lsc.then_some(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_LSC),
+            ),
             PortEvent::Removed => {
                 pmd_log!(WARNING, "port {port_id}: the device was removed");
-                rmv.then_some(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RMV)
+                (
+                    None,
+                    rmv.then_some(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RMV),
+                )
             }
         };
-        if let Some(kind) = kind {
-            // SAFETY: a live port; ethdev runs the application's callbacks.
-            unsafe { sys::rte_eth_dev_callback_process(dev.as_ptr(), kind, ptr::null_mut()) };
+        // SAFETY: as above: a plain read of the live port's data, then ethdev runs the
+        // application's callbacks.
+        unsafe {
+            if let Some(up) = link {
+                let started = (*(*dev.as_ptr()).data).dev_started() != 0;
+                eth::publish_link(dev_link, started && up);
+            }
+            if let Some(kind) = kind {
+                sys::rte_eth_dev_callback_process(dev.as_ptr(), kind, ptr::null_mut());
+            }
         }
     }
 }

@@ -5,9 +5,11 @@
 //! - [`attach`]: a probed port's ethdev, with the port, its handles, ops and bursts;
 //! - [`pci`]: the PCI driver for the ConnectX-3 family, probed through rdma-core;
 //! - [`eth`]: where C's pointers become references: the trampolines ([`eth::ops!`]) that
-//!   convert each op's pointers once and call a safe function with a shared view of the port
-//!   (`&Port`, for ops that may run beside the data path) or an exclusive one (`&mut Port`),
-//!   and turn its `Result` into the errno DPDK expects ([`Error::errno`]); the queue slots;
+//!   convert each op's pointers once (an argument as an optional reference, an array with its
+//!   count as a `CArray`, a structure that leads on to more through its `FromC` view) and
+//!   call a safe function with a shared view of the port (`&Port`, for ops that may run
+//!   beside the data path) or an exclusive one (`&mut Port`), and turn its `Result` into the
+//!   errno DPDK expects ([`Error::errno`]); the queue slots;
 //! - [`ops`]: the device ops table, and configure, start, stop, close, link, MAC, MTU;
 //! - [`info`]: what a port tells about itself (device info, packet types);
 //! - [`slot`]: what a queue entry holds: the queue, and what other threads may read of it;
@@ -22,9 +24,10 @@
 //! - [`mp`]: secondary processes: attaching to the primary's ports, and what they ask it;
 //! - [`release`]: what differs between the supported DPDK releases, and nothing else.
 //!
-//! Raw pointers are converted at the edge only: in the trampolines of `eth`, the burst entry
-//! points of `queue`, and the EAL calls of `probe`, `pci`, `intr`, `mp` and `mr`; the ops
-//! themselves are ordinary Rust.
+//! Raw pointers are converted at the edge only: in the trampolines of `eth` and the views they
+//! build (the `rte_flow` pattern and actions in `flow`, the RSS configuration in `rss`), the
+//! burst entry points of `queue`, and the EAL calls of `probe`, `pci`, `intr`, `mp` and `mr`;
+//! the ops themselves are ordinary Rust.
 
 mod attach;
 mod eth;

@@ -137,8 +137,12 @@ fn answer(op: Op, dev: &dyn Device, index: u16) -> Vec<u8> {
 }
 
 unsafe extern "C" fn handle(msg: *const sys::rte_mp_msg, peer: *const c_void) -> c_int {
-    // SAFETY: EAL passes a valid message, whose param holds len_param bytes.
-    let msg = unsafe { &*msg };
+    // SAFETY: EAL passes a valid message and the requester to answer; the reply is valid.
+    unsafe { sys::rte_mp_reply(&mut reply_to(&*msg), peer.cast()) }
+}
+
+/// The reply to one request (param holds len_param bytes, clamped to its size).
+fn reply_to(msg: &sys::rte_mp_msg) -> sys::rte_mp_msg {
     let param = &msg.param[..(msg.len_param.clamp(0, PARAM as c_int) as usize)];
     let reply_param = match param {
         [op, p0, p1, i0, i1, ..] => {
@@ -161,8 +165,7 @@ unsafe extern "C" fn handle(msg: *const sys::rte_mp_msg, peer: *const c_void) ->
         ..Default::default()
     };
     reply.param[..reply_param.len()].copy_from_slice(&reply_param);
-    // SAFETY: a valid reply message; `peer` is the requester EAL handed us.
-    unsafe { sys::rte_mp_reply(&mut reply, peer.cast()) }
+    reply
 }
 
 /// Sends one request to the primary and returns the answer after its status.

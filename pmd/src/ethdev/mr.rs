@@ -19,26 +19,28 @@ use crate::mem::DmaRange;
 use crate::pmd_log;
 
 /// The memory chunks of `pool`, or of every mempool of the process when `None`.
-fn chunks(pool: Option<*mut sys::rte_mempool>) -> Vec<(usize, usize)> {
+fn chunks(pool: Option<*mut sys::rte_mempool>) -> Vec<DmaRange> {
     unsafe extern "C" fn chunk(
         _mp: *mut sys::rte_mempool,
         arg: *mut c_void,
         hdr: *mut sys::rte_mempool_memhdr,
         _idx: std::ffi::c_uint,
     ) {
-        // SAFETY: `arg` is our Vec; `hdr` a live chunk header of the pool being walked.
+        // SAFETY: `arg` is our Vec; `hdr` a live chunk header of the pool being walked. A
+        // mempool chunk stays mapped while the pool exists, and an application frees a pool
+        // only once no port uses its mbufs.
         unsafe {
-            let v = &mut *arg.cast::<Vec<(usize, usize)>>();
+            let v = &mut *arg.cast::<Vec<DmaRange>>();
             let start = (*hdr).addr as usize;
-            v.push((start, start + (*hdr).len));
+            v.push(DmaRange::new(start, start + (*hdr).len));
         }
     }
     unsafe extern "C" fn pool_chunks(mp: *mut sys::rte_mempool, arg: *mut c_void) {
         // SAFETY: a live pool of the walk; `arg` is our Vec, handed on.
         unsafe { sys::rte_mempool_mem_iter(mp, Some(chunk), arg) };
     }
-    let mut v: Vec<(usize, usize)> = Vec::new();
-    let arg = (&mut v as *mut Vec<(usize, usize)>).cast();
+    let mut v: Vec<DmaRange> = Vec::new();
+    let arg = (&mut v as *mut Vec<DmaRange>).cast();
     // SAFETY: the callbacks only append to `v`, which outlives the walks.
     unsafe {
         match pool {
@@ -48,7 +50,7 @@ fn chunks(pool: Option<*mut sys::rte_mempool>) -> Vec<(usize, usize)> {
             None => sys::rte_mempool_walk(Some(pool_chunks), arg),
         }
     }
-    v.retain(|(s, e)| e > s);
+    v.retain(|r| r.end() > r.start());
     v
 }
 
@@ -58,7 +60,8 @@ pub(super) fn register_pools(
     e: &mut EthMut<'_>,
     pool: Option<*mut sys::rte_mempool>,
 ) -> Result<(), Error> {
-    for (start, end) in chunks(pool) {
+    for range in chunks(pool) {
+        let (start, end) = (range.start(), range.end());
         if e.port.mrs.covers(start, end) {
             continue;
         }
@@ -68,9 +71,6 @@ pub(super) fn register_pools(
                 crate::port::MAX_MRS
             )));
         }
-        // SAFETY: a mempool chunk stays mapped while the pool exists, and an application
-        // frees a pool only once no port uses its mbufs.
-        let range = unsafe { DmaRange::new(start, end) };
         let mr = e.dev.reg_mr(range)?;
         pmd_log!(
             DEBUG,

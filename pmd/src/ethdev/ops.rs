@@ -156,7 +156,7 @@ pub(super) unsafe extern "C" fn dev_close(dev: *mut sys::rte_eth_dev) -> c_int {
     // after the op nothing references the port: it is freed.
     unsafe {
         intr::uninstall(dev);
-        let name = eth::exclusive(dev, "close", close);
+        let name = eth::enter!(exclusive, dev, "close", close);
         eth::free_port(dev, !eth::secondary());
         if let Some(name) = name {
             pmd_log!(INFO, "{name}: closed");

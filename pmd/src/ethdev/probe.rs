@@ -96,28 +96,23 @@ unsafe fn registered_before(me: *mut sys::rte_vdev_driver) -> Option<*mut sys::r
 /// The file of the loaded object that holds `addr`, for telling two copies apart in a log.
 fn object_path(addr: *const std::ffi::c_void) -> String {
     // SAFETY: `Dl_info` is pointers only, valid all-zero; dladdr only reads the loader's
-    // tables and fills `info`.
-    let (found, info) = unsafe {
+    // tables and fills `info`, whose file name it leaves NULL or a NUL-terminated string of
+    // the loader's.
+    unsafe {
         let mut info: libc::Dl_info = std::mem::zeroed();
-        (libc::dladdr(addr, &mut info), info)
-    };
-    if found == 0 || info.dli_fname.is_null() {
-        return "?".into();
+        if libc::dladdr(addr, &mut info) == 0 || info.dli_fname.is_null() {
+            return "?".into();
+        }
+        CStr::from_ptr(info.dli_fname)
+            .to_str()
+            .unwrap_or("")
+            .to_owned()
     }
-    c_str(info.dli_fname).to_owned()
-}
-
-fn c_str<'a>(p: *const c_char) -> &'a str {
-    if p.is_null() {
-        return "";
-    }
-    // SAFETY: EAL hands us NUL-terminated strings that live as long as the device.
-    unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("")
 }
 
 unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
     // SAFETY: EAL passes a live vdev device; its devargs, when set, are EAL's parsed copy,
-    // alive as long as the device.
+    // alive as long as the device; its name and arguments are NULL or NUL-terminated.
     let (name, args, socket, device) = unsafe {
         let device = ptr::addr_of_mut!((*vdev).device);
         let d = &*device;
@@ -125,12 +120,11 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
             .devargs
             .as_ref()
             .map_or(std::ptr::null(), |a| a.__bindgen_anon_1.args);
-        (
-            c_str(d.name).to_owned(),
-            c_str(args).to_owned(),
-            d.numa_node,
-            device,
-        )
+        let text = |p: *const c_char| match p.is_null() {
+            true => String::new(),
+            false => CStr::from_ptr(p).to_str().unwrap_or("").to_owned(),
+        };
+        (text(d.name), text(args), d.numa_node, device)
     };
     let devargs: Devargs = match args
         .parse()
@@ -185,8 +179,9 @@ fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), E
     let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
     // SAFETY: a plain ethdev call with a valid C string; an attached ethdev shares the
     // primary's data, whose private data is the Port the primary's probe wrote, which this
-    // process only reads here.
-    let (dev, port_id, caps) = unsafe {
+    // process only reads here. Its per-process fields are this process's to set; `vdev` is
+    // the live device being probed.
+    let port_id = unsafe {
         let dev = sys::rte_eth_dev_attach_secondary(cname.as_ptr());
         if dev.is_null() {
             return Err(Error::Invalid(
@@ -197,25 +192,21 @@ fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), E
         let port = (d.dev_private as *const Port)
             .as_ref()
             .ok_or_else(|| Error::Invalid("the primary's port is closed".into()))?;
-        (dev, d.port_id, port.caps)
-    };
-    let remote = mp::Remote::new(port_id, caps);
-    // A device the primary runs in its polling lcore must now run by itself.
-    remote.secondary_attached(true);
-    let proc_ = Proc {
-        dev: Box::new(remote),
-        lcore: None,
-    };
-    // SAFETY: `dev` is attached for this process: its per-process fields are ours to set;
-    // `vdev` is the live device being probed.
-    unsafe {
+        let remote = mp::Remote::new(d.port_id, port.caps);
+        // A device the primary runs in its polling lcore must now run by itself.
+        remote.secondary_attached(true);
+        let proc_ = Proc {
+            dev: Box::new(remote),
+            lcore: None,
+        };
         (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
         (*dev).device = ptr::addr_of_mut!((*vdev).device);
         (*dev).dev_ops = &*ops::OPS;
         queue::set_bursts(&mut *dev, queue::Bursts::Secondary);
         release::fill_secondary_fast_path(&mut *dev);
         sys::rte_eth_dev_probing_finish(dev);
-    }
+        d.port_id
+    };
     pmd_log!(NOTICE, "{name}: attached to the primary's port {port_id}");
     Ok(())
 }

@@ -12,6 +12,7 @@ use std::ffi::c_int;
 use std::time::Duration;
 
 use super::eth::{ops, EthMut};
+use super::slot::point_lcore;
 use super::{invalid, Error};
 use crate::pmd_log;
 
@@ -60,11 +61,7 @@ fn tx_start(e: &mut EthMut<'_>, qid: u16) -> Result<(), Error> {
     };
     q.reset(dev)?;
     s.set_qpn(q.qpn());
-    if let Some(l) = lcore {
-        // SAFETY: the queue is stopped, and no lcore polls a stopped queue (DPDK's rule for
-        // queue start).
-        unsafe { l.set_sq(qid, Some(q.qpn())) };
-    }
+    point_lcore(lcore, q, true);
     e.set_queue_state(true, qid, true);
     Ok(())
 }
@@ -112,11 +109,7 @@ pub(super) fn reset_all(e: &mut EthMut<'_>) {
             pmd_log!(ERR, "{name}: TX queue {i}: reset failed: {err}");
         }
         s.set_qpn(q.qpn());
-        if let Some(l) = lcore {
-            // SAFETY: port stop: no lcore polls a stopped port's queues (DPDK's rule for
-            // dev_stop).
-            unsafe { l.set_sq(i, Some(q.qpn())) };
-        }
+        point_lcore(lcore, q, true);
     }
     dev.rq_batch(e.conf.nb_rx_queues);
     for i in 0..e.conf.nb_rx_queues {

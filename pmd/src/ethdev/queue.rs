@@ -11,7 +11,7 @@ use std::ffi::{c_int, c_void};
 use dpdk_sys as sys;
 
 use super::eth::{given, ops, CMut, CRef, Eth, EthMut, Proc};
-use super::slot::{RxFixed, RxQ, RxSlot, Slot, TxFixed, TxQ, TxSlot};
+use super::slot::{point_lcore, RxFixed, RxQ, RxSlot, Slot, TxFixed, TxQ, TxSlot};
 use super::{invalid, Error};
 use crate::mbuf::{Mbuf, Pool};
 use crate::mem::MemSource;
@@ -45,10 +45,6 @@ fn tx_setup(
     let mut q = TxQ::new(e.dev, p.name.as_str(), qid, nb_desc, cfg, p.mrs.as_slice())
         .map_err(|err| with_queue("TX", qid, err))?;
     q.set_db_avoid(p.tx_db_avoid.then(crate::txq::DbAvoid::default_bound));
-    if let Some(l) = e.lcore {
-        // SAFETY: queue setup: no lcore polls the queue (DPDK's rule for tx_queue_setup).
-        unsafe { l.set_sq(qid, Some(q.qpn())) };
-    }
     let sq = q.sq_desc();
     // Device pages in DPDK memory are at the same address in every process.
     let registers_shared = in_dpdk_memory(sq.doorbell().as_ptr().cast())
@@ -61,7 +57,13 @@ fn tx_setup(
         nb_desc: q.nb_desc() as u16,
     };
     let slot = Slot::new(e.conf.port_id, fixed, q.qpn(), q);
-    e.install(true, qid, slot)
+    e.install(true, qid, slot)?;
+    // Only an installed queue is ever pointed at, so a release finds what it must undo.
+    let lcore = e.lcore;
+    if let Some((_, q)) = e.stopped_txq(qid) {
+        point_lcore(lcore, q, true);
+    }
+    Ok(())
 }
 
 fn tx_release(e: &mut EthMut<'_>, qid: u16) {
@@ -69,12 +71,10 @@ fn tx_release(e: &mut EthMut<'_>, qid: u16) {
         crate::pmd_log!(ERR, "{}: TX queue release: {err}", e.port.name);
         return;
     }
-    if let Some(l) = e.lcore {
-        // SAFETY: queue release: no lcore polls the queue (DPDK's rule for queue release).
-        unsafe { l.set_sq(qid, None) };
-    }
     if let Some(s) = e.take::<TxQ, TxFixed>(true, qid) {
-        s.into_queue().destroy(e.dev);
+        let mut q = s.into_queue();
+        point_lcore(e.lcore, &mut q, false);
+        q.destroy(e.dev);
     }
 }
 
@@ -88,15 +88,14 @@ fn rx_setup(
 ) -> Result<(), Error> {
     e.primary_only()?;
     use sys::bits::*;
+    let conf = given(conf.get())?;
     // SAFETY: ethdev checked that the pool is a pktmbuf pool; the application keeps it until
     // the queue is released (DPDK's contract for rx_queue_setup).
-    let (conf, pool) = (given(conf.get())?, unsafe {
-        Pool::from_raw(given(mp.get())?)
-    });
-    // SAFETY: ethdev checked that the pool is a pktmbuf pool.
-    let room = unsafe { sys::mlx4rs_pktmbuf_data_room_size(pool.as_ptr()) }
-        .saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16)
-        .max(1);
+    let (pool, room) = unsafe {
+        let pool = Pool::from_raw(given(mp.get())?);
+        (pool, sys::mlx4rs_pktmbuf_data_room_size(pool.as_ptr()))
+    };
+    let room = room.saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16).max(1);
     let offloads = conf.offloads | e.conf.rx_offloads;
     let keep_crc = offloads & RTE_ETH_RX_OFFLOAD_KEEP_CRC != 0;
     // A kept FCS takes buffer room after the frame.
@@ -226,11 +225,12 @@ pub(super) fn set_bursts(dev: &mut sys::rte_eth_dev, which: Bursts) {
     dev.tx_pkt_burst = tx;
 }
 
-/// Generates the burst entry points: each converts the queue and the packet array once
-/// (`|p, n| slice`), and a stopped queue answers 0 before its queue is touched.
-macro_rules! bursts {
-    ($($name:ident: $slot:ty, |$p:ident, $n:ident| $pkts:expr => $body:ident;)*) => {$(
-        unsafe extern "C" fn $name(q: *mut c_void, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 {
+/// Generates the entry points ethdev calls with a queue (the bursts, `tx_done_cleanup`): each
+/// converts the queue, and its other pointers, once (`= body(args)`: the arguments after
+/// the slot and its queue), and a stopped queue answers 0 before its queue is touched.
+macro_rules! queue_entries {
+    ($($vis:vis fn $name:ident($slot:ty $(, $a:ident: $t:ty)*) -> $r:ty = $body:ident($($arg:expr),*);)*) => {$(
+        $vis unsafe extern "C" fn $name(q: *mut c_void $(, $a: $t)*) -> $r {
             // SAFETY: `q` is a slot a queue setup installed, which lives until its release;
             // `pkts` holds (TX) or has room for (RX) `n` mbuf pointers (TX may pass NULL with
             // none), and `Mbuf` is a transparent pointer. The queue is this lcore's alone
@@ -240,23 +240,30 @@ macro_rules! bursts {
                 if !s.started() {
                     return 0;
                 }
-                let ($p, $n) = (pkts.cast::<Mbuf>(), usize::from(n));
-                $body(s, s.queue(), $pkts)
+                $body(s, s.queue() $(, $arg)*)
             }
         }
     )*};
 }
 
 // An empty TX burst may pass NULL; its test is the one tx_plain makes anyway.
-bursts! {
-    tx_burst: TxSlot, |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) }
-        => tx_plain;
-    tx_burst_lcore: TxSlot, |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) }
-        => tx_lcore;
-    tx_burst_secondary: TxSlot,
-        |p, n| if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) } => tx_secondary;
-    rx_burst: RxSlot, |p, n| std::slice::from_raw_parts_mut(p, n) => rx_plain;
-    rx_burst_lcore: RxSlot, |p, n| std::slice::from_raw_parts_mut(p, n) => rx_lcore;
+queue_entries! {
+    fn tx_burst(TxSlot, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 = tx_plain(
+        if n == 0 { &[] } else { std::slice::from_raw_parts(pkts.cast::<Mbuf>(), usize::from(n)) }
+    );
+    fn tx_burst_lcore(TxSlot, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 = tx_lcore(
+        if n == 0 { &[] } else { std::slice::from_raw_parts(pkts.cast::<Mbuf>(), usize::from(n)) }
+    );
+    fn tx_burst_secondary(TxSlot, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 = tx_secondary(
+        if n == 0 { &[] } else { std::slice::from_raw_parts(pkts.cast::<Mbuf>(), usize::from(n)) }
+    );
+    fn rx_burst(RxSlot, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 = rx_plain(
+        std::slice::from_raw_parts_mut(pkts.cast::<Mbuf>(), usize::from(n))
+    );
+    fn rx_burst_lcore(RxSlot, pkts: *mut *mut sys::rte_mbuf, n: u16) -> u16 = rx_lcore(
+        std::slice::from_raw_parts_mut(pkts.cast::<Mbuf>(), usize::from(n))
+    );
+    pub(super) fn tx_done_cleanup(TxSlot, free_cnt: u32) -> c_int = tx_cleanup(free_cnt);
 }
 
 /// This process's handles to a queue's port (a queue's port outlives it).
@@ -336,15 +343,8 @@ fn rx_lcore(s: &RxSlot, q: &mut RxQ, out: &mut [Mbuf]) -> u16 {
     rx_plain(s, q, out)
 }
 
-pub(super) unsafe extern "C" fn tx_done_cleanup(q: *mut c_void, free_cnt: u32) -> c_int {
-    // SAFETY: as for the bursts: a live slot, called from the queue's lcore.
-    let (s, q) = unsafe {
-        let s = &*(q as *const TxSlot);
-        if !s.started() {
-            return 0;
-        }
-        (s, s.queue())
-    };
+/// `rte_eth_tx_done_cleanup`, from the queue's lcore.
+fn tx_cleanup(s: &TxSlot, q: &mut TxQ, free_cnt: u32) -> c_int {
     let n = q.done_cleanup(free_cnt) as c_int;
     if q.failed() {
         recover_txq(s, q);
@@ -370,10 +370,7 @@ fn recover_txq(s: &TxSlot, q: &mut TxQ) {
     if let Some(p) = handles(s.port_id) {
         if q.recover(p.dev.as_ref()) {
             s.set_qpn(q.qpn());
-            if let Some(l) = &p.lcore {
-                // SAFETY: the queue's own lcore, between its bursts: no after_tx on it runs.
-                unsafe { l.set_sq(q.qid, Some(q.qpn())) };
-            }
+            point_lcore(p.lcore.as_ref(), q, true);
         }
     }
 }

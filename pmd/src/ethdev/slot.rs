@@ -10,6 +10,7 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
+use crate::hw::soft::Lcore;
 use crate::mbuf::{Mbuf, Pool};
 use crate::rxq::{RxQueue, RxStats};
 use crate::txq::{TxQueue, TxStats};
@@ -63,9 +64,13 @@ impl<Q, X> Slot<Q, X> {
         self.q.into_inner()
     }
 
-    /// The queue, for reading its counters without a reference.
-    pub fn queue_ptr(&self) -> *mut Q {
-        self.q.get()
+    /// Runs one of the queue's word-by-word counter accessors (`stats_raw`,
+    /// `reset_stats_raw`), which reach the counters through the raw pointer and never make a
+    /// reference to the queue: the one way a thread beside the polling lcore touches it.
+    fn counters<P: QueuePtr<Q>, R>(&self, accessor: unsafe fn(P) -> R) -> R {
+        // SAFETY: the slot's live queue; the accessors are the queue's own, whose one
+        // contract is a pointer to a live queue.
+        unsafe { accessor(P::from_cell(self.q.get())) }
     }
 
     /// The queue, to use mutably.
@@ -82,6 +87,23 @@ impl<Q, X> Slot<Q, X> {
     pub unsafe fn queue(&self) -> &mut Q {
         // SAFETY: the caller's contract.
         unsafe { &mut *self.q.get() }
+    }
+}
+
+/// The pointer a counter accessor takes (`*const` to read, `*mut` to reset), from the cell's.
+trait QueuePtr<Q> {
+    fn from_cell(p: *mut Q) -> Self;
+}
+
+impl<Q> QueuePtr<Q> for *const Q {
+    fn from_cell(p: *mut Q) -> Self {
+        p.cast_const()
+    }
+}
+
+impl<Q> QueuePtr<Q> for *mut Q {
+    fn from_cell(p: *mut Q) -> Self {
+        p
     }
 }
 
@@ -112,25 +134,36 @@ pub(super) type RxSlot = Slot<RxQ, RxFixed>;
 impl TxSlot {
     /// The queue's counters, as a thread beside its lcore reads them.
     pub fn stats(&self) -> TxStats {
-        // SAFETY: the slot's live queue, read word by word without a reference.
-        unsafe { TxQ::stats_raw(self.queue_ptr()) }
+        self.counters(TxQ::stats_raw)
     }
 
     pub fn reset_stats(&self) {
-        // SAFETY: as above, written word by word.
-        unsafe { TxQ::reset_stats_raw(self.queue_ptr()) }
+        self.counters(TxQ::reset_stats_raw)
     }
 }
 
 impl RxSlot {
     /// As [`TxSlot::stats`].
     pub fn stats(&self) -> RxStats {
-        // SAFETY: as for TxSlot::stats.
-        unsafe { RxQ::stats_raw(self.queue_ptr()) }
+        self.counters(RxQ::stats_raw)
     }
 
     pub fn reset_stats(&self) {
-        // SAFETY: as for TxSlot::reset_stats.
-        unsafe { RxQ::reset_stats_raw(self.queue_ptr()) }
+        self.counters(RxQ::reset_stats_raw)
+    }
+}
+
+/// Points the device that runs in the polling lcore (if it does) at TX queue `q`'s SQ
+/// (`live`), or at none (a queue being released), by the queue's id.
+///
+/// `q` is the queue of its port's slot `q.qid` (or was just taken out of it). Whoever holds
+/// that queue mutably is its one user, and the lcore's device runs a queue (`after_tx`) only
+/// inside that queue's burst, which holds it: so holding `q` is what `Lcore::set_sq` asks
+/// for. Holders are the queue's lcore between bursts (recovery), and control ops on a queue
+/// no lcore polls (set up, released, stopped: DPDK's rules).
+pub(super) fn point_lcore(lcore: Option<&Lcore>, q: &mut TxQ, live: bool) {
+    if let Some(l) = lcore {
+        // SAFETY: no after_tx on this queue runs while `q` is held (above).
+        unsafe { l.set_sq(q.qid, live.then(|| q.qpn())) };
     }
 }

@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_int};
 
 use dpdk_sys as sys;
 
-use super::eth::{ops, CMut, Eth};
+use super::eth::{ops, CArray, Eth};
 use super::Error;
 use crate::stats::sum;
 
@@ -61,9 +61,10 @@ fn xstats_reset_op(e: &Eth<'_>) -> Result<(), Error> {
 ops! {
     fn stats_reset() -> c_int = shared stats_reset_op, "stats reset";
     fn xstats_reset() -> c_int = shared xstats_reset_op, "xstats reset";
-    fn xstats_get_names(names: *mut sys::rte_eth_xstat_name, size: u32) -> c_int
+    fn xstats_get_names(names: *mut sys::rte_eth_xstat_name [size], size: u32) -> c_int
         = shared xstats_names_op, "xstats names";
-    fn xstats_get(stats: *mut sys::rte_eth_xstat, n: u32) -> c_int = shared xstats_op, "xstats";
+    fn xstats_get(stats: *mut sys::rte_eth_xstat [n], n: u32) -> c_int
+        = shared xstats_op, "xstats";
 }
 
 fn xstats(e: &Eth<'_>) -> Vec<(String, u64)> {
@@ -129,19 +130,21 @@ pub(crate) fn standard(x: &[(String, u64)]) -> Vec<(String, u64)> {
     out
 }
 
-/// ethdev's array of `len` entries at `first`, or None when it is absent or short of `need`.
-fn room<'a, T>(first: CMut<'a, T>, len: u32, need: usize) -> Option<&'a mut [T]> {
-    // SAFETY: ethdev passes an array of `len` >= `need` entries.
-    (len as usize >= need).then(|| unsafe { first.slice(need) })?
+/// The first `need` entries of ethdev's array, or None when it is absent or shorter.
+fn room<T>(array: CArray<'_, T>, need: usize) -> Option<&mut [T]> {
+    if array.len() < need {
+        return None;
+    }
+    array.get().map(|a| &mut a[..need])
 }
 
 fn xstats_names_op(
     e: &Eth<'_>,
-    names: CMut<'_, sys::rte_eth_xstat_name>,
-    size: u32,
+    names: CArray<'_, sys::rte_eth_xstat_name>,
+    _size: u32,
 ) -> Result<c_int, Error> {
     let x = xstats(e);
-    for ((name, _), slot) in x.iter().zip(room(names, size, x.len()).unwrap_or_default()) {
+    for ((name, _), slot) in x.iter().zip(room(names, x.len()).unwrap_or_default()) {
         let n = name.len().min(slot.name.len() - 1);
         for (d, s) in slot.name.iter_mut().zip(&name.as_bytes()[..n]) {
             *d = *s as c_char;
@@ -151,9 +154,9 @@ fn xstats_names_op(
     Ok(x.len() as c_int)
 }
 
-fn xstats_op(e: &Eth<'_>, stats: CMut<'_, sys::rte_eth_xstat>, n: u32) -> Result<c_int, Error> {
+fn xstats_op(e: &Eth<'_>, stats: CArray<'_, sys::rte_eth_xstat>, _n: u32) -> Result<c_int, Error> {
     let x = xstats(e);
-    let out = room(stats, n, x.len()).unwrap_or_default();
+    let out = room(stats, x.len()).unwrap_or_default();
     for (i, ((_, v), slot)) in x.iter().zip(out).enumerate() {
         slot.id = i as u64;
         slot.value = *v;

@@ -34,7 +34,7 @@ use crate::pmd_log;
 
 mod parse;
 
-use parse::{bad, parse, unsupported, Conf, Refusal, E_ACTION};
+use parse::{bad, parse, unsupported, Actions, Conf, Pattern, Refusal, E_ACTION};
 
 static FLOW_OPS: LazyLock<sys::rte_flow_ops> = LazyLock::new(|| sys::rte_flow_ops {
     validate: Some(validate),
@@ -48,11 +48,12 @@ static FLOW_OPS: LazyLock<sys::rte_flow_ops> = LazyLock::new(|| sys::rte_flow_op
 
 ops! {
     fn flow_ops_get(ops: *mut *const sys::rte_flow_ops) -> c_int = shared ops_get, "flow ops";
-    fn validate(attr: *const sys::rte_flow_attr, pattern: *const sys::rte_flow_item,
-        actions: *const sys::rte_flow_action, error: *mut sys::rte_flow_error) -> c_int
+    fn validate(attr: *const sys::rte_flow_attr, pattern: *const sys::rte_flow_item as Pattern,
+        actions: *const sys::rte_flow_action as Actions, error: *mut sys::rte_flow_error)
+        -> c_int
         = shared validate_op, "flow validate";
-    fn create(attr: *const sys::rte_flow_attr, pattern: *const sys::rte_flow_item,
-        actions: *const sys::rte_flow_action, error: *mut sys::rte_flow_error)
+    fn create(attr: *const sys::rte_flow_attr, pattern: *const sys::rte_flow_item as Pattern,
+        actions: *const sys::rte_flow_action as Actions, error: *mut sys::rte_flow_error)
         -> *mut sys::rte_flow = shared create_op, "flow create";
     fn destroy(flow: *mut sys::rte_flow, error: *mut sys::rte_flow_error) -> c_int
         = shared destroy_op, "flow destroy";
@@ -198,8 +199,8 @@ pub(super) fn port_closed(port_id: u16) {
 fn validate_op(
     e: &Eth<'_>,
     attr: CRef<'_, sys::rte_flow_attr>,
-    pattern: CRef<'_, sys::rte_flow_item>,
-    actions: CRef<'_, sys::rte_flow_action>,
+    pattern: Pattern<'_>,
+    actions: Actions<'_>,
     error: CMut<'_, sys::rte_flow_error>,
 ) -> c_int {
     flow_op(e, error, "flow validate", |e| {
@@ -211,8 +212,8 @@ fn validate_op(
 fn create_op(
     e: &Eth<'_>,
     attr: CRef<'_, sys::rte_flow_attr>,
-    pattern: CRef<'_, sys::rte_flow_item>,
-    actions: CRef<'_, sys::rte_flow_action>,
+    pattern: Pattern<'_>,
+    actions: Actions<'_>,
     error: CMut<'_, sys::rte_flow_error>,
 ) -> *mut sys::rte_flow {
     flow_op(e, error, "flow create", |e| {

@@ -2,12 +2,13 @@
 //! why one is refused ([`Refusal`]).
 
 use std::ffi::{c_void, CStr};
+use std::marker::PhantomData;
 use std::mem::size_of;
 use std::ptr;
 
 use dpdk_sys as sys;
 
-use super::super::eth::{CRef, Eth};
+use super::super::eth::{CRef, Eth, FromC};
 use super::super::Error;
 use crate::hw::flow::{FlowFate, FlowPattern, Ipv4Match, L4Match, L4Proto, Masked};
 use crate::hw::RSS_KEY_LEN;
@@ -89,33 +90,155 @@ struct Item<'a> {
     cause: *const c_void,
 }
 
-/// Reads a C array ending with an element whose type is `END` (0).
-///
-/// # Safety
-/// `p` is NULL or points to such an array of at most [`MAX_ELEMS`] elements before the END.
-unsafe fn until_end<'a, T>(p: *const T, ty: impl Fn(&T) -> u32) -> Option<Vec<&'a T>> {
-    let mut v = Vec::new();
-    if p.is_null() {
-        return Some(v);
-    }
-    for i in 0..=MAX_ELEMS {
-        // SAFETY: within the array, up to and including its END (the caller's contract).
-        let el = unsafe { &*p.add(i) };
-        if ty(el) == 0 {
-            return Some(v);
-        }
-        v.push(el);
-    }
-    None
+/// An element of an `rte_flow` C array, which ends with one whose type is `END` (0).
+trait Typed {
+    fn type_of(&self) -> u32;
 }
 
-/// The bytes of an item structure of `len` bytes at `p` (if not NULL).
-///
-/// # Safety
-/// `p` is NULL or points to `len` readable bytes that outlive the op.
-unsafe fn bytes<'a>(p: *const c_void, len: usize) -> Option<&'a [u8]> {
-    // SAFETY: the caller's contract.
-    (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+impl Typed for sys::rte_flow_item {
+    fn type_of(&self) -> u32 {
+        self.type_
+    }
+}
+
+impl Typed for sys::rte_flow_action {
+    fn type_of(&self) -> u32 {
+        self.type_
+    }
+}
+
+/// NULL or a C array of `T` that ends with END (the views' contract, taken on in `from_c`).
+struct EndList<'a, T>(*const T, PhantomData<&'a T>);
+
+impl<'a, T: Typed> EndList<'a, T> {
+    /// The elements before END; None when there is no END within [`MAX_ELEMS`] of them
+    /// (nothing past the bound is read).
+    fn elements(&self) -> Option<Vec<&'a T>> {
+        let mut v = Vec::new();
+        if self.0.is_null() {
+            return Some(v);
+        }
+        for i in 0..=MAX_ELEMS {
+            // SAFETY: within the array, up to and including its END (the list's contract).
+            let el = unsafe { &*self.0.add(i) };
+            if el.type_of() == 0 {
+                return Some(v);
+            }
+            v.push(el);
+        }
+        None
+    }
+}
+
+/// A rule's pattern as `rte_flow_validate`/`create` were given it: NULL or items ending with
+/// END, whose spec, last and mask are NULL or structures of the type the item names. Read
+/// when the rule's checks reach it, and only as far as they go.
+pub(super) struct Pattern<'a>(EndList<'a, sys::rte_flow_item>);
+
+impl FromC<*const sys::rte_flow_item> for Pattern<'_> {
+    unsafe fn from_c(p: *const sys::rte_flow_item) -> Self {
+        Pattern(EndList(p, PhantomData))
+    }
+}
+
+impl<'a> Pattern<'a> {
+    /// The items before END, each structure as bytes; None past [`MAX_ELEMS`].
+    fn items(&self) -> Option<Vec<Item<'a>>> {
+        let items = self.0.elements()?;
+        // SAFETY: each item's structures are NULL or of the type it names (rte_flow's
+        // contract, taken on in from_c); `len` is 0 for types refused unread.
+        unsafe {
+            let bytes = |p: *const c_void, len: usize| {
+                (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len))
+            };
+            let items = items.into_iter().map(|i| {
+                let len = item_len(i.type_);
+                Item {
+                    ty: i.type_,
+                    spec: bytes(i.spec, len),
+                    last: bytes(i.last, len),
+                    mask: bytes(i.mask, len),
+                    cause: ptr::from_ref(i).cast(),
+                }
+            });
+            Some(items.collect())
+        }
+    }
+}
+
+/// A rule's actions as `rte_flow_validate`/`create` were given them: NULL or actions ending
+/// with END, each conf NULL or the structure its type names (for RSS, with `key_len` bytes of
+/// key and `queue_num` queues).
+pub(super) struct Actions<'a>(EndList<'a, sys::rte_flow_action>);
+
+impl FromC<*const sys::rte_flow_action> for Actions<'_> {
+    unsafe fn from_c(p: *const sys::rte_flow_action) -> Self {
+        Actions(EndList(p, PhantomData))
+    }
+}
+
+impl<'a> Actions<'a> {
+    /// The actions before END; None past [`MAX_ELEMS`].
+    fn list(&self) -> Option<Vec<Action<'a>>> {
+        Some(self.0.elements()?.into_iter().map(Action).collect())
+    }
+}
+
+/// One action of an [`Actions`] list.
+struct Action<'a>(&'a sys::rte_flow_action);
+
+/// What an action's conf holds, for the actions that have one.
+enum ActionConf<'a> {
+    Queue(&'a sys::rte_flow_action_queue),
+    Rss(RssConf<'a>),
+    /// Another type, or no conf.
+    None,
+}
+
+/// An RSS action's conf, with its key when `key_len` is the device's and its queues when
+/// `queue_num` is within a port's (neither read otherwise).
+struct RssConf<'a> {
+    rss: &'a sys::rte_flow_action_rss,
+    key: Option<&'a [u8; RSS_KEY_LEN]>,
+    queues: Option<&'a [u16]>,
+}
+
+impl<'a> Action<'a> {
+    fn ty(&self) -> sys::rte_flow_action_type {
+        self.0.type_
+    }
+
+    fn cause(&self) -> *const c_void {
+        ptr::from_ref(self.0).cast()
+    }
+
+    fn conf(&self) -> ActionConf<'a> {
+        let conf = self.0.conf;
+        if conf.is_null() {
+            return ActionConf::None;
+        }
+        // SAFETY: a QUEUE action's conf is an rte_flow_action_queue, an RSS action's an
+        // rte_flow_action_rss with `key_len` bytes at `key` and `queue_num` entries at
+        // `queue` (rte_flow's contract, taken on by the list's from_c).
+        unsafe {
+            match self.0.type_ {
+                sys::rte_flow_action_type_RTE_FLOW_ACTION_TYPE_QUEUE => {
+                    ActionConf::Queue(&*conf.cast::<sys::rte_flow_action_queue>())
+                }
+                sys::rte_flow_action_type_RTE_FLOW_ACTION_TYPE_RSS => {
+                    let rss = &*conf.cast::<sys::rte_flow_action_rss>();
+                    let key = (rss.key_len as usize == RSS_KEY_LEN && !rss.key.is_null())
+                        .then(|| &*rss.key.cast::<[u8; RSS_KEY_LEN]>());
+                    let queues = (rss.queue_num != 0
+                        && rss.queue_num <= u32::from(port::MAX_QUEUES)
+                        && !rss.queue.is_null())
+                    .then(|| std::slice::from_raw_parts(rss.queue, rss.queue_num as usize));
+                    ActionConf::Rss(RssConf { rss, key, queues })
+                }
+                _ => ActionConf::None,
+            }
+        }
+    }
 }
 
 /// The structure size of the items this driver knows (others are refused unread).
@@ -333,16 +456,15 @@ fn l4(ty: sys::rte_flow_item_type, src_port: Masked<u16>, dst_port: Masked<u16>)
 
 /// What the actions ask for: the fate (queues by ethdev index) and whether to count.
 fn parse_actions(
-    actions: &[&sys::rte_flow_action],
+    actions: &[Action<'_>],
     port_key: &[u8; RSS_KEY_LEN],
     queue_ok: impl Fn(u16) -> bool,
 ) -> Result<(FlowFate<u16>, bool), Refusal> {
     let mut fate = None;
     let mut count = false;
     for a in actions {
-        let cause = ptr::from_ref(*a).cast::<c_void>();
-        let conf = a.conf;
-        let this = match a.type_ {
+        let cause = a.cause();
+        let this = match a.ty() {
             sys::rte_flow_action_type_RTE_FLOW_ACTION_TYPE_VOID => continue,
             sys::rte_flow_action_type_RTE_FLOW_ACTION_TYPE_COUNT => {
                 count = true;
@@ -350,23 +472,20 @@ fn parse_actions(
             }
             sys::rte_flow_action_type_RTE_FLOW_ACTION_TYPE_DROP => FlowFate::Drop,
             sys::rte_flow_action_type_RTE_FLOW_ACTION_TYPE_QUEUE => {
-                if conf.is_null() {
+                let ActionConf::Queue(q) = a.conf() else {
                     return Err(bad(E_CONF, cause, c"queue: no configuration"));
-                }
-                // SAFETY: a QUEUE action's conf is an rte_flow_action_queue.
-                let q = unsafe { (*conf.cast::<sys::rte_flow_action_queue>()).index };
+                };
+                let q = q.index;
                 if !queue_ok(q) {
                     return Err(bad(E_CONF, cause, c"queue: no such RX queue set up"));
                 }
                 FlowFate::Queue(q)
             }
             sys::rte_flow_action_type_RTE_FLOW_ACTION_TYPE_RSS => {
-                if conf.is_null() {
+                let ActionConf::Rss(rss) = a.conf() else {
                     return Err(bad(E_CONF, cause, c"rss: no configuration"));
-                }
-                // SAFETY: an RSS action's conf is an rte_flow_action_rss.
-                let rss = unsafe { &*conf.cast::<sys::rte_flow_action_rss>() };
-                rss_fate(rss, cause, port_key, &queue_ok)?
+                };
+                rss_fate(&rss, cause, port_key, &queue_ok)?
             }
             _ => {
                 return Err(unsupported(
@@ -396,11 +515,12 @@ fn parse_actions(
 }
 
 fn rss_fate(
-    rss: &sys::rte_flow_action_rss,
+    conf: &RssConf<'_>,
     cause: *const c_void,
     port_key: &[u8; RSS_KEY_LEN],
     queue_ok: impl Fn(u16) -> bool,
 ) -> Result<FlowFate<u16>, Refusal> {
+    let rss = conf.rss;
     if rss.func != sys::rte_eth_hash_function_RTE_ETH_HASH_FUNCTION_DEFAULT
         && rss.func != sys::rte_eth_hash_function_RTE_ETH_HASH_FUNCTION_TOEPLITZ
     {
@@ -430,13 +550,9 @@ fn rss_fate(
         }
         t => t & port::RSS_HF_ALL,
     };
-    let key = match rss.key_len {
-        0 => *port_key,
-        40 if !rss.key.is_null() => {
-            // SAFETY: key_len bytes at key (rte_flow_action_rss's contract).
-            let k = unsafe { std::slice::from_raw_parts(rss.key, RSS_KEY_LEN) };
-            k.try_into().expect("40 bytes")
-        }
+    let key = match (rss.key_len, conf.key) {
+        (0, _) => *port_key,
+        (_, Some(k)) => *k,
         _ => return Err(bad(E_CONF, cause, c"rss: the key is 40 bytes")),
     };
     if rss.queue_num == 0 || rss.queue.is_null() {
@@ -445,8 +561,9 @@ fn rss_fate(
     if rss.queue_num > u32::from(port::MAX_QUEUES) {
         return Err(bad(E_CONF, cause, c"rss: more queues than a port has"));
     }
-    // SAFETY: queue_num entries at queue (rte_flow_action_rss's contract).
-    let queues = unsafe { std::slice::from_raw_parts(rss.queue, rss.queue_num as usize) };
+    let queues = conf
+        .queues
+        .expect("read for queue_num within a port's, checked above");
     if !queues.iter().all(|&q| queue_ok(q)) {
         return Err(bad(E_CONF, cause, c"rss: no such RX queue set up"));
     }
@@ -463,8 +580,8 @@ fn rss_fate(
 pub(super) fn parse(
     e: &Eth<'_>,
     attr: CRef<'_, sys::rte_flow_attr>,
-    pattern: CRef<'_, sys::rte_flow_item>,
-    actions: CRef<'_, sys::rte_flow_action>,
+    pattern: Pattern<'_>,
+    actions: Actions<'_>,
 ) -> Result<Conf, Refusal> {
     let nul = ptr::null();
     let Some(attr) = attr.get() else {
@@ -496,42 +613,21 @@ pub(super) fn parse(
             c"priorities are 0..=4095",
         ));
     }
-    // SAFETY: an END-terminated array (rte_flow's contract).
-    let items = unsafe { until_end(pattern.as_ptr(), |i: &sys::rte_flow_item| i.type_) }
-        .ok_or_else(|| {
-            unsupported(
-                sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ITEM_NUM,
-                nul,
-                c"too many items",
-            )
-        })?;
-    let items: Vec<Item<'_>> = items
-        .into_iter()
-        .map(|i| {
-            let len = item_len(i.type_);
-            // SAFETY: spec, last and mask are NULL or structures of the item's type, of `len`
-            // bytes (0 for types refused unread).
-            unsafe {
-                Item {
-                    ty: i.type_,
-                    spec: bytes(i.spec, len),
-                    last: bytes(i.last, len),
-                    mask: bytes(i.mask, len),
-                    cause: ptr::from_ref(i).cast(),
-                }
-            }
-        })
-        .collect();
+    let items = pattern.items().ok_or_else(|| {
+        unsupported(
+            sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ITEM_NUM,
+            nul,
+            c"too many items",
+        )
+    })?;
     let pattern = parse_pattern(&items)?;
-    // SAFETY: as above.
-    let actions = unsafe { until_end(actions.as_ptr(), |a: &sys::rte_flow_action| a.type_) }
-        .ok_or_else(|| {
-            unsupported(
-                sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ACTION_NUM,
-                nul,
-                c"too many actions",
-            )
-        })?;
+    let actions = actions.list().ok_or_else(|| {
+        unsupported(
+            sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ACTION_NUM,
+            nul,
+            c"too many actions",
+        )
+    })?;
     let set_up: Vec<bool> = (0..e.conf.nb_rx_queues)
         .map(|q| e.rxq(q).is_some())
         .collect();
