@@ -42,7 +42,7 @@ fn setup(path: TxPath, avoid: DbAvoid, n: usize) -> Setup {
         ..Faults::default()
     });
     let mut q: TxQueue<Pkt> =
-        TxQueue::new(&r.dev, "tx_db_avoid", 0, 256, config(path, 104), &[r.mr]).unwrap();
+        TxQueue::new(&r.dev, "tx_db_avoid", 0, 256, tx_config(path, 104), &[r.mr]).unwrap();
     assert_eq!(q.path(), path);
     q.set_db_avoid(Some(avoid));
     let mut rng = Rng(7 + n as u64);
@@ -260,7 +260,7 @@ fn off_by_default_and_off_rings_for_what_waits() {
         "tx_db_avoid",
         0,
         256,
-        config(TxPath::Doorbell, 104),
+        tx_config(TxPath::Doorbell, 104),
         &[r.mr],
     )
     .unwrap();
@@ -280,7 +280,7 @@ fn random_traffic(path: TxPath, cqe_drop_every: u32, seed: u64) {
         ..Faults::default()
     });
     let mut q: TxQueue<Pkt> =
-        TxQueue::new(&r.dev, "tx_db_avoid", 0, 256, config(path, 104), &[r.mr]).unwrap();
+        TxQueue::new(&r.dev, "tx_db_avoid", 0, 256, tx_config(path, 104), &[r.mr]).unwrap();
     q.set_db_avoid(Some(DbAvoid {
         packets: 16,
         ..LOOSE

@@ -6,16 +6,20 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
-use mlx4rs::hca::{Hca, HcaConfig, Wire};
-use mlx4rs::hw::soft::Soft;
+use mlx4rs::hca::{HcaConfig, Wire};
 use mlx4rs::hw::Device;
-use mlx4rs::mem::{DmaRange, MemSource, Mr};
-use mlx4rs::mmio::Copy64;
-use mlx4rs::txq::{TxBuf, TxConfig, TxPath};
+use mlx4rs::mem::{DmaRange, Mr};
+use mlx4rs::txq::TxBuf;
 use mlx4rs::wqe::{self, TxOffloads};
+pub use testkit::{tx_config, Scratch};
+
+/// `mlx4rs-testkit`, compiled into these tests as a module of theirs: the driver's own tests
+/// cannot depend on a package that depends on the driver (cargo refuses the cycle).
+#[path = "../../testkit/src/lib.rs"]
+pub mod testkit;
 
 // ---- test packet buffers -------------------------------------------------------------
 
@@ -158,55 +162,42 @@ pub fn expected_wire(pkt: &[u8], off: TxOffloads) -> Vec<u8> {
 pub static NAME: AtomicU32 = AtomicU32::new(0);
 
 pub struct Rig {
-    pub hca: Hca,
-    /// The driver's view of `hca`: it owns the queues' memory.
-    pub dev: Soft,
+    /// The software HCA in step mode on a sink wire, and the driver's view of it.
+    pub scratch: Scratch,
     pub wire: Arc<Mutex<Vec<Vec<u8>>>>,
     pub arena: Vec<u8>,
     pub mr: Mr,
 }
 
+impl std::ops::Deref for Rig {
+    type Target = Scratch;
+    fn deref(&self) -> &Scratch {
+        &self.scratch
+    }
+}
+
 pub fn rig(wc: bool) -> Rig {
-    let hca = Hca::open(HcaConfig {
-        wc,
-        threaded: false,
-        name: format!("tx_step{}", NAME.fetch_add(1, Ordering::Relaxed)),
-        ..HcaConfig::default()
-    })
-    .unwrap();
     let wire = Arc::new(Mutex::new(Vec::new()));
     let w = wire.clone();
-    hca.set_wire(Wire::Sink(Box::new(move |f: &[u8]| {
-        w.lock().unwrap().push(f.to_vec())
-    })))
-    .unwrap();
-    hca.start().unwrap();
-    hca.set_port_up(true);
+    let sink = Wire::Sink(Box::new(move |f: &[u8]| w.lock().unwrap().push(f.to_vec())));
+    let cfg = HcaConfig {
+        wc,
+        ..HcaConfig::default()
+    };
+    let scratch = Scratch::open("tx_step", cfg, sink).unwrap();
     let arena = vec![0u8; 8 << 20];
     let (s, e) = (
         arena.as_ptr() as usize,
         arena.as_ptr() as usize + arena.len(),
     );
-    let dev = Soft::new(hca.clone(), MemSource::Heap);
     // SAFETY: the arena lives in the rig next to the device, and the rig keeps it (moving a
     // Vec does not move its heap buffer) until both are dropped.
-    let mr = dev.reg_mr(unsafe { DmaRange::new(s, e) }).unwrap();
+    let mr = scratch.dev.reg_mr(unsafe { DmaRange::new(s, e) }).unwrap();
     Rig {
-        hca,
-        dev,
+        scratch,
         wire,
         arena,
         mr,
-    }
-}
-
-pub fn config(path: TxPath, inline_max: u16) -> TxConfig {
-    TxConfig {
-        inline_max,
-        path,
-        copy: Copy64::best(),
-        fast_free: false,
-        source: MemSource::Heap,
     }
 }
 
