@@ -655,10 +655,10 @@ pub struct CqRing {
     cqe_cnt: u32,
     /// Consumer counter (free-running).
     ci: u32,
-    /// Where the owner byte of CQE `ci` is (an offset from `first`), and the value it has once
-    /// software owns it: derived from `ci` whenever it moves, so that polling an empty CQ is
-    /// one compare.
-    next_owner: usize,
+    /// The owner byte of CQE `ci`, and the value it has once software owns it: derived from
+    /// `ci` whenever it moves, so that polling an empty CQ is one load of the device's byte
+    /// and a compare (a pointer, not an offset from `first`: one load less per poll).
+    next_owner: NonNull<u8>,
     sw_owner: u8,
 }
 
@@ -676,7 +676,7 @@ impl CqRing {
             cqe_cnt: desc.cqe_cnt(),
             desc,
             ci: 0,
-            next_owner: 0,
+            next_owner: first,
             sw_owner: 0,
         };
         ring.seek(0);
@@ -696,12 +696,19 @@ impl CqRing {
         (self.cqe_cnt as usize) << self.entry_shift
     }
 
+    /// Where the owner byte of CQE `ci` is, from `first`.
+    #[inline(always)]
+    fn owner_offset(&self) -> usize {
+        self.next_owner.as_ptr() as usize - self.first.as_ptr() as usize
+    }
+
     /// Moves the consumer counter to `ci`.
     #[inline(always)]
     fn seek(&mut self, ci: u32) {
         self.ci = ci;
-        self.next_owner =
-            ((ci & (self.cqe_cnt - 1)) as usize) * self.stride() + Cqe::<&[u8]>::OWNER_OFFSET;
+        let at = ((ci & (self.cqe_cnt - 1)) as usize) * self.stride() + Cqe::<&[u8]>::OWNER_OFFSET;
+        // SAFETY: an owner byte inside the CQE array.
+        self.next_owner = unsafe { self.first.add(at) };
         self.sw_owner = if ci & self.cqe_cnt != 0 {
             mlx4_prm::cqe_owner::OWNER
         } else {
@@ -727,10 +734,14 @@ impl CqRing {
     #[inline(always)]
     fn advance(&mut self) {
         self.ci = self.ci.wrapping_add(1);
-        self.next_owner += self.stride();
-        if self.next_owner >= self.span() {
-            self.next_owner = Cqe::<&[u8]>::OWNER_OFFSET;
+        let at = self.owner_offset() + self.stride();
+        if at >= self.span() {
+            // SAFETY: the first entry's owner byte.
+            self.next_owner = unsafe { self.first.add(Cqe::<&[u8]>::OWNER_OFFSET) };
             self.sw_owner ^= mlx4_prm::cqe_owner::OWNER;
+        } else {
+            // SAFETY: below the span, so inside the CQE array.
+            self.next_owner = unsafe { self.first.add(at) };
         }
     }
 
@@ -749,7 +760,7 @@ impl CqRing {
     #[inline]
     pub fn ready(&self, max: usize) -> usize {
         let stride = self.stride();
-        let (mut at, mut sw) = (self.next_owner, self.sw_owner);
+        let (mut at, mut sw) = (self.owner_offset(), self.sw_owner);
         let cnt = self.cqe_cnt;
         let mut to_end = (cnt - (self.ci & (cnt - 1))) as usize;
         let mut n = 0;
@@ -781,7 +792,7 @@ impl CqRing {
         if !self.has_cqe() {
             return None;
         }
-        let at = self.next_owner - Cqe::<&[u8]>::OWNER_OFFSET;
+        let at = self.owner_offset() - Cqe::<&[u8]>::OWNER_OFFSET;
         self.advance();
         // SAFETY: a whole CQE inside the array; software owns it (owner byte seen with
         // acquire), so the device has finished writing it and does not write it again until
@@ -794,7 +805,10 @@ impl CqRing {
     /// Whether software owns the next CQE (one load and a compare).
     #[inline(always)]
     pub fn has_cqe(&self) -> bool {
-        self.owner_at(self.next_owner) & mlx4_prm::cqe_owner::OWNER == self.sw_owner
+        // SAFETY: `next_owner` is an owner byte inside the CQE array (`seek`, `advance`,
+        // `take_ready`), which the device writes last, atomically.
+        let owner = unsafe { AtomicU8::from_ptr(self.next_owner.as_ptr()) }.load(Ordering::Acquire);
+        owner & mlx4_prm::cqe_owner::OWNER == self.sw_owner
     }
 
     /// The next CQE if software owns it, copied out; advances the consumer counter. With
@@ -805,7 +819,7 @@ impl CqRing {
         if !self.has_cqe() {
             return None;
         }
-        let at = self.next_owner - Cqe::<&[u8]>::OWNER_OFFSET;
+        let at = self.owner_offset() - Cqe::<&[u8]>::OWNER_OFFSET;
         let mut cqe = [0u8; CQE_SIZE];
         // SAFETY: the CQE is software-owned (owner byte seen with acquire), so the device has
         // finished writing it and will not touch it until the consumer index passes it.
@@ -861,11 +875,13 @@ impl CqRing {
         }
         // As `advance`, by n at once: `ready` never counts past one wrap.
         self.ci = self.ci.wrapping_add(r.n);
-        self.next_owner += (r.n as usize) << shift;
-        if self.next_owner >= self.span() {
-            self.next_owner -= self.span();
+        let mut at = self.owner_offset() + ((r.n as usize) << shift);
+        if at >= self.span() {
+            at -= self.span();
             self.sw_owner ^= mlx4_prm::cqe_owner::OWNER;
         }
+        // SAFETY: reduced below the span: an owner byte inside the CQE array.
+        self.next_owner = unsafe { self.first.add(at) };
     }
 
     /// The consumer counter (free-running): what a CQ arm doorbell carries.

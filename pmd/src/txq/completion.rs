@@ -54,6 +54,8 @@ impl<B: TxBuf> TxQueue<B> {
         let Some(m) = end else { return 0 };
         self.hw.sq.stamp(self.comp.cons, m.txbb_end);
         self.comp.cons = m.txbb_end;
+        // Progress: the next look without room starts the count over, and is not counted.
+        self.comp.full_left = FULL_PATIENCE + 1;
         self.free_elts(m.elts_end)
     }
 
@@ -178,7 +180,8 @@ impl<B: TxBuf> TxQueue<B> {
         (self.comp.cons, self.comp.marks_tail) = (0, 0);
         self.comp.detour &= !FAILED;
         let r = &mut self.recovery;
-        (r.nop_at, r.kick_cons, r.stalled_looks) = (None, 0, 0);
+        (r.nop_at, r.kick_cons) = (None, 0);
+        self.comp.full_left = FULL_PATIENCE;
     }
 
     /// Packets in the WQEs from the failed one up to the producer: what the device of a queue
@@ -218,17 +221,13 @@ impl<B: TxBuf> TxQueue<B> {
     /// An application spinning on a full ring calls often while the device is merely behind,
     /// so this rings only after [`FULL_PATIENCE`] calls without progress. The burst's front
     /// found no completion waiting and the queue healthy, so the look is only the count.
+    /// The count is a countdown that the completion side winds up whenever the consumer
+    /// moves, so that a look is one decrement and its test.
     #[inline(always)]
     pub(super) fn look_without_room(&mut self) {
-        let cons = self.comp.cons;
-        let r = &mut self.recovery;
-        if r.kick_cons != cons {
-            (r.kick_cons, r.stalled_looks) = (cons, 0);
-        } else {
-            r.stalled_looks += 1;
-            if r.stalled_looks >= FULL_PATIENCE {
-                self.ring_again();
-            }
+        self.comp.full_left -= 1;
+        if self.comp.full_left == 0 {
+            self.ring_again();
         }
     }
 
@@ -254,7 +253,7 @@ impl<B: TxBuf> TxQueue<B> {
             || self.failed()
             || cons == self.prod.prod
         {
-            self.recovery.stalled_looks = 0;
+            self.comp.full_left = FULL_PATIENCE;
             return false;
         }
         self.ring_again();
@@ -267,7 +266,7 @@ impl<B: TxBuf> TxQueue<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn ring_again(&mut self) {
-        self.recovery.stalled_looks = 0;
+        self.comp.full_left = FULL_PATIENCE;
         self.recovery.doorbell_rerings += 1;
         if self.recovery.nop_at != Some(self.prod.prod) && self.ask_completion_even_if_signaled() {
             self.recovery.nop_at = Some(self.prod.prod);

@@ -220,6 +220,10 @@ struct Completion {
     error_cqes: u64,
     cqe_mismatches: u64,
     error_logged: bool,
+    /// Looks without room left before one rings again for a lost doorbell
+    /// ([`TxQueue::look_without_room`]): [`FULL_PATIENCE`] looks in a row that saw `cons`
+    /// unchanged with WQEs outstanding.
+    full_left: u32,
     /// Why a burst leaves the front for [`TxQueue::burst_detour`], as bits ([`FAILED`],
     /// [`AVOIDING`]) tested as one byte, so that doorbell avoidance costs the bursts of a
     /// queue without it nothing.
@@ -259,10 +263,8 @@ struct HwQueue {
 struct Recovery {
     /// WQE index (TXBB counter, low 16 bits) of the error completion that stopped the queue.
     error_wqe: u16,
-    /// `comp.cons` when the last look for a lost doorbell was taken, and how many looks in a
-    /// row have seen it unchanged with WQEs outstanding.
+    /// `comp.cons` when the last [`TxQueue::kick`] looked for a lost doorbell.
     kick_cons: u32,
-    stalled_looks: u32,
     /// The producer just after the NOP the last look without progress posted: while nothing
     /// was posted since, that NOP's completion is the one to wait for.
     nop_at: Option<u32>,
@@ -351,7 +353,10 @@ impl<B: TxBuf> TxQueue<B> {
                 lkeys,
                 ..Producer::default()
             },
-            comp: Completion::default(),
+            comp: Completion {
+                full_left: FULL_PATIENCE,
+                ..Completion::default()
+            },
             hw,
             plain_inline_max: usize::from(cfg.inline_max).min(wqe::PLAIN_INLINE_MAX),
             avoid_packets: 0,
