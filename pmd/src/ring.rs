@@ -476,6 +476,34 @@ impl<'a> Cursor<'_, 'a> {
     }
 }
 
+impl<'a> Cursor<'_, 'a> {
+    /// TXBBs left before the current run's end.
+    #[inline(always)]
+    pub fn room(&self) -> usize {
+        (self.run_end as usize - self.at as usize) >> TXBB_SHIFT
+    }
+
+    /// As [`Cursor::take`] without the room check, for a loop that made it once for all the
+    /// WQEs it takes ([`Cursor::room`]).
+    ///
+    /// # Safety
+    /// `TXBBS` TXBBs fit before the run's end: [`Cursor::room`] counted at least as many TXBBs
+    /// as this and the takes since then ask for.
+    #[inline(always)]
+    pub unsafe fn take_unchecked<const TXBBS: usize>(&mut self) -> WqeMut<'a, TXBBS> {
+        const { assert!(TXBBS > 0) };
+        let len = TXBBS << TXBB_SHIFT;
+        debug_assert!(self.room() >= TXBBS);
+        let at = self.at;
+        // SAFETY: as in Poster::publish_pending.
+        unsafe { AtomicU32::from_ptr(self.pending) }.store(self.send_be, Ordering::Release);
+        self.pending = at.cast();
+        // SAFETY: `len` bytes fit before the run's end (the caller's contract).
+        self.at = unsafe { at.add(len) };
+        WqeMut::new(at, len)
+    }
+}
+
 impl Drop for Cursor<'_, '_> {
     #[inline(always)]
     fn drop(&mut self) {
@@ -552,6 +580,14 @@ impl<const TXBBS: usize> WqeMut<'_, TXBBS> {
         let p = self.span(8, 8);
         // SAFETY: 8 bytes inside the WQE (span); unaligned store of a plain array.
         unsafe { p.cast::<[u8; 8]>().write_unaligned(rest) };
+    }
+
+    /// Bytes 4-7 of the control segment (VLAN fields and size), as stored: the word the
+    /// device reads beside the owner word, stored atomically.
+    #[inline(always)]
+    pub fn put_dword1(&mut self, dword1: u32) {
+        // SAFETY: bytes 4..8 of the WQE's first TXBB: 4-byte aligned, reached only atomically.
+        unsafe { AtomicU32::from_ptr(self.base.add(4).cast()) }.store(dword1, Ordering::Relaxed);
     }
 
     /// `v` big-endian at `off`.

@@ -131,7 +131,7 @@ pub(super) fn rest_loop<B: TxBuf>(
             }
             Stop::Other => {}
         }
-        stop = inline_run(poster, pkts, &mut t.n, q.plain_inline_max, &mut t.bytes);
+        stop = inline_run::<B, false>(poster, pkts, &mut t.n, q.plain_inline_max, &mut t.bytes);
     }
 }
 

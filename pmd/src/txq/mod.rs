@@ -59,7 +59,7 @@ use crate::hw::{Device, HwError};
 use crate::mem::{DmaArray, FixedStr, Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell};
 use crate::pmd_log;
-use crate::ring::{txbbs_for, CqRing, LastWqe, Posted, Poster, SqRing};
+use crate::ring::{txbbs_for, CqRing, Cursor, LastWqe, Posted, Poster, SqRing};
 pub use crate::stats::TxStats;
 use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
 

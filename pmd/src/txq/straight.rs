@@ -59,7 +59,8 @@ impl<B: TxBuf> TxQueue<B> {
         let sink = AtomicU32::new(0);
         let mut poster = self.hw.sq.poster(start, start.wrapping_add(room), &sink);
         let (mut n, mut bytes) = (0, 0);
-        let stop = inline_run(&mut poster, pkts, &mut n, self.plain_inline_max, &mut bytes);
+        let stop =
+            inline_run::<B, true>(&mut poster, pkts, &mut n, self.plain_inline_max, &mut bytes);
         if stop == Stop::End {
             // Every packet went the straight-line way: the tally is two registers, and the
             // end of the burst a copy of its own with the rest folded away.
@@ -263,53 +264,91 @@ pub(super) enum Stop {
 }
 
 /// Posts plain packets that fit an inline WQE of one or two TXBBs, from `pkts[*n]` on, until
-/// one does not; adds their bytes to `bytes`.
+/// one does not; adds their bytes to `bytes`. With `HOIST`, when the run has room for all of
+/// them at two TXBBs each (nearly every burst), the room is checked once, not per packet;
+/// without (a run that continues a burst of other packets), each WQE checks it, so that the
+/// general path carries one copy of the loop, not two.
 #[inline(always)]
-pub(super) fn inline_run<B: TxBuf>(
+pub(super) fn inline_run<B: TxBuf, const HOIST: bool>(
     poster: &mut Poster<'_>,
     pkts: &[B],
     n: &mut usize,
     plain_inline_max: usize,
     bytes: &mut u64,
 ) -> Stop {
-    let mut sum = *bytes;
     let mut poster = poster.cursor();
     let todo = &pkts[*n..];
-    let mut i = 0;
-    let stop = loop {
-        if i == todo.len() {
-            break Stop::End;
-        }
-        let Some(data) = todo[i].plain() else {
-            break Stop::Other;
+    // The threshold is clamped to PLAIN_INLINE_MAX at setup; said again so that the one
+    // compare per packet bounds both length classes for the compiler.
+    let max = plain_inline_max.min(wqe::PLAIN_INLINE_MAX);
+    let (i, sum, stop) = if HOIST && poster.room() >= todo.len() * 2 {
+        inline_loop::<B, false>(&mut poster, todo, max)
+    } else {
+        inline_loop::<B, true>(&mut poster, todo, max)
+    };
+    *n += i;
+    *bytes += sum;
+    stop
+}
+
+/// [`inline_run`]'s loop: how many packets it posted, their bytes, and why it stopped.
+/// `CHECK`: whether each WQE checks the room; without, the caller made sure of two TXBBs for
+/// every packet of `todo`.
+#[inline(always)]
+fn inline_loop<B: TxBuf, const CHECK: bool>(
+    poster: &mut Cursor<'_, '_>,
+    todo: &[B],
+    max: usize,
+) -> (usize, u64, Stop) {
+    let mut sum = 0u64;
+    for (i, pkt) in todo.iter().enumerate() {
+        let Some(data) = pkt.plain() else {
+            return (i, sum, Stop::Other);
         };
         let len = data.len();
-        if len.wrapping_sub(1) >= plain_inline_max {
-            break Stop::Other;
+        if len.wrapping_sub(1) >= max {
+            return (i, sum, Stop::Other);
         }
+        // SAFETY: 1 <= len <= max <= PLAIN_INLINE_MAX, from the compare above and the clamp;
+        // the hint lets the writers' own clamps and table bounds fold away.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::hint::assert_unchecked(len <= wqe::PLAIN_INLINE_MAX)
+        };
         // Each length class with its own constant WQE size.
         if len <= wqe::FIRST_CHUNK {
-            let Some(mut w) = poster.take::<1>() else {
-                break Stop::RunEnd(1);
+            let mut w = if CHECK {
+                let Some(w) = poster.take::<1>() else {
+                    return (i, sum, Stop::RunEnd(1));
+                };
+                w
+            } else {
+                // SAFETY: the caller found room for two TXBBs per packet of `todo`, and
+                // each packet takes at most two.
+                #[allow(unsafe_code)]
+                unsafe {
+                    poster.take_unchecked::<1>()
+                }
             };
             wqe::write_plain_inline1(&mut w, data);
         } else {
-            // Already known (the threshold is clamped to it); said again so that the compiler
-            // knows the second chunk's size too.
-            if len > wqe::PLAIN_INLINE_MAX {
-                break Stop::Other;
-            }
-            let Some(mut w) = poster.take::<2>() else {
-                break Stop::RunEnd(2);
+            let mut w = if CHECK {
+                let Some(w) = poster.take::<2>() else {
+                    return (i, sum, Stop::RunEnd(2));
+                };
+                w
+            } else {
+                // SAFETY: as above.
+                #[allow(unsafe_code)]
+                unsafe {
+                    poster.take_unchecked::<2>()
+                }
             };
             wqe::write_plain_inline2(&mut w, data);
         }
         sum += len as u64;
-        i += 1;
-    };
-    *n += i;
-    *bytes = sum;
-    stop
+    }
+    (todo.len(), sum, Stop::End)
 }
 
 /// Posts plain packets above the inline threshold whose buffer lies in the lkey cache's
