@@ -54,7 +54,7 @@ use std::sync::atomic::AtomicU32;
 
 use mlx4_prm::{cqe_opcode, opcode, owner_opcode, SQ_HEADROOM_BYTES, TXBB_SHIFT};
 
-use crate::buf::{BufBatch, BufRing};
+use crate::buf::{BufBatch, BufRing, Pusher};
 use crate::hw::{Device, HwError};
 use crate::mem::{DmaArray, FixedStr, Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell};

@@ -353,8 +353,9 @@ fn inline_loop<B: TxBuf, const CHECK: bool>(
 
 /// Posts plain packets above the inline threshold whose buffer lies in the lkey cache's
 /// region, as gather WQEs of one data segment, from `pkts[*n]` on, holding each in `elts`;
-/// adds their bytes to `bytes`.
-#[inline(always)]
+/// adds their bytes to `bytes`. Out of line: inside `post_rest`, whose state fills the
+/// registers, the loop would keep more of its own on the stack.
+#[inline(never)]
 pub(super) fn gather_run<B: TxBuf>(
     poster: &mut Poster<'_>,
     pkts: &[B],
@@ -368,37 +369,65 @@ pub(super) fn gather_run<B: TxBuf>(
     let Some(mr) = lkeys.cached() else {
         return Stop::Other;
     };
-    let mut sum = *bytes;
     let mut poster = poster.cursor();
     let mut held = elts.pusher();
     let todo = &pkts[*n..];
-    let mut i = 0;
-    let stop = loop {
-        if i == todo.len() {
-            break Stop::End;
-        }
-        let pkt = todo[i];
+    // One TXBB a packet: with room for all of them, the WQEs need no room check each.
+    let (i, sum, stop) = if poster.room() >= todo.len() {
+        gather_loop::<B, false>(&mut poster, &mut held, todo, inline_max, mr)
+    } else {
+        gather_loop::<B, true>(&mut poster, &mut held, todo, inline_max, mr)
+    };
+    *n += i;
+    *bytes += sum;
+    stop
+}
+
+/// [`gather_run`]'s loop: how many packets it posted, their bytes, and why it stopped.
+/// `CHECK`: whether each WQE checks the room; without, the caller made sure of one TXBB for
+/// every packet of `todo`.
+#[inline(always)]
+fn gather_loop<B: TxBuf, const CHECK: bool>(
+    poster: &mut Cursor<'_, '_>,
+    held: &mut Pusher<'_, B>,
+    todo: &[B],
+    inline_max: usize,
+    mr: Mr,
+) -> (usize, u64, Stop) {
+    let mut sum = 0u64;
+    let mut it = todo.iter();
+    // The index of the packet in hand, derived from the iterator only where the loop stops
+    // (an index kept beside the iterator costs a register and an increment a packet).
+    let at = |it: &std::slice::Iter<'_, B>| todo.len() - it.len() - 1;
+    while let Some(&pkt) = it.next() {
         let Some(data) = pkt.plain() else {
-            break Stop::Other;
+            return (at(&it), sum, Stop::Other);
         };
         let (addr, len) = (data.as_ptr() as usize, data.len());
         if len <= inline_max || !mr.contains(addr, len) {
-            break Stop::Other;
+            return (at(&it), sum, Stop::Other);
         }
         if held.is_full() {
-            break Stop::Full;
+            return (at(&it), sum, Stop::Full);
         }
-        let Some(mut w) = poster.take::<1>() else {
-            break Stop::RunEnd(1);
+        let mut w = if CHECK {
+            let Some(w) = poster.take::<1>() else {
+                return (at(&it), sum, Stop::RunEnd(1));
+            };
+            w
+        } else {
+            // SAFETY: the caller found room for one TXBB per packet of `todo`, and each
+            // packet takes one.
+            #[allow(unsafe_code)]
+            unsafe {
+                poster.take_unchecked::<1>()
+            }
         };
         wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
         held.push(pkt);
         sum += len as u64;
-        i += 1;
-    };
-    *n += i;
-    *bytes = sum;
-    stop
+    }
+    (todo.len(), sum, Stop::End)
 }
 
 /// What a burst came to.
