@@ -16,8 +16,6 @@ use crate::mmio::{BfReg, Copy64, SendDoorbell, Txbb};
 /// the line last, and `apps/lines` (`sq` rows) measures read-then-write at about 1.8x the
 /// cycles per WQE.
 pub struct SqRing {
-    mem: NonNull<u8>,
-    txbb_cnt: u32,
     desc: SqDesc,
 }
 
@@ -25,12 +23,8 @@ impl SqRing {
     /// A view whose every TXBB starts invalid for pass 0 (owner bit set, as rdma-core
     /// initialises SQ ownership), so the device never mistakes stale memory for a WQE.
     pub fn new(desc: SqDesc) -> SqRing {
-        let ring = SqRing {
-            mem: desc.buf(),
-            txbb_cnt: desc.txbb_cnt(),
-            desc,
-        };
-        for i in 0..ring.txbb_cnt {
+        let ring = SqRing { desc };
+        for i in 0..ring.txbb_cnt() {
             ring.first_dword(i).store(u32::MAX, Ordering::Relaxed);
         }
         ring
@@ -38,7 +32,7 @@ impl SqRing {
 
     #[inline(always)]
     pub fn txbb_cnt(&self) -> u32 {
-        self.txbb_cnt
+        self.desc.txbb_cnt()
     }
 
     pub fn desc(&self) -> &SqDesc {
@@ -69,9 +63,9 @@ impl SqRing {
     /// The first byte of the TXBB at counter `c`.
     #[inline(always)]
     pub(super) fn txbb(&self, c: u32) -> NonNull<u8> {
-        let slot = (c & (self.txbb_cnt - 1)) as usize;
+        let slot = (c & (self.txbb_cnt() - 1)) as usize;
         // SAFETY: slot < txbb_cnt, so the TXBB lies inside the ring's allocation.
-        unsafe { NonNull::new_unchecked(self.mem.as_ptr().add(slot << TXBB_SHIFT)) }
+        unsafe { NonNull::new_unchecked(self.desc.buf().as_ptr().add(slot << TXBB_SHIFT)) }
     }
 
     fn first_dword(&self, counter: u32) -> &AtomicU32 {
@@ -83,9 +77,9 @@ impl SqRing {
     /// A writer for the unpublished WQE of `txbbs` TXBBs at counter `start`, which must not
     /// wrap. Outside a burst: the drain NOP and the capability check's NOPs.
     pub fn wqe_mut(&mut self, start: u32, txbbs: u32) -> WqeMut<'_> {
-        let slot = start & (self.txbb_cnt - 1);
+        let slot = start & (self.txbb_cnt() - 1);
         assert!(
-            txbbs >= 1 && slot + txbbs <= self.txbb_cnt,
+            txbbs >= 1 && slot + txbbs <= self.txbb_cnt(),
             "WQE wraps the ring"
         );
         WqeMut::new(self.txbb(start).as_ptr(), (txbbs as usize) << TXBB_SHIFT)
@@ -97,8 +91,8 @@ impl SqRing {
     pub fn wqe_fixed<const T: usize>(&mut self, start: u32) -> WqeMut<'_, T> {
         const { assert!(T > 0 && T <= 16) };
         // In u32, as the callers' own room checks: theirs then decide this one.
-        let slot = start & (self.txbb_cnt - 1);
-        assert!(slot + T as u32 <= self.txbb_cnt, "WQE wraps the ring");
+        let slot = start & (self.txbb_cnt() - 1);
+        assert!(slot + T as u32 <= self.txbb_cnt(), "WQE wraps the ring");
         WqeMut::new(self.txbb(start).as_ptr(), T << TXBB_SHIFT)
     }
 
@@ -107,9 +101,9 @@ impl SqRing {
     /// lives; the device only ever reads the send queue.
     #[inline(always)]
     pub fn wqe_blocks(&mut self, start: u32, txbbs: u32) -> &[Txbb] {
-        let slot = start & (self.txbb_cnt - 1);
+        let slot = start & (self.txbb_cnt() - 1);
         assert!(
-            txbbs >= 1 && slot + txbbs <= self.txbb_cnt,
+            txbbs >= 1 && slot + txbbs <= self.txbb_cnt(),
             "WQE wraps the ring"
         );
         // SAFETY: inside the ring (asserted); TXBBs are 64-byte aligned as `Txbb` requires (the
@@ -123,9 +117,9 @@ impl SqRing {
     /// path's ring copy, then the view its copy is made from.
     #[inline(always)]
     pub fn publish_blocks(&mut self, start: u32, txbbs: u32, owner_opcode: u32) -> &[Txbb] {
-        let slot = start & (self.txbb_cnt - 1);
+        let slot = start & (self.txbb_cnt() - 1);
         assert!(
-            txbbs >= 1 && slot + txbbs <= self.txbb_cnt,
+            txbbs >= 1 && slot + txbbs <= self.txbb_cnt(),
             "WQE wraps the ring"
         );
         let p = self.txbb(start).as_ptr();
@@ -168,7 +162,7 @@ impl SqRing {
     /// Owner bit value for a WQE at counter `c`: the parity of the pass.
     #[inline(always)]
     pub fn owner(&self, c: u32) -> bool {
-        c & self.txbb_cnt != 0
+        c & self.txbb_cnt() != 0
     }
 
     /// The owner word of a WQE with `opcode` at counter `c` (host order, for `publish`).
@@ -184,8 +178,8 @@ impl SqRing {
     pub fn stamp(&self, from: u32, to: u32) {
         let mut c = from;
         while c != to {
-            let slot = c & (self.txbb_cnt - 1);
-            let run = (self.txbb_cnt - slot).min(to.wrapping_sub(c)) as usize;
+            let slot = c & (self.txbb_cnt() - 1);
+            let run = (self.txbb_cnt() - slot).min(to.wrapping_sub(c)) as usize;
             let value = (STAMP_DWORD | owner_bit(self.owner(c))).to_be();
             let mut p = self.txbb(c).as_ptr();
             // SAFETY: the run's TXBBs lie inside the ring, up to its end.

@@ -124,7 +124,7 @@ impl<B: TxBuf> TxQueue<B> {
     /// through reset gets a fresh queue instead; if it cannot make one, the old one stays,
     /// and so does its state.
     pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
-        match dev.set_sq_ready(self.hw.qpn, false) {
+        match dev.set_sq_ready(self.qpn(), false) {
             Ok(()) => {}
             Err(HwError::Unsupported(_)) => return self.recreate(dev),
             Err(e) => return Err(e),
@@ -144,7 +144,7 @@ impl<B: TxBuf> TxQueue<B> {
         let cnt = self.txbb_cnt();
         self.hw.sq.stamp(cnt, cnt.wrapping_mul(2));
         self.restart_counters();
-        dev.set_sq_ready(self.hw.qpn, true)
+        dev.set_sq_ready(self.qpn(), true)
     }
 
     /// What [`TxQueue::reset`] does on a device without send queue states: a new device queue

@@ -250,7 +250,6 @@ struct CompMark {
 struct HwQueue {
     sq: SqRing,
     cq: CqRing,
-    qpn: u32,
     doorbell: SendDoorbell,
     /// The BF register, only if the BlueFlame path is live.
     bf: Option<BfReg>,
@@ -376,7 +375,7 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     pub fn qpn(&self) -> u32 {
-        self.hw.qpn
+        self.hw.sq.desc().qpn()
     }
 
     /// Turns doorbell avoidance on with these bounds, or off (the default). Off rings first
@@ -665,7 +664,6 @@ fn create_hw(
         TxPath::Doorbell => None,
     };
     Ok(HwQueue {
-        qpn,
         doorbell: sq.doorbell(),
         bf,
         bf_qpn: (qpn & 0x00ff_ffff) << 8,
