@@ -176,12 +176,6 @@ pub fn write_ctrl<const T: usize>(w: &mut WqeMut<'_, T>, ds: u8, off: TxOffloads
     w.put_ctrl(&ctrl_bytes(ds, off, signaled));
 }
 
-/// A NOP covering `txbbs` TXBBs (ring padding, or with `signaled` a completion request).
-pub fn write_nop(w: &mut WqeMut<'_>, txbbs: u32, signaled: bool) {
-    let ds = (txbbs * 4).min(u32::from(mlx4_prm::MAX_WQE_DS)) as u8;
-    write_ctrl(w, ds, TxOffloads::default(), signaled);
-}
-
 /// Turns on the completion request of a written WQE, keeping its other flags.
 pub fn set_signaled(w: &mut WqeMut<'_>) {
     let at = CTRL_SRCRB;
@@ -606,6 +600,19 @@ mod tests {
                 short_inline_header(n),
                 inline_header(usize::from(n)).to_be_bytes()
             );
+        }
+    }
+
+    #[test]
+    fn the_ring_nop_is_a_plain_control_segment() {
+        for (txbbs, ds) in [(1, 4), (2, 8), (16, 63), (40, 63)] {
+            for signaled in [false, true] {
+                let nop = built(1, |mut w| w.put_nop(txbbs, signaled));
+                let ctrl = built(1, |mut w| {
+                    write_ctrl(&mut w, ds, TxOffloads::default(), signaled)
+                });
+                assert_eq!(nop, ctrl, "{txbbs} TXBBs, signaled {signaled}");
+            }
         }
     }
 

@@ -156,8 +156,8 @@ impl<'a> Poster<'a> {
         let owner = u32::from_be(self.send_be) & owner_opcode::OWNER;
         let pad = (self.run_end as usize - self.at as usize) >> TXBB_SHIFT;
         if pad > 0 {
-            let mut w = WqeMut::new(self.at, pad << TXBB_SHIFT);
-            crate::wqe::write_nop(&mut w, pad as u32, false);
+            let mut w: WqeMut<'_> = WqeMut::new(self.at, pad << TXBB_SHIFT);
+            w.put_nop(pad as u32, false);
             // SAFETY: as in publish_pending, for the NOP just written.
             unsafe { AtomicU32::from_ptr(self.at.cast()) }
                 .store((owner | u32::from(opcode::NOP)).to_be(), Ordering::Release);

@@ -3,7 +3,7 @@
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use mlx4_prm::TXBB_SHIFT;
+use mlx4_prm::{fence_size, srcrb, CtrlSeg, MAX_WQE_DS, TXBB_SHIFT};
 
 /// Exclusive access to the bytes of one unpublished WQE except dwords 0 and 1 of its first
 /// TXBB, which are only ever stored atomically (the device polls them). Offsets count from the
@@ -81,6 +81,25 @@ impl<const TXBBS: usize> WqeMut<'_, TXBBS> {
     pub fn put_dword1(&mut self, dword1: u32) {
         // SAFETY: bytes 4..8 of the WQE's first TXBB: 4-byte aligned, reached only atomically.
         unsafe { AtomicU32::from_ptr(self.base.add(4).cast()) }.store(dword1, Ordering::Relaxed);
+    }
+
+    /// Makes this a NOP covering `txbbs` TXBBs: ring padding up to the ring's end (the
+    /// poster's wrap), or with `signaled` a completion request. Only the control segment's
+    /// bytes 4-15 (its size, and the flags every send carries); the owner word with the NOP
+    /// opcode is published apart, as for every WQE. Here rather than with the send WQE writers
+    /// (`wqe`), which build on this module: padding is the ring's business.
+    pub fn put_nop(&mut self, txbbs: u32, signaled: bool) {
+        let ds = (txbbs * 4).min(u32::from(MAX_WQE_DS)) as u8;
+        let mut b = [0u8; 16];
+        let mut ctrl = CtrlSeg::new_unchecked(&mut b[..]);
+        // As on every send of a RAW_PACKET QP: the solicit bit means "no ICRC".
+        let mut flags = srcrb::SOLICIT;
+        if signaled {
+            flags |= srcrb::CQ_UPDATE;
+        }
+        ctrl.set_fence_size(ds & fence_size::DS_MASK);
+        ctrl.set_srcrb_flags(flags);
+        self.put_ctrl(&b);
     }
 
     /// `v` big-endian at `off`.

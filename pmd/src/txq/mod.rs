@@ -549,7 +549,7 @@ impl<B: TxBuf> TxQueue<B> {
     /// Posts a signaled one-TXBB NOP, whose completion covers everything posted before it.
     fn post_signaled_nop(&mut self) {
         let start = self.prod.prod;
-        wqe::write_nop(&mut self.hw.sq.wqe_mut(start, 1), 1, true);
+        self.hw.sq.wqe_mut(start, 1).put_nop(1, true);
         self.prod.prod = start.wrapping_add(1);
         let mask = self.marks.len() as u32 - 1;
         self.marks[(self.prod.marks_head & mask) as usize] = CompMark {
