@@ -40,16 +40,16 @@ impl<B: TxBuf> TxQueue<B> {
             if k < pending {
                 end = Some(at(k));
                 self.comp.marks_tail = tail.wrapping_add(k + 1);
-                self.comp.cqe_mismatches += u64::from(k);
+                self.prod.stats.cqe_mismatches += u64::from(k);
             } else {
-                self.comp.cqe_mismatches += 1;
+                self.prod.stats.cqe_mismatches += 1;
             }
             cqes += 1;
             cqe = self.hw.cq.poll();
         }
         if cqes > 0 {
             self.hw.cq.update_ci();
-            self.comp.completions += cqes;
+            self.prod.stats.completions += cqes;
         }
         let Some(m) = end else { return 0 };
         self.hw.sq.stamp(self.comp.cons, m.txbb_end);
@@ -79,7 +79,7 @@ impl<B: TxBuf> TxQueue<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
-        self.comp.error_cqes += 1;
+        self.prod.stats.error_cqes += 1;
         self.comp.detour |= FAILED;
         self.recovery.error_wqe = wqe_index;
         if !self.comp.error_logged {
@@ -162,10 +162,10 @@ impl<B: TxBuf> TxQueue<B> {
     fn count_lost(&mut self) {
         if self.failed() {
             let lost = self.count_flushed();
-            let r = &mut self.recovery;
-            r.flushed += lost;
-            r.queue_resets += 1;
-            self.prod.errors += lost;
+            let st = &mut self.prod.stats;
+            st.flushed += lost;
+            st.queue_resets += 1;
+            st.errors += lost;
         }
     }
 
@@ -211,7 +211,7 @@ impl<B: TxBuf> TxQueue<B> {
     /// No room: counted, and a look for a lost doorbell (see [`TxQueue::look_without_room`]).
     #[inline(always)]
     pub(super) fn full(&mut self) -> usize {
-        self.prod.ring_full += 1;
+        self.prod.stats.ring_full += 1;
         self.look_without_room();
         0
     }
@@ -267,12 +267,12 @@ impl<B: TxBuf> TxQueue<B> {
     #[inline(never)]
     pub(super) fn ring_again(&mut self) {
         self.comp.full_left = FULL_PATIENCE;
-        self.recovery.doorbell_rerings += 1;
+        self.prod.stats.doorbell_rerings += 1;
         if self.recovery.nop_at != Some(self.prod.prod) && self.ask_completion_even_if_signaled() {
             self.recovery.nop_at = Some(self.prod.prod);
         }
         self.hw.doorbell.ring();
-        self.prod.doorbells += 1;
+        self.prod.stats.doorbells += 1;
         (self.prod.bell, self.prod.unrung) = (self.prod.prod, 0);
     }
 
@@ -313,7 +313,7 @@ impl<B: TxBuf> TxQueue<B> {
             }
             if self.ask_completion() {
                 self.hw.doorbell.ring();
-                self.prod.doorbells += 1;
+                self.prod.stats.doorbells += 1;
                 self.prod.bell = self.prod.prod;
             } else if looked.elapsed() >= std::time::Duration::from_millis(1) {
                 looked = std::time::Instant::now();

@@ -187,26 +187,17 @@ struct Producer {
     /// before it may not go back through the fast-free path.
     chained_until: u32,
     lkeys: Lkeys,
-    packets: u64,
-    bytes: u64,
-    errors: u64,
-    doorbells: u64,
-    bf_writes: u64,
-    /// Packets that went out in gather WQEs; the others went inline.
-    gather_packets: u64,
-    ring_full: u64,
-    /// Malformed buffers refused (also in `errors`).
-    bad_mbufs: u64,
+    /// Every counter of the queue, the completion side's and the recovery's too (the same
+    /// lcore writes them all): one struct, read and zeroed whole from beside the lcore
+    /// ([`TxQueue::stats_raw`]), so that a counter added to [`TxStats`] cannot be left out.
+    /// `inline_packets` is not counted: it is `packets - gather_packets`, derived there.
+    stats: TxStats,
     /// Doorbell avoidance ([`DbAvoid`]): the producer after the last doorbell or BlueFlame
     /// copy, the packets published since without one, and when the first of those must be
     /// rung for at the latest (TSC).
     bell: u32,
     unrung: u32,
     unrung_deadline: u64,
-    doorbells_avoided: u64,
-    /// Counted on the general path only, where they cost nothing that matters.
-    general_inline: u64,
-    general_gather: u64,
 }
 
 /// Fields only the completion side writes: another cache line.
@@ -216,9 +207,6 @@ struct Completion {
     /// First TXBB not yet completed (free-running).
     cons: u32,
     marks_tail: u32,
-    completions: u64,
-    error_cqes: u64,
-    cqe_mismatches: u64,
     error_logged: bool,
     /// Looks without room left before one rings again for a lost doorbell
     /// ([`TxQueue::look_without_room`]): [`FULL_PATIENCE`] looks in a row that saw `cons`
@@ -267,9 +255,6 @@ struct Recovery {
     /// The producer just after the NOP the last look without progress posted: while nothing
     /// was posted since, that NOP's completion is the one to wait for.
     nop_at: Option<u32>,
-    flushed: u64,
-    queue_resets: u64,
-    doorbell_rerings: u64,
 }
 
 /// Calls finding a full ring without progress before it rings again for a lost doorbell.
@@ -445,40 +430,10 @@ impl<B: TxBuf> TxQueue<B> {
     /// `q` points to a live queue.
     #[allow(unsafe_code)]
     pub unsafe fn stats_raw(q: *const Self) -> TxStats {
-        use std::ptr::addr_of;
-        // SAFETY: the caller's live queue; each counter is an aligned u64 word.
-        unsafe {
-            let (p, c, r) = (
-                addr_of!((*q).prod),
-                addr_of!((*q).comp),
-                addr_of!((*q).recovery),
-            );
-            let rd = |w: *const u64| w.read_volatile();
-            let (packets, gather) = (
-                rd(addr_of!((*p).packets)),
-                rd(addr_of!((*p).gather_packets)),
-            );
-            TxStats {
-                packets,
-                bytes: rd(addr_of!((*p).bytes)),
-                errors: rd(addr_of!((*p).errors)),
-                doorbells: rd(addr_of!((*p).doorbells)),
-                bf_writes: rd(addr_of!((*p).bf_writes)),
-                inline_packets: packets.wrapping_sub(gather),
-                gather_packets: gather,
-                ring_full: rd(addr_of!((*p).ring_full)),
-                completions: rd(addr_of!((*c).completions)),
-                error_cqes: rd(addr_of!((*c).error_cqes)),
-                cqe_mismatches: rd(addr_of!((*c).cqe_mismatches)),
-                general_inline: rd(addr_of!((*p).general_inline)),
-                general_gather: rd(addr_of!((*p).general_gather)),
-                bad_mbufs: rd(addr_of!((*p).bad_mbufs)),
-                flushed: rd(addr_of!((*r).flushed)),
-                queue_resets: rd(addr_of!((*r).queue_resets)),
-                doorbell_rerings: rd(addr_of!((*r).doorbell_rerings)),
-                doorbells_avoided: rd(addr_of!((*p).doorbells_avoided)),
-            }
-        }
+        // SAFETY: the caller's live queue; its counters are one aligned TxStats.
+        let mut s = unsafe { TxStats::read_volatile(std::ptr::addr_of!((*q).prod.stats)) };
+        s.inline_packets = s.packets.wrapping_sub(s.gather_packets);
+        s
     }
 
     /// Zeroes the counters from beside the lcore, as [`TxQueue::stats_raw`] reads them.
@@ -487,35 +442,9 @@ impl<B: TxBuf> TxQueue<B> {
     /// `q` points to a live queue.
     #[allow(unsafe_code)]
     pub unsafe fn reset_stats_raw(q: *mut Self) {
-        use std::ptr::addr_of_mut;
         // SAFETY: as for stats_raw.
         unsafe {
-            let (p, c, r) = (
-                addr_of_mut!((*q).prod),
-                addr_of_mut!((*q).comp),
-                addr_of_mut!((*q).recovery),
-            );
-            for w in [
-                addr_of_mut!((*p).packets),
-                addr_of_mut!((*p).bytes),
-                addr_of_mut!((*p).errors),
-                addr_of_mut!((*p).doorbells),
-                addr_of_mut!((*p).bf_writes),
-                addr_of_mut!((*p).gather_packets),
-                addr_of_mut!((*p).ring_full),
-                addr_of_mut!((*p).general_inline),
-                addr_of_mut!((*p).general_gather),
-                addr_of_mut!((*p).bad_mbufs),
-                addr_of_mut!((*p).doorbells_avoided),
-                addr_of_mut!((*c).completions),
-                addr_of_mut!((*c).error_cqes),
-                addr_of_mut!((*c).cqe_mismatches),
-                addr_of_mut!((*r).flushed),
-                addr_of_mut!((*r).queue_resets),
-                addr_of_mut!((*r).doorbell_rerings),
-            ] {
-                w.write_volatile(0);
-            }
+            TxStats::write_volatile(std::ptr::addr_of_mut!((*q).prod.stats), TxStats::default())
         }
     }
 

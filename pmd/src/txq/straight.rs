@@ -114,7 +114,7 @@ impl<B: TxBuf> TxQueue<B> {
             self.ask_if_due(last, start, end, posted_n);
             if skip {
                 self.hw.sq.publish(last.start, u32::from_be(last.send_be));
-                self.prod.doorbells_avoided += 1;
+                self.prod.stats.doorbells_avoided += 1;
             } else {
                 self.ring_for(last);
             }
@@ -132,8 +132,8 @@ impl<B: TxBuf> TxQueue<B> {
             release(self.done.take(), fast);
         }
         let p = &mut self.prod;
-        p.packets += (t.n - t.errors as usize) as u64;
-        p.bytes += t.bytes;
+        p.stats.packets += (t.n - t.errors as usize) as u64;
+        p.stats.bytes += t.bytes;
         t.n
     }
 
@@ -178,17 +178,17 @@ impl<B: TxBuf> TxQueue<B> {
                     head[..4].copy_from_slice(&word.to_be_bytes());
                     head[4..].copy_from_slice(&(hw.bf_qpn | (dword1 & 0xff)).to_be_bytes());
                     half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
-                    p.bf_writes += 1;
+                    p.stats.bf_writes += 1;
                 } else {
                     hw.sq.publish(last.start, word);
                     hw.doorbell.ring();
-                    p.doorbells += 1;
+                    p.stats.doorbells += 1;
                 }
             }
             None => {
                 hw.sq.publish(last.start, word);
                 hw.doorbell.ring();
-                p.doorbells += 1;
+                p.stats.doorbells += 1;
             }
         }
     }
@@ -245,7 +245,7 @@ impl<B: TxBuf> TxQueue<B> {
         self.ask_completion();
         self.hw.doorbell.ring();
         let p = &mut self.prod;
-        p.doorbells += 1;
+        p.stats.doorbells += 1;
         (p.bell, p.unrung) = (p.prod, 0);
     }
 }
