@@ -544,7 +544,10 @@ impl<B: RxBuf> RxQueue<B> {
         let Some(lkey) = self.lkeys.lookup(addr, room as usize) else {
             return false;
         };
-        let mut d = self.rq.entry_mut(i);
+        // SAFETY: slot `i` is the driver's (its completion consumed, or never posted), and it
+        // gets a buffer the queue took from its pool, inside the region of `lkey`.
+        #[allow(unsafe_code)]
+        let mut d = unsafe { self.rq.entry_mut(i) };
         d.set_addr(addr as u64);
         d.set_lkey(lkey);
         d.set_byte_count(room);
@@ -553,7 +556,9 @@ impl<B: RxBuf> RxQueue<B> {
 
     /// Writes scatter entry `i` as one the device cannot use (no room, invalid key).
     fn post_empty(&mut self, i: usize) {
-        let mut d = self.rq.entry_mut(i);
+        // SAFETY: slot `i` is the driver's, and gets an entry the device cannot use.
+        #[allow(unsafe_code)]
+        let mut d = unsafe { self.rq.entry_mut(i) };
         d.set_addr(0);
         d.set_lkey(mlx4_prm::INVALID_LKEY);
         d.set_byte_count(0);
@@ -610,10 +615,14 @@ impl<B: RxBuf> RxQueue<B> {
         };
         let len = c.byte_cnt();
         let mut errors = 0;
+        // SAFETY: the refill writes only the slot of the completion consumed here, with
+        // a fresh buffer from the pool inside its region.
+        #[allow(unsafe_code)]
+        let entries = unsafe { self.rq.scatter_entries() };
         let mut cx = Refill {
             region: self.lkeys.cached(),
             elts: &mut self.elts,
-            entries: self.rq.scatter_entries(),
+            entries,
             lkeys: &mut self.lkeys,
             cfg: self.cfg,
         };
@@ -662,7 +671,9 @@ impl<B: RxBuf> RxQueue<B> {
                 }
                 Some(fresh) => {
                     let elts: &mut [B] = &mut self.elts;
-                    let entries = self.rq.scatter_entries();
+                    // SAFETY: as in burst_one: only the slots of the CQEs taken, refilled.
+                    #[allow(unsafe_code)]
+                    let entries = unsafe { self.rq.scatter_entries() };
                     let lkeys = &mut self.lkeys;
                     let dst = &mut out[got..got + n];
                     let mut used = 0;
@@ -913,7 +924,10 @@ fn create_hw(dev: &dyn Device, wqe_cnt: u32, cfg: &RxConfig) -> Result<(CqRing, 
             }
         });
     match rq {
-        Ok(rq) => Ok((CqRing::new(cq), RqRing::new(rq))),
+        // SAFETY: `dev` handed these descriptors out just now, one view each; the queue keeps
+        // them until `destroy_hw` hands them back to `dev`, which outlives its queues.
+        #[allow(unsafe_code)]
+        Ok(rq) => Ok(unsafe { (CqRing::new(cq), RqRing::new(rq)) }),
         Err(e) => {
             let _ = dev.destroy_cq(cq);
             Err(e)

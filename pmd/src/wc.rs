@@ -129,7 +129,10 @@ pub fn self_test(dev: &dyn Device, socket: i32, copy: Copy64) -> Result<SelfTest
             return Err(e.to_string());
         }
     };
-    let (mut sq, mut cq) = (SqRing::new(sq), CqRing::new(cq));
+    // SAFETY: `dev` handed these descriptors out just now, one view each; the views go back
+    // to `dev` for destroy before this function returns, and `dev` outlives the call.
+    #[allow(unsafe_code)]
+    let (mut sq, mut cq) = unsafe { (SqRing::new(sq), CqRing::new(cq)) };
     let qpn = sq.desc().qpn();
     let result = (|| {
         let mut bf = sq.bf_reg(copy).ok_or("the SQ got no BF register")?;
@@ -218,7 +221,10 @@ pub fn time_stores(dev: &dyn Device, socket: i32, copy: Copy64) -> Result<StoreT
             return Err(e.to_string());
         }
     };
-    let (mut sq, mut cq) = (SqRing::new(sq), CqRing::new(cq));
+    // SAFETY: `dev` handed these descriptors out just now, one view each; the views go back
+    // to `dev` for destroy before this function returns, and `dev` outlives the call.
+    #[allow(unsafe_code)]
+    let (mut sq, mut cq) = unsafe { (SqRing::new(sq), CqRing::new(cq)) };
     let qpn = sq.desc().qpn();
     let result = (|| {
         let mut bf = sq.bf_reg(copy).ok_or("the SQ got no BF register")?;

@@ -419,7 +419,8 @@ mod tests {
         // SAFETY: 16 page-aligned TXBBs that live until the end of this function, past the
         // ring view; a leaked word stands in for the doorbell (never rung here).
         let desc = unsafe { SqDesc::new(mem.non_null(), 16, doorbell, None, 0x40) };
-        let mut sq = SqRing::new(desc);
+        // SAFETY: as above: the memory outlives the view, which is the only one.
+        let mut sq = unsafe { SqRing::new(desc) };
         {
             let mut w = sq.wqe_mut(0, txbbs);
             let fill = vec![0xeeu8; txbbs as usize * TXBB_SIZE - 8];

@@ -29,7 +29,14 @@ impl CqRing {
     /// A view that starts consuming at entry 0, as a driver does on a CQ just created (the
     /// device initialises its entries at creation). The consumer record starts over too: left
     /// at an older queue's index, it would tell the device that the new CQ is full.
-    pub fn new(desc: CqDesc) -> CqRing {
+    ///
+    /// # Safety
+    /// The descriptor is one the device handed out for a live completion queue, and what it
+    /// names (`cqe_cnt` entries of `cqe_size` bytes, the consumer-index record) stays mapped
+    /// until this view is dropped or handed back ([`CqRing::into_desc`]): the device that owns
+    /// that memory is not dropped and the queue not destroyed before. Nothing but this view
+    /// and the device reaches it meanwhile: one view per descriptor.
+    pub unsafe fn new(desc: CqDesc) -> CqRing {
         let size = desc.cqe_size() as usize;
         // SAFETY: a 32-byte CQE fits in each entry (32 or 64 bytes, the descriptor's promise).
         let first = unsafe { desc.buf().add(size - CQE_SIZE) };

@@ -12,7 +12,13 @@ pub struct RqRing {
 }
 
 impl RqRing {
-    pub fn new(desc: RqDesc) -> RqRing {
+    /// # Safety
+    /// The descriptor is one the device handed out for a live receive queue, and what it
+    /// names (`wqe_cnt * sges` scatter entries, the doorbell record) stays mapped until this
+    /// view is dropped or handed back ([`RqRing::into_desc`]): the device that owns that
+    /// memory is not dropped and the queue not destroyed before. Nothing but this view and the
+    /// device reaches it meanwhile: one view per descriptor.
+    pub unsafe fn new(desc: RqDesc) -> RqRing {
         RqRing { desc }
     }
 
@@ -33,9 +39,19 @@ impl RqRing {
         self.desc
     }
 
-    /// Scatter entry `i` (WQE-major), for an entry the device does not own right now: one whose
-    /// completion was consumed, before the doorbell record hands it back.
-    pub fn entry_mut(&mut self, i: usize) -> DataSeg<&mut [u8]> {
+    /// Scatter entry `i` (WQE-major), to write.
+    ///
+    /// # Safety
+    /// - The device does not own the entry now: its completion was consumed (or it was never
+    ///   handed over), and the doorbell record does not yet hand it back.
+    /// - What the caller writes there is what the device will write into once the doorbell
+    ///   record passes it: an address and length inside a registered region under its lkey,
+    ///   memory that may be written (a region's [`crate::mem::DmaRange`] promises that) and
+    ///   that no Rust reference reaches until the entry's completion is consumed; or an entry
+    ///   the device cannot use (no room, the invalid lkey). A safe function could point the
+    ///   device's writes at any buffer of a registered region, one the application still
+    ///   reads for instance.
+    pub unsafe fn entry_mut(&mut self, i: usize) -> DataSeg<&mut [u8]> {
         const LEN: usize = DataSeg::<&[u8]>::LEN;
         assert!(i < (self.desc.wqe_cnt() * self.desc.sges()) as usize);
         // SAFETY: in bounds (asserted), inside the ring the descriptor names; exclusive to the
@@ -45,10 +61,12 @@ impl RqRing {
         DataSeg::new_unchecked(bytes)
     }
 
-    /// Scatter entry `i` (WQE-major) as raw bytes, for the burst's refill (same contract as
-    /// [`RqRing::entry_mut`]).
+    /// Scatter entry `i` (WQE-major) as raw bytes, for the burst's refill.
+    ///
+    /// # Safety
+    /// As for [`RqRing::entry_mut`].
     #[inline(always)]
-    pub fn scatter_entry(&mut self, i: usize) -> &mut [u8; mlx4_prm::DS_SIZE] {
+    pub unsafe fn scatter_entry(&mut self, i: usize) -> &mut [u8; mlx4_prm::DS_SIZE] {
         const N: usize = mlx4_prm::DS_SIZE;
         assert!(i < (self.desc.wqe_cnt() * self.desc.sges()) as usize);
         // SAFETY: in bounds (asserted), 16-byte entries inside the ring; exclusive to the
@@ -58,10 +76,14 @@ impl RqRing {
     }
 
     /// Every scatter entry (WQE-major) as raw bytes, for a burst's refill: one view per burst
-    /// rather than a bounds assertion per entry (same contract as [`RqRing::entry_mut`], for
-    /// the entries whose completions the burst consumed).
+    /// rather than a bounds assertion per entry.
+    ///
+    /// # Safety
+    /// The caller writes only entries that [`RqRing::entry_mut`]'s contract allows (those
+    /// whose completions the burst consumed), and writes them as that contract says; the
+    /// others it neither reads nor writes while the view lives.
     #[inline(always)]
-    pub fn scatter_entries(&mut self) -> &mut [[u8; mlx4_prm::DS_SIZE]] {
+    pub unsafe fn scatter_entries(&mut self) -> &mut [[u8; mlx4_prm::DS_SIZE]] {
         let n = (self.desc.wqe_cnt() * self.desc.sges()) as usize;
         // SAFETY: `n` 16-byte entries inside the ring the descriptor names; exclusive to the
         // driver by the queue protocol above, and no other reference to these bytes exists

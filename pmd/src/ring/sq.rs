@@ -22,7 +22,15 @@ pub struct SqRing {
 impl SqRing {
     /// A view whose every TXBB starts invalid for pass 0 (owner bit set, as rdma-core
     /// initialises SQ ownership), so the device never mistakes stale memory for a WQE.
-    pub fn new(desc: SqDesc) -> SqRing {
+    ///
+    /// # Safety
+    /// The descriptor is one the device handed out for a live send queue, and what it names
+    /// (the ring's `txbb_cnt` TXBBs, page-aligned; the doorbell register; the BlueFlame
+    /// register, if any) stays mapped until this view is dropped or handed back
+    /// ([`SqRing::into_desc`]): the device that owns that memory (`Soft`, `Handles`) is not
+    /// dropped and the queue not destroyed before. Nothing but this view and the device
+    /// reaches the ring meanwhile: one view per descriptor.
+    pub unsafe fn new(desc: SqDesc) -> SqRing {
         let ring = SqRing { desc };
         for i in 0..ring.txbb_cnt() {
             ring.first_dword(i).store(u32::MAX, Ordering::Relaxed);

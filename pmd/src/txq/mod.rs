@@ -298,7 +298,8 @@ const MAX_WQE_TXBBS: u32 = 16;
 impl<B: TxBuf> TxQueue<B> {
     /// A queue for `nb_desc` packets in flight, created on `dev`, for buffers in the
     /// registered regions `mrs`. Everything it keeps is plain data in `cfg.source` memory, so
-    /// that another process can run it.
+    /// that another process can run it. Its rings live in memory `dev` owns: `dev` must outlive
+    /// the queue, which [`TxQueue::destroy`] ends.
     pub fn new(
         dev: &dyn Device,
         name: &str,
@@ -586,7 +587,14 @@ fn create_hw(
             return Err(e);
         }
     };
-    let sq = SqRing::new(sq);
+    // SAFETY: `dev` handed this descriptor out just now, and only this view is made of it;
+    // the queue keeps the view until `destroy_hw` hands it back to `dev` for destroy, and the
+    // device outlives its queues (`TxQueue::new`).
+    #[allow(unsafe_code)]
+    let sq = unsafe { SqRing::new(sq) };
+    // SAFETY: as for the SQ.
+    #[allow(unsafe_code)]
+    let cq = unsafe { CqRing::new(cq) };
     let qpn = sq.desc().qpn();
     let bf = match cfg.path {
         TxPath::BlueFlame => sq.bf_reg(cfg.copy),
@@ -597,7 +605,7 @@ fn create_hw(
         bf,
         bf_qpn: (qpn & 0x00ff_ffff) << 8,
         sq,
-        cq: CqRing::new(cq),
+        cq,
     })
 }
 
