@@ -572,10 +572,9 @@ mod tests {
 
     #[test]
     fn the_length_table_is_the_general_wqe() {
-        for len in 1..=PLAIN_INLINE_MAX {
+        for (len, e) in PLAIN_INLINE.iter().enumerate().skip(1) {
             let ds = ds_of(inline_wqe_bytes(len));
             let ctrl = ctrl_bytes(ds, TxOffloads::default(), false);
-            let e = &PLAIN_INLINE[len];
             assert_eq!(e.dword1, ctrl[4..8], "len {len}");
             assert_eq!(PLAIN_CTRL_8, ctrl[8..16], "len {len}");
             let pkt: Vec<u8> = (0..len).map(|i| i as u8).collect();
