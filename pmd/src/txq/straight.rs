@@ -353,10 +353,31 @@ fn inline_loop<B: TxBuf, const CHECK: bool>(
 
 /// Posts plain packets above the inline threshold whose buffer lies in the lkey cache's
 /// region, as gather WQEs of one data segment, from `pkts[*n]` on, holding each in `elts`;
-/// adds their bytes to `bytes`. Out of line: inside `post_rest`, whose state fills the
-/// registers, the loop would keep more of its own on the stack.
-#[inline(never)]
+/// adds their bytes to `bytes`. The loop is out of line ([`gather_run_out`]): inside
+/// `post_rest`, whose state fills the registers, it would keep more of its own on the stack.
+/// A packet that is not for it (a long inline one, say) is told apart here, inline, so that
+/// the general path does not pay a call per packet to hear it.
+#[inline(always)]
 pub(super) fn gather_run<B: TxBuf>(
+    poster: &mut Poster<'_>,
+    pkts: &[B],
+    n: &mut usize,
+    inline_max: usize,
+    lkeys: &Lkeys,
+    elts: &mut BufRing<B>,
+    bytes: &mut u64,
+) -> Stop {
+    match pkts.get(*n).and_then(|p| p.plain()) {
+        Some(data) if data.len() > inline_max => {
+            gather_run_out(poster, pkts, n, inline_max, lkeys, elts, bytes)
+        }
+        _ => Stop::Other,
+    }
+}
+
+/// [`gather_run`] proper, for a burst whose next packet may be for it.
+#[inline(never)]
+fn gather_run_out<B: TxBuf>(
     poster: &mut Poster<'_>,
     pkts: &[B],
     n: &mut usize,
