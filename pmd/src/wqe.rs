@@ -334,9 +334,18 @@ fn copy_chunks(w: &mut WqeMut<'_>, pkt: &[u8]) {
         w.put_small(data, pkt);
         return;
     }
-    w.put_small(data, &pkt[..FIRST_CHUNK]);
-    for (i, piece) in pkt[FIRST_CHUNK..].chunks(NEXT_CHUNK).enumerate() {
-        w.put_small(TXBB_SIZE * (i + 1) + 4, piece);
+    let (head, rest) = pkt.split_at(FIRST_CHUNK);
+    w.put_array::<FIRST_CHUNK>(data, head.try_into().expect("split at FIRST_CHUNK"));
+    // Whole chunks by constant-size moves, the last part by at most two.
+    let mut chunks = rest.chunks_exact(NEXT_CHUNK);
+    let mut at = TXBB_SIZE + 4;
+    for piece in &mut chunks {
+        w.put_array::<NEXT_CHUNK>(at, piece.try_into().expect("chunks_exact"));
+        at += INLINE_ALIGN;
+    }
+    let last = chunks.remainder();
+    if !last.is_empty() {
+        w.put_small(at, last);
     }
 }
 
