@@ -19,7 +19,6 @@ use crate::hw::Device;
 use crate::mmio::{cpu_has_pat, Copy64, Txbb};
 use crate::ring::{CqRing, SqRing};
 use crate::txq::TxPath;
-use crate::wqe;
 
 /// The decision and why, logged once and exported in xstats.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,13 +129,16 @@ pub fn self_test(dev: &dyn Device, socket: i32, copy: Copy64) -> Result<SelfTest
             return Err(e.to_string());
         }
     };
-    let (mut sq, mut cq) = (SqRing::new(sq), CqRing::new(cq));
+    // SAFETY: `dev` handed these descriptors out just now, one view each; the views go back
+    // to `dev` for destroy before this function returns, and `dev` outlives the call.
+    #[allow(unsafe_code)]
+    let (mut sq, mut cq) = unsafe { (SqRing::new(sq), CqRing::new(cq)) };
     let qpn = sq.desc().qpn();
     let result = (|| {
         let mut bf = sq.bf_reg(copy).ok_or("the SQ got no BF register")?;
         let db = sq.doorbell();
         // NOP 0: unsignaled in the ring, signaled in the BF copy.
-        wqe::write_nop(&mut sq.wqe_mut(0, 1), 1, false);
+        sq.wqe_mut(0, 1).put_nop(1, false);
         let word = u32::from(opcode::NOP); // pass 0: owner 0; counter 0
         sq.publish(0, word);
         let mut copy_blk = Txbb(sq.wqe_blocks(0, 1)[0].0);
@@ -152,7 +154,7 @@ pub fn self_test(dev: &dyn Device, socket: i32, copy: Copy64) -> Result<SelfTest
             };
         }
         // NOP 1, signaled in the ring, through the doorbell.
-        wqe::write_nop(&mut sq.wqe_mut(1, 1), 1, true);
+        sq.wqe_mut(1, 1).put_nop(1, true);
         sq.publish(1, u32::from(opcode::NOP));
         db.ring();
         match wait_cqe(dev, &mut cq, Duration::from_secs(2))? {
@@ -219,7 +221,10 @@ pub fn time_stores(dev: &dyn Device, socket: i32, copy: Copy64) -> Result<StoreT
             return Err(e.to_string());
         }
     };
-    let (mut sq, mut cq) = (SqRing::new(sq), CqRing::new(cq));
+    // SAFETY: `dev` handed these descriptors out just now, one view each; the views go back
+    // to `dev` for destroy before this function returns, and `dev` outlives the call.
+    #[allow(unsafe_code)]
+    let (mut sq, mut cq) = unsafe { (SqRing::new(sq), CqRing::new(cq)) };
     let qpn = sq.desc().qpn();
     let result = (|| {
         let mut bf = sq.bf_reg(copy).ok_or("the SQ got no BF register")?;
@@ -231,7 +236,7 @@ pub fn time_stores(dev: &dyn Device, socket: i32, copy: Copy64) -> Result<StoreT
             let mut spent = Duration::ZERO;
             for i in 0..TIMED_NOPS {
                 let last = i + 1 == TIMED_NOPS;
-                wqe::write_nop(&mut sq.wqe_mut(c, 1), 1, last);
+                sq.wqe_mut(c, 1).put_nop(1, last);
                 let word = sq.owner_word(c, opcode::NOP);
                 if through_bf {
                     // As the queue does: the ring keeps a plain WQE, the copy carries the

@@ -176,12 +176,6 @@ pub fn write_ctrl<const T: usize>(w: &mut WqeMut<'_, T>, ds: u8, off: TxOffloads
     w.put_ctrl(&ctrl_bytes(ds, off, signaled));
 }
 
-/// A NOP covering `txbbs` TXBBs (ring padding, or with `signaled` a completion request).
-pub fn write_nop(w: &mut WqeMut<'_>, txbbs: u32, signaled: bool) {
-    let ds = (txbbs * 4).min(u32::from(mlx4_prm::MAX_WQE_DS)) as u8;
-    write_ctrl(w, ds, TxOffloads::default(), signaled);
-}
-
 /// Turns on the completion request of a written WQE, keeping its other flags.
 pub fn set_signaled(w: &mut WqeMut<'_>) {
     let at = CTRL_SRCRB;
@@ -192,25 +186,60 @@ pub fn set_signaled(w: &mut WqeMut<'_>) {
 /// in the tests below.
 const CTRL_SRCRB: usize = 8;
 
-/// Bytes 4-7 of the control segment (no VLAN, the size) of the straight-line inline WQE for
-/// each packet length: one load in place of the size arithmetic. Checked against
-/// [`write_ctrl`]'s bytes in the tests.
-static PLAIN_INLINE_DWORD1: [[u8; 4]; PLAIN_INLINE_MAX + 1] = {
-    let mut t = [[0u8; 4]; PLAIN_INLINE_MAX + 1];
+/// What a straight-line inline WQE of each packet length needs beyond constants, as stored
+/// (big-endian): bytes 4-7 of its control segment (no VLAN, the size) and the one inline
+/// header that depends on the length (the first chunk's for one TXBB, the second chunk's for
+/// two). Two loads from one 8-byte entry in place of the size and header arithmetic. Checked
+/// against [`write_ctrl`] and [`write_inline`] in the tests.
+#[repr(C, align(8))]
+struct PlainInline {
+    dword1: [u8; 4],
+    header: [u8; 4],
+}
+
+static PLAIN_INLINE: [PlainInline; PLAIN_INLINE_MAX + 1] = {
+    let mut t = [const {
+        PlainInline {
+            dword1: [0; 4],
+            header: [0; 4],
+        }
+    }; PLAIN_INLINE_MAX + 1];
     let mut len = 1;
     while len <= PLAIN_INLINE_MAX {
-        t[len][3] = ds_of(inline_wqe_bytes(len));
+        t[len].dword1[3] = ds_of(inline_wqe_bytes(len));
+        t[len].header = if len <= FIRST_CHUNK {
+            inline_header(len).to_be_bytes()
+        } else {
+            short_inline_header((len - FIRST_CHUNK) as u8)
+        };
         len += 1;
     }
     t
 };
 
-/// The control segment of a straight-line inline WQE of `len` bytes.
+/// Bytes 8-15 of a straight-line WQE's control segment: the flags (no completion request, no
+/// offload) and no immediate. Checked against [`ctrl_bytes`] in the tests.
+const PLAIN_CTRL_8: [u8; 8] = {
+    let f = srcrb::SOLICIT.to_be_bytes();
+    [f[0], f[1], f[2], f[3], 0, 0, 0, 0]
+};
+
+/// Bytes 8-23 of a two-TXBB straight-line inline WQE before its data: [`PLAIN_CTRL_8`], the
+/// first chunk's header (always a full chunk) and 4 bytes that the data then overwrites. One
+/// 16-byte store of a constant that the loop keeps in a register.
+const PLAIN_INLINE2_8: [u8; 16] = {
+    let h = inline_header(FIRST_CHUNK).to_be_bytes();
+    let c = PLAIN_CTRL_8;
+    [
+        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], h[0], h[1], h[2], h[3], 0, 0, 0, 0,
+    ]
+};
+
+/// Bytes 4-7 of a straight-line inline WQE's control segment, as [`WqeMut::put_dword1`] takes
+/// them.
 #[inline(always)]
-fn plain_inline_ctrl(len: usize) -> [u8; 16] {
-    let mut c = ctrl_bytes(0, TxOffloads::default(), false);
-    c[4..8].copy_from_slice(&PLAIN_INLINE_DWORD1[len]);
-    c
+fn plain_dword1(e: &PlainInline) -> u32 {
+    u32::from_ne_bytes(e.dword1)
 }
 
 /// The straight-line inline WQE of a plain packet of 1..=[`FIRST_CHUNK`] bytes: one TXBB,
@@ -219,27 +248,28 @@ fn plain_inline_ctrl(len: usize) -> [u8; 16] {
 #[inline(always)]
 pub fn write_plain_inline1(w: &mut WqeMut<'_, 1>, pkt: &[u8]) {
     let len = pkt.len().min(FIRST_CHUNK);
-    let data = CTRL_LEN + 4;
-    w.put_ctrl(&plain_inline_ctrl(len));
-    w.put_be32(CTRL_LEN, inline_header(len));
-    w.put_small(data, &pkt[..len.min(FIRST_CHUNK)]);
+    let e = &PLAIN_INLINE[len];
+    w.put_dword1(plain_dword1(e));
+    w.put_array(CTRL_SRCRB, &PLAIN_CTRL_8);
+    w.put_array(CTRL_LEN, &e.header);
+    w.put_small(CTRL_LEN + 4, &pkt[..len]);
 }
 
 /// As [`write_plain_inline1`] for FIRST_CHUNK + 1..=[`PLAIN_INLINE_MAX`] bytes: two TXBBs, the
-/// first chunk by constant-size moves, the second by at most two.
+/// control segment's constant bytes and the first header by one store, the first chunk by
+/// constant-size moves, the second by at most two.
 #[inline(always)]
 pub fn write_plain_inline2(w: &mut WqeMut<'_, 2>, pkt: &[u8]) {
-    let len = pkt.len();
-    let data = CTRL_LEN + 4;
-    let (head, tail) = pkt.split_at(FIRST_CHUNK);
-    w.put_ctrl(&plain_inline_ctrl(len.min(PLAIN_INLINE_MAX)));
-    w.put_be32(CTRL_LEN, inline_header(FIRST_CHUNK));
-    w.put_array::<FIRST_CHUNK>(data, head.try_into().expect("split at FIRST_CHUNK"));
+    let len = pkt.len().min(PLAIN_INLINE_MAX);
+    let e = &PLAIN_INLINE[len];
+    let (head, tail) = pkt[..len].split_at(FIRST_CHUNK);
+    w.put_dword1(plain_dword1(e));
+    w.put_array(CTRL_SRCRB, &PLAIN_INLINE2_8);
+    w.put_array::<FIRST_CHUNK>(CTRL_LEN + 4, head.try_into().expect("split at FIRST_CHUNK"));
     w.put_small(TXBB_SIZE + 4, tail);
-    // The second header is the first dword of its TXBB: never valid before its data. Its
-    // length fits the last byte (at most NEXT_CHUNK), which saves the byte swap.
+    // The second header is the first dword of its TXBB: never valid before its data.
     io_wmb();
-    w.put_array(TXBB_SIZE, &short_inline_header(tail.len() as u8));
+    w.put_array(TXBB_SIZE, &e.header);
 }
 
 /// `inline_header(len)`, big-endian, for a length below 256.
@@ -304,9 +334,18 @@ fn copy_chunks(w: &mut WqeMut<'_>, pkt: &[u8]) {
         w.put_small(data, pkt);
         return;
     }
-    w.put_small(data, &pkt[..FIRST_CHUNK]);
-    for (i, piece) in pkt[FIRST_CHUNK..].chunks(NEXT_CHUNK).enumerate() {
-        w.put_small(TXBB_SIZE * (i + 1) + 4, piece);
+    let (head, rest) = pkt.split_at(FIRST_CHUNK);
+    w.put_array::<FIRST_CHUNK>(data, head.try_into().expect("split at FIRST_CHUNK"));
+    // Whole chunks by constant-size moves, the last part by at most two.
+    let mut chunks = rest.chunks_exact(NEXT_CHUNK);
+    let mut at = TXBB_SIZE + 4;
+    for piece in &mut chunks {
+        w.put_array::<NEXT_CHUNK>(at, piece.try_into().expect("chunks_exact"));
+        at += INLINE_ALIGN;
+    }
+    let last = chunks.remainder();
+    if !last.is_empty() {
+        w.put_small(at, last);
     }
 }
 
@@ -389,7 +428,8 @@ mod tests {
         // SAFETY: 16 page-aligned TXBBs that live until the end of this function, past the
         // ring view; a leaked word stands in for the doorbell (never rung here).
         let desc = unsafe { SqDesc::new(mem.non_null(), 16, doorbell, None, 0x40) };
-        let mut sq = SqRing::new(desc);
+        // SAFETY: as above: the memory outlives the view, which is the only one.
+        let mut sq = unsafe { SqRing::new(desc) };
         {
             let mut w = sq.wqe_mut(0, txbbs);
             let fill = vec![0xeeu8; txbbs as usize * TXBB_SIZE - 8];
@@ -540,14 +580,25 @@ mod tests {
     }
 
     #[test]
-    fn the_size_table_is_the_general_control_segment() {
-        for len in 1..=PLAIN_INLINE_MAX {
+    fn the_length_table_is_the_general_wqe() {
+        for (len, e) in PLAIN_INLINE.iter().enumerate().skip(1) {
             let ds = ds_of(inline_wqe_bytes(len));
-            assert_eq!(
-                plain_inline_ctrl(len),
-                ctrl_bytes(ds, TxOffloads::default(), false),
-                "len {len}"
-            );
+            let ctrl = ctrl_bytes(ds, TxOffloads::default(), false);
+            assert_eq!(e.dword1, ctrl[4..8], "len {len}");
+            assert_eq!(PLAIN_CTRL_8, ctrl[8..16], "len {len}");
+            let pkt: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let general = built(crate::ring::txbbs_for(inline_wqe_bytes(len)), |mut w| {
+                write_inline(&mut w, len, std::iter::once(&pkt[..]));
+            });
+            let header_at = if len <= FIRST_CHUNK {
+                CTRL_LEN
+            } else {
+                TXBB_SIZE
+            };
+            assert_eq!(e.header, general[header_at..header_at + 4], "len {len}");
+            if len > FIRST_CHUNK {
+                assert_eq!(PLAIN_INLINE2_8[8..12], general[16..20], "len {len}");
+            }
         }
     }
 
@@ -558,6 +609,19 @@ mod tests {
                 short_inline_header(n),
                 inline_header(usize::from(n)).to_be_bytes()
             );
+        }
+    }
+
+    #[test]
+    fn the_ring_nop_is_a_plain_control_segment() {
+        for (txbbs, ds) in [(1, 4), (2, 8), (16, 63), (40, 63)] {
+            for signaled in [false, true] {
+                let nop = built(1, |mut w| w.put_nop(txbbs, signaled));
+                let ctrl = built(1, |mut w| {
+                    write_ctrl(&mut w, ds, TxOffloads::default(), signaled)
+                });
+                assert_eq!(nop, ctrl, "{txbbs} TXBBs, signaled {signaled}");
+            }
         }
     }
 

@@ -52,7 +52,8 @@ fn sq(mem: &Mem, doorbell: &mut u32) -> SqRing {
     // SAFETY: `mem` holds CNT TXBBs, page-aligned, and outlives the ring in every test; the
     // doorbell is a 4-byte aligned word that outlives it too; no BF register.
     let desc = unsafe { SqDesc::new(mem.p, CNT, NonNull::from(doorbell), None, 0x48) };
-    SqRing::new(desc)
+    // SAFETY: as above; each test makes one view of its memory.
+    unsafe { SqRing::new(desc) }
 }
 
 fn first_dword(mem: &Mem, c: u32) -> u32 {
@@ -256,7 +257,8 @@ fn cq(mem: &Mem, rec: &Mem, size: u32) -> CqRing {
     // SAFETY: `mem` holds CQES entries of `size` bytes, page-aligned; `rec` starts with a
     // 4-byte aligned word; both outlive the ring in the test.
     let desc = unsafe { CqDesc::new(mem.p, CQES, size, rec.p.cast(), 7) };
-    CqRing::new(desc)
+    // SAFETY: as above; each test makes one view of its memory.
+    unsafe { CqRing::new(desc) }
 }
 
 /// Completes entry `n` (free-running) the way a device does: the bytes, then the owner byte

@@ -292,7 +292,10 @@ impl<B: RxBuf> RxQueue<B> {
         let Some(lkey) = self.lkeys.lookup(addr, room as usize) else {
             return false;
         };
-        let mut d = self.rq.entry_mut(i);
+        // SAFETY: slot `i` is the driver's (its completion consumed, or never posted), and it
+        // gets a buffer the queue took from its pool, inside the region of `lkey`.
+        #[allow(unsafe_code)]
+        let mut d = unsafe { self.rq.entry_mut(i) };
         d.set_addr(addr as u64);
         d.set_lkey(lkey);
         d.set_byte_count(room);
@@ -301,7 +304,9 @@ impl<B: RxBuf> RxQueue<B> {
 
     /// Writes scatter entry `i` as one the device cannot use (no room, invalid key).
     pub(super) fn post_empty(&mut self, i: usize) {
-        let mut d = self.rq.entry_mut(i);
+        // SAFETY: slot `i` is the driver's, and gets an entry the device cannot use.
+        #[allow(unsafe_code)]
+        let mut d = unsafe { self.rq.entry_mut(i) };
         d.set_addr(0);
         d.set_lkey(mlx4_prm::INVALID_LKEY);
         d.set_byte_count(0);
@@ -346,7 +351,10 @@ pub(super) fn create_hw(
             }
         });
     match rq {
-        Ok(rq) => Ok((CqRing::new(cq), RqRing::new(rq))),
+        // SAFETY: `dev` handed these descriptors out just now, one view each; the queue keeps
+        // them until `destroy_hw` hands them back to `dev`, which outlives its queues.
+        #[allow(unsafe_code)]
+        Ok(rq) => Ok(unsafe { (CqRing::new(cq), RqRing::new(rq)) }),
         Err(e) => {
             let _ = dev.destroy_cq(cq);
             Err(e)

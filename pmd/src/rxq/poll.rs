@@ -65,10 +65,14 @@ impl<B: RxBuf> RxQueue<B> {
         };
         let len = c.byte_cnt();
         let mut errors = 0;
+        // SAFETY: the refill writes only the slot of the completion consumed here, with
+        // a fresh buffer from the pool inside its region.
+        #[allow(unsafe_code)]
+        let entries = unsafe { self.rq.scatter_entries() };
         let mut cx = Refill {
             region: self.lkeys.cached(),
             elts: &mut self.elts,
-            entries: self.rq.scatter_entries(),
+            entries,
             lkeys: &mut self.lkeys,
             cfg: self.cfg,
         };
@@ -120,7 +124,10 @@ impl<B: RxBuf> RxQueue<B> {
                 }
                 Some(fresh) => {
                     let elts: &mut [B] = &mut self.elts;
-                    let entries = self.rq.scatter_entries();
+                    // SAFETY: only the slots of the CQEs taken are refilled, each with a fresh
+                    // buffer from the pool inside its region.
+                    #[allow(unsafe_code)]
+                    let entries = unsafe { self.rq.scatter_entries() };
                     // One buffer and one entry per WQE: a slot masked by the ring's size is
                     // inside both, which lets the loop index them unchecked.
                     let entries = &mut entries[..elts.len()];

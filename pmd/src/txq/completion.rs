@@ -40,20 +40,22 @@ impl<B: TxBuf> TxQueue<B> {
             if k < pending {
                 end = Some(at(k));
                 self.comp.marks_tail = tail.wrapping_add(k + 1);
-                self.comp.cqe_mismatches += u64::from(k);
+                self.prod.stats.cqe_mismatches += u64::from(k);
             } else {
-                self.comp.cqe_mismatches += 1;
+                self.prod.stats.cqe_mismatches += 1;
             }
             cqes += 1;
             cqe = self.hw.cq.poll();
         }
         if cqes > 0 {
             self.hw.cq.update_ci();
-            self.comp.completions += cqes;
+            self.prod.stats.completions += cqes;
         }
         let Some(m) = end else { return 0 };
         self.hw.sq.stamp(self.comp.cons, m.txbb_end);
         self.comp.cons = m.txbb_end;
+        // Progress: the next look without room starts the count over, and is not counted.
+        self.comp.full_left = FULL_PATIENCE + 1;
         self.free_elts(m.elts_end)
     }
 
@@ -77,7 +79,7 @@ impl<B: TxBuf> TxQueue<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
-        self.comp.error_cqes += 1;
+        self.prod.stats.error_cqes += 1;
         self.comp.detour |= FAILED;
         self.recovery.error_wqe = wqe_index;
         if !self.comp.error_logged {
@@ -122,7 +124,7 @@ impl<B: TxBuf> TxQueue<B> {
     /// through reset gets a fresh queue instead; if it cannot make one, the old one stays,
     /// and so does its state.
     pub fn reset(&mut self, dev: &dyn Device) -> Result<(), HwError> {
-        match dev.set_sq_ready(self.hw.qpn, false) {
+        match dev.set_sq_ready(self.qpn(), false) {
             Ok(()) => {}
             Err(HwError::Unsupported(_)) => return self.recreate(dev),
             Err(e) => return Err(e),
@@ -142,7 +144,7 @@ impl<B: TxBuf> TxQueue<B> {
         let cnt = self.txbb_cnt();
         self.hw.sq.stamp(cnt, cnt.wrapping_mul(2));
         self.restart_counters();
-        dev.set_sq_ready(self.hw.qpn, true)
+        dev.set_sq_ready(self.qpn(), true)
     }
 
     /// What [`TxQueue::reset`] does on a device without send queue states: a new device queue
@@ -160,10 +162,10 @@ impl<B: TxBuf> TxQueue<B> {
     fn count_lost(&mut self) {
         if self.failed() {
             let lost = self.count_flushed();
-            let r = &mut self.recovery;
-            r.flushed += lost;
-            r.queue_resets += 1;
-            self.prod.errors += lost;
+            let st = &mut self.prod.stats;
+            st.flushed += lost;
+            st.queue_resets += 1;
+            st.errors += lost;
         }
     }
 
@@ -178,7 +180,8 @@ impl<B: TxBuf> TxQueue<B> {
         (self.comp.cons, self.comp.marks_tail) = (0, 0);
         self.comp.detour &= !FAILED;
         let r = &mut self.recovery;
-        (r.nop_at, r.kick_cons, r.stalled_looks) = (None, 0, 0);
+        (r.nop_at, r.kick_cons) = (None, 0);
+        self.comp.full_left = FULL_PATIENCE;
     }
 
     /// Packets in the WQEs from the failed one up to the producer: what the device of a queue
@@ -208,7 +211,7 @@ impl<B: TxBuf> TxQueue<B> {
     /// No room: counted, and a look for a lost doorbell (see [`TxQueue::look_without_room`]).
     #[inline(always)]
     pub(super) fn full(&mut self) -> usize {
-        self.prod.ring_full += 1;
+        self.prod.stats.ring_full += 1;
         self.look_without_room();
         0
     }
@@ -218,17 +221,13 @@ impl<B: TxBuf> TxQueue<B> {
     /// An application spinning on a full ring calls often while the device is merely behind,
     /// so this rings only after [`FULL_PATIENCE`] calls without progress. The burst's front
     /// found no completion waiting and the queue healthy, so the look is only the count.
+    /// The count is a countdown that the completion side winds up whenever the consumer
+    /// moves, so that a look is one decrement and its test.
     #[inline(always)]
     pub(super) fn look_without_room(&mut self) {
-        let cons = self.comp.cons;
-        let r = &mut self.recovery;
-        if r.kick_cons != cons {
-            (r.kick_cons, r.stalled_looks) = (cons, 0);
-        } else {
-            r.stalled_looks += 1;
-            if r.stalled_looks >= FULL_PATIENCE {
-                self.ring_again();
-            }
+        self.comp.full_left -= 1;
+        if self.comp.full_left == 0 {
+            self.ring_again();
         }
     }
 
@@ -254,7 +253,7 @@ impl<B: TxBuf> TxQueue<B> {
             || self.failed()
             || cons == self.prod.prod
         {
-            self.recovery.stalled_looks = 0;
+            self.comp.full_left = FULL_PATIENCE;
             return false;
         }
         self.ring_again();
@@ -267,13 +266,13 @@ impl<B: TxBuf> TxQueue<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn ring_again(&mut self) {
-        self.recovery.stalled_looks = 0;
-        self.recovery.doorbell_rerings += 1;
+        self.comp.full_left = FULL_PATIENCE;
+        self.prod.stats.doorbell_rerings += 1;
         if self.recovery.nop_at != Some(self.prod.prod) && self.ask_completion_even_if_signaled() {
             self.recovery.nop_at = Some(self.prod.prod);
         }
         self.hw.doorbell.ring();
-        self.prod.doorbells += 1;
+        self.prod.stats.doorbells += 1;
         (self.prod.bell, self.prod.unrung) = (self.prod.prod, 0);
     }
 
@@ -314,7 +313,7 @@ impl<B: TxBuf> TxQueue<B> {
             }
             if self.ask_completion() {
                 self.hw.doorbell.ring();
-                self.prod.doorbells += 1;
+                self.prod.stats.doorbells += 1;
                 self.prod.bell = self.prod.prod;
             } else if looked.elapsed() >= std::time::Duration::from_millis(1) {
                 looked = std::time::Instant::now();

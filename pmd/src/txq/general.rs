@@ -44,9 +44,9 @@ pub(super) fn post_rest<'a, B: TxBuf>(
 ) -> (Poster<'a>, Tally) {
     rest_loop(&mut poster, pkts, stop, &mut t, &mut q);
     let p = q.prod;
-    p.ring_full += u64::from(t.full);
-    p.errors += u64::from(t.errors);
-    p.gather_packets += u64::from(t.gathers);
+    p.stats.ring_full += u64::from(t.full);
+    p.stats.errors += u64::from(t.errors);
+    p.stats.gather_packets += u64::from(t.gathers);
     (poster, t)
 }
 
@@ -99,7 +99,7 @@ pub(super) fn rest_loop<B: TxBuf>(
                     Step::Inline(len) => {
                         t.single_seg = false;
                         t.bytes += u64::from(len);
-                        q.prod.general_inline += 1;
+                        q.prod.stats.general_inline += 1;
                     }
                     Step::Dropped => {
                         t.single_seg = false;
@@ -109,7 +109,7 @@ pub(super) fn rest_loop<B: TxBuf>(
                         stash(q.done, &pkts[t.kept..t.n], q.fast_free && t.single_seg);
                         q.elts.push(pkt);
                         q.prod.chained_until = q.elts.head();
-                        q.prod.general_gather += 1;
+                        q.prod.stats.general_gather += 1;
                         t.gathers += 1;
                         t.bytes += u64::from(len);
                         t.kept = t.n + 1;
@@ -131,7 +131,7 @@ pub(super) fn rest_loop<B: TxBuf>(
             }
             Stop::Other => {}
         }
-        stop = inline_run(poster, pkts, &mut t.n, q.plain_inline_max, &mut t.bytes);
+        stop = inline_run::<B, false>(poster, pkts, &mut t.n, q.plain_inline_max, &mut t.bytes);
     }
 }
 
@@ -266,6 +266,6 @@ pub(super) fn refuse<B: TxBuf>(prod: &mut Producer, pkt: B) -> Step {
     // SAFETY: `Dropped` makes the burst take this packet and release it with the burst, and
     // nothing else uses it.
     unsafe { pkt.refuse() };
-    prod.bad_mbufs += 1;
+    prod.stats.bad_mbufs += 1;
     Step::Dropped
 }

@@ -54,12 +54,12 @@ use std::sync::atomic::AtomicU32;
 
 use mlx4_prm::{cqe_opcode, opcode, owner_opcode, SQ_HEADROOM_BYTES, TXBB_SHIFT};
 
-use crate::buf::{BufBatch, BufRing};
+use crate::buf::{BufBatch, BufRing, Pusher};
 use crate::hw::{Device, HwError};
 use crate::mem::{DmaArray, FixedStr, Lkeys, MemSource, Mr};
 use crate::mmio::{BfReg, Copy64, SendDoorbell};
 use crate::pmd_log;
-use crate::ring::{txbbs_for, CqRing, LastWqe, Posted, Poster, SqRing};
+use crate::ring::{txbbs_for, CqRing, Cursor, LastWqe, Posted, Poster, SqRing};
 pub use crate::stats::TxStats;
 use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
 
@@ -187,26 +187,17 @@ struct Producer {
     /// before it may not go back through the fast-free path.
     chained_until: u32,
     lkeys: Lkeys,
-    packets: u64,
-    bytes: u64,
-    errors: u64,
-    doorbells: u64,
-    bf_writes: u64,
-    /// Packets that went out in gather WQEs; the others went inline.
-    gather_packets: u64,
-    ring_full: u64,
-    /// Malformed buffers refused (also in `errors`).
-    bad_mbufs: u64,
+    /// Every counter of the queue, the completion side's and the recovery's too (the same
+    /// lcore writes them all): one struct, read and zeroed whole from beside the lcore
+    /// ([`TxQueue::stats_raw`]), so that a counter added to [`TxStats`] cannot be left out.
+    /// `inline_packets` is not counted: it is `packets - gather_packets`, derived there.
+    stats: TxStats,
     /// Doorbell avoidance ([`DbAvoid`]): the producer after the last doorbell or BlueFlame
     /// copy, the packets published since without one, and when the first of those must be
     /// rung for at the latest (TSC).
     bell: u32,
     unrung: u32,
     unrung_deadline: u64,
-    doorbells_avoided: u64,
-    /// Counted on the general path only, where they cost nothing that matters.
-    general_inline: u64,
-    general_gather: u64,
 }
 
 /// Fields only the completion side writes: another cache line.
@@ -216,10 +207,11 @@ struct Completion {
     /// First TXBB not yet completed (free-running).
     cons: u32,
     marks_tail: u32,
-    completions: u64,
-    error_cqes: u64,
-    cqe_mismatches: u64,
     error_logged: bool,
+    /// Looks without room left before one rings again for a lost doorbell
+    /// ([`TxQueue::look_without_room`]): [`FULL_PATIENCE`] looks in a row that saw `cons`
+    /// unchanged with WQEs outstanding.
+    full_left: u32,
     /// Why a burst leaves the front for [`TxQueue::burst_detour`], as bits ([`FAILED`],
     /// [`AVOIDING`]) tested as one byte, so that doorbell avoidance costs the bursts of a
     /// queue without it nothing.
@@ -246,7 +238,6 @@ struct CompMark {
 struct HwQueue {
     sq: SqRing,
     cq: CqRing,
-    qpn: u32,
     doorbell: SendDoorbell,
     /// The BF register, only if the BlueFlame path is live.
     bf: Option<BfReg>,
@@ -259,16 +250,11 @@ struct HwQueue {
 struct Recovery {
     /// WQE index (TXBB counter, low 16 bits) of the error completion that stopped the queue.
     error_wqe: u16,
-    /// `comp.cons` when the last look for a lost doorbell was taken, and how many looks in a
-    /// row have seen it unchanged with WQEs outstanding.
+    /// `comp.cons` when the last [`TxQueue::kick`] looked for a lost doorbell.
     kick_cons: u32,
-    stalled_looks: u32,
     /// The producer just after the NOP the last look without progress posted: while nothing
     /// was posted since, that NOP's completion is the one to wait for.
     nop_at: Option<u32>,
-    flushed: u64,
-    queue_resets: u64,
-    doorbell_rerings: u64,
 }
 
 /// Calls finding a full ring without progress before it rings again for a lost doorbell.
@@ -312,7 +298,8 @@ const MAX_WQE_TXBBS: u32 = 16;
 impl<B: TxBuf> TxQueue<B> {
     /// A queue for `nb_desc` packets in flight, created on `dev`, for buffers in the
     /// registered regions `mrs`. Everything it keeps is plain data in `cfg.source` memory, so
-    /// that another process can run it.
+    /// that another process can run it. Its rings live in memory `dev` owns: `dev` must outlive
+    /// the queue, which [`TxQueue::destroy`] ends.
     pub fn new(
         dev: &dyn Device,
         name: &str,
@@ -351,7 +338,10 @@ impl<B: TxBuf> TxQueue<B> {
                 lkeys,
                 ..Producer::default()
             },
-            comp: Completion::default(),
+            comp: Completion {
+                full_left: FULL_PATIENCE,
+                ..Completion::default()
+            },
             hw,
             plain_inline_max: usize::from(cfg.inline_max).min(wqe::PLAIN_INLINE_MAX),
             avoid_packets: 0,
@@ -371,7 +361,7 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     pub fn qpn(&self) -> u32 {
-        self.hw.qpn
+        self.hw.sq.desc().qpn()
     }
 
     /// Turns doorbell avoidance on with these bounds, or off (the default). Off rings first
@@ -441,40 +431,10 @@ impl<B: TxBuf> TxQueue<B> {
     /// `q` points to a live queue.
     #[allow(unsafe_code)]
     pub unsafe fn stats_raw(q: *const Self) -> TxStats {
-        use std::ptr::addr_of;
-        // SAFETY: the caller's live queue; each counter is an aligned u64 word.
-        unsafe {
-            let (p, c, r) = (
-                addr_of!((*q).prod),
-                addr_of!((*q).comp),
-                addr_of!((*q).recovery),
-            );
-            let rd = |w: *const u64| w.read_volatile();
-            let (packets, gather) = (
-                rd(addr_of!((*p).packets)),
-                rd(addr_of!((*p).gather_packets)),
-            );
-            TxStats {
-                packets,
-                bytes: rd(addr_of!((*p).bytes)),
-                errors: rd(addr_of!((*p).errors)),
-                doorbells: rd(addr_of!((*p).doorbells)),
-                bf_writes: rd(addr_of!((*p).bf_writes)),
-                inline_packets: packets.wrapping_sub(gather),
-                gather_packets: gather,
-                ring_full: rd(addr_of!((*p).ring_full)),
-                completions: rd(addr_of!((*c).completions)),
-                error_cqes: rd(addr_of!((*c).error_cqes)),
-                cqe_mismatches: rd(addr_of!((*c).cqe_mismatches)),
-                general_inline: rd(addr_of!((*p).general_inline)),
-                general_gather: rd(addr_of!((*p).general_gather)),
-                bad_mbufs: rd(addr_of!((*p).bad_mbufs)),
-                flushed: rd(addr_of!((*r).flushed)),
-                queue_resets: rd(addr_of!((*r).queue_resets)),
-                doorbell_rerings: rd(addr_of!((*r).doorbell_rerings)),
-                doorbells_avoided: rd(addr_of!((*p).doorbells_avoided)),
-            }
-        }
+        // SAFETY: the caller's live queue; its counters are one aligned TxStats.
+        let mut s = unsafe { TxStats::read_volatile(std::ptr::addr_of!((*q).prod.stats)) };
+        s.inline_packets = s.packets.wrapping_sub(s.gather_packets);
+        s
     }
 
     /// Zeroes the counters from beside the lcore, as [`TxQueue::stats_raw`] reads them.
@@ -483,35 +443,9 @@ impl<B: TxBuf> TxQueue<B> {
     /// `q` points to a live queue.
     #[allow(unsafe_code)]
     pub unsafe fn reset_stats_raw(q: *mut Self) {
-        use std::ptr::addr_of_mut;
         // SAFETY: as for stats_raw.
         unsafe {
-            let (p, c, r) = (
-                addr_of_mut!((*q).prod),
-                addr_of_mut!((*q).comp),
-                addr_of_mut!((*q).recovery),
-            );
-            for w in [
-                addr_of_mut!((*p).packets),
-                addr_of_mut!((*p).bytes),
-                addr_of_mut!((*p).errors),
-                addr_of_mut!((*p).doorbells),
-                addr_of_mut!((*p).bf_writes),
-                addr_of_mut!((*p).gather_packets),
-                addr_of_mut!((*p).ring_full),
-                addr_of_mut!((*p).general_inline),
-                addr_of_mut!((*p).general_gather),
-                addr_of_mut!((*p).bad_mbufs),
-                addr_of_mut!((*p).doorbells_avoided),
-                addr_of_mut!((*c).completions),
-                addr_of_mut!((*c).error_cqes),
-                addr_of_mut!((*c).cqe_mismatches),
-                addr_of_mut!((*r).flushed),
-                addr_of_mut!((*r).queue_resets),
-                addr_of_mut!((*r).doorbell_rerings),
-            ] {
-                w.write_volatile(0);
-            }
+            TxStats::write_volatile(std::ptr::addr_of_mut!((*q).prod.stats), TxStats::default())
         }
     }
 
@@ -545,7 +479,7 @@ impl<B: TxBuf> TxQueue<B> {
     /// Posts a signaled one-TXBB NOP, whose completion covers everything posted before it.
     fn post_signaled_nop(&mut self) {
         let start = self.prod.prod;
-        wqe::write_nop(&mut self.hw.sq.wqe_mut(start, 1), 1, true);
+        self.hw.sq.wqe_mut(start, 1).put_nop(1, true);
         self.prod.prod = start.wrapping_add(1);
         let mask = self.marks.len() as u32 - 1;
         self.marks[(self.prod.marks_head & mask) as usize] = CompMark {
@@ -653,19 +587,25 @@ fn create_hw(
             return Err(e);
         }
     };
-    let sq = SqRing::new(sq);
+    // SAFETY: `dev` handed this descriptor out just now, and only this view is made of it;
+    // the queue keeps the view until `destroy_hw` hands it back to `dev` for destroy, and the
+    // device outlives its queues (`TxQueue::new`).
+    #[allow(unsafe_code)]
+    let sq = unsafe { SqRing::new(sq) };
+    // SAFETY: as for the SQ.
+    #[allow(unsafe_code)]
+    let cq = unsafe { CqRing::new(cq) };
     let qpn = sq.desc().qpn();
     let bf = match cfg.path {
         TxPath::BlueFlame => sq.bf_reg(cfg.copy),
         TxPath::Doorbell => None,
     };
     Ok(HwQueue {
-        qpn,
         doorbell: sq.doorbell(),
         bf,
         bf_qpn: (qpn & 0x00ff_ffff) << 8,
         sq,
-        cq: CqRing::new(cq),
+        cq,
     })
 }
 

@@ -59,7 +59,8 @@ impl<B: TxBuf> TxQueue<B> {
         let sink = AtomicU32::new(0);
         let mut poster = self.hw.sq.poster(start, start.wrapping_add(room), &sink);
         let (mut n, mut bytes) = (0, 0);
-        let stop = inline_run(&mut poster, pkts, &mut n, self.plain_inline_max, &mut bytes);
+        let stop =
+            inline_run::<B, true>(&mut poster, pkts, &mut n, self.plain_inline_max, &mut bytes);
         if stop == Stop::End {
             // Every packet went the straight-line way: the tally is two registers, and the
             // end of the burst a copy of its own with the rest folded away.
@@ -113,7 +114,7 @@ impl<B: TxBuf> TxQueue<B> {
             self.ask_if_due(last, start, end, posted_n);
             if skip {
                 self.hw.sq.publish(last.start, u32::from_be(last.send_be));
-                self.prod.doorbells_avoided += 1;
+                self.prod.stats.doorbells_avoided += 1;
             } else {
                 self.ring_for(last);
             }
@@ -131,8 +132,8 @@ impl<B: TxBuf> TxQueue<B> {
             release(self.done.take(), fast);
         }
         let p = &mut self.prod;
-        p.packets += (t.n - t.errors as usize) as u64;
-        p.bytes += t.bytes;
+        p.stats.packets += (t.n - t.errors as usize) as u64;
+        p.stats.bytes += t.bytes;
         t.n
     }
 
@@ -177,17 +178,17 @@ impl<B: TxBuf> TxQueue<B> {
                     head[..4].copy_from_slice(&word.to_be_bytes());
                     head[4..].copy_from_slice(&(hw.bf_qpn | (dword1 & 0xff)).to_be_bytes());
                     half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
-                    p.bf_writes += 1;
+                    p.stats.bf_writes += 1;
                 } else {
                     hw.sq.publish(last.start, word);
                     hw.doorbell.ring();
-                    p.doorbells += 1;
+                    p.stats.doorbells += 1;
                 }
             }
             None => {
                 hw.sq.publish(last.start, word);
                 hw.doorbell.ring();
-                p.doorbells += 1;
+                p.stats.doorbells += 1;
             }
         }
     }
@@ -244,7 +245,7 @@ impl<B: TxBuf> TxQueue<B> {
         self.ask_completion();
         self.hw.doorbell.ring();
         let p = &mut self.prod;
-        p.doorbells += 1;
+        p.stats.doorbells += 1;
         (p.bell, p.unrung) = (p.prod, 0);
     }
 }
@@ -263,60 +264,120 @@ pub(super) enum Stop {
 }
 
 /// Posts plain packets that fit an inline WQE of one or two TXBBs, from `pkts[*n]` on, until
-/// one does not; adds their bytes to `bytes`.
+/// one does not; adds their bytes to `bytes`. With `HOIST`, when the run has room for all of
+/// them at two TXBBs each (nearly every burst), the room is checked once, not per packet;
+/// without (a run that continues a burst of other packets), each WQE checks it, so that the
+/// general path carries one copy of the loop, not two.
 #[inline(always)]
-pub(super) fn inline_run<B: TxBuf>(
+pub(super) fn inline_run<B: TxBuf, const HOIST: bool>(
     poster: &mut Poster<'_>,
     pkts: &[B],
     n: &mut usize,
     plain_inline_max: usize,
     bytes: &mut u64,
 ) -> Stop {
-    let mut sum = *bytes;
     let mut poster = poster.cursor();
     let todo = &pkts[*n..];
-    let mut i = 0;
-    let stop = loop {
-        if i == todo.len() {
-            break Stop::End;
-        }
-        let Some(data) = todo[i].plain() else {
-            break Stop::Other;
+    // The threshold is clamped to PLAIN_INLINE_MAX at setup; said again so that the one
+    // compare per packet bounds both length classes for the compiler.
+    let max = plain_inline_max.min(wqe::PLAIN_INLINE_MAX);
+    let (i, sum, stop) = if HOIST && poster.room() >= todo.len() * 2 {
+        inline_loop::<B, false>(&mut poster, todo, max)
+    } else {
+        inline_loop::<B, true>(&mut poster, todo, max)
+    };
+    *n += i;
+    *bytes += sum;
+    stop
+}
+
+/// [`inline_run`]'s loop: how many packets it posted, their bytes, and why it stopped.
+/// `CHECK`: whether each WQE checks the room; without, the caller made sure of two TXBBs for
+/// every packet of `todo`.
+#[inline(always)]
+fn inline_loop<B: TxBuf, const CHECK: bool>(
+    poster: &mut Cursor<'_, '_>,
+    todo: &[B],
+    max: usize,
+) -> (usize, u64, Stop) {
+    let mut sum = 0u64;
+    for (i, pkt) in todo.iter().enumerate() {
+        let Some(data) = pkt.plain() else {
+            return (i, sum, Stop::Other);
         };
         let len = data.len();
-        if len.wrapping_sub(1) >= plain_inline_max {
-            break Stop::Other;
+        if len.wrapping_sub(1) >= max {
+            return (i, sum, Stop::Other);
         }
+        // SAFETY: 1 <= len <= max <= PLAIN_INLINE_MAX, from the compare above and the clamp;
+        // the hint lets the writers' own clamps and table bounds fold away.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::hint::assert_unchecked(len <= wqe::PLAIN_INLINE_MAX)
+        };
         // Each length class with its own constant WQE size.
         if len <= wqe::FIRST_CHUNK {
-            let Some(mut w) = poster.take::<1>() else {
-                break Stop::RunEnd(1);
+            let mut w = if CHECK {
+                let Some(w) = poster.take::<1>() else {
+                    return (i, sum, Stop::RunEnd(1));
+                };
+                w
+            } else {
+                // SAFETY: the caller found room for two TXBBs per packet of `todo`, and
+                // each packet takes at most two.
+                #[allow(unsafe_code)]
+                unsafe {
+                    poster.take_unchecked::<1>()
+                }
             };
             wqe::write_plain_inline1(&mut w, data);
         } else {
-            // Already known (the threshold is clamped to it); said again so that the compiler
-            // knows the second chunk's size too.
-            if len > wqe::PLAIN_INLINE_MAX {
-                break Stop::Other;
-            }
-            let Some(mut w) = poster.take::<2>() else {
-                break Stop::RunEnd(2);
+            let mut w = if CHECK {
+                let Some(w) = poster.take::<2>() else {
+                    return (i, sum, Stop::RunEnd(2));
+                };
+                w
+            } else {
+                // SAFETY: as above.
+                #[allow(unsafe_code)]
+                unsafe {
+                    poster.take_unchecked::<2>()
+                }
             };
             wqe::write_plain_inline2(&mut w, data);
         }
         sum += len as u64;
-        i += 1;
-    };
-    *n += i;
-    *bytes = sum;
-    stop
+    }
+    (todo.len(), sum, Stop::End)
 }
 
 /// Posts plain packets above the inline threshold whose buffer lies in the lkey cache's
 /// region, as gather WQEs of one data segment, from `pkts[*n]` on, holding each in `elts`;
-/// adds their bytes to `bytes`.
+/// adds their bytes to `bytes`. The loop is out of line ([`gather_run_out`]): inside
+/// `post_rest`, whose state fills the registers, it would keep more of its own on the stack.
+/// A packet that is not for it (a long inline one, say) is told apart here, inline, so that
+/// the general path does not pay a call per packet to hear it.
 #[inline(always)]
 pub(super) fn gather_run<B: TxBuf>(
+    poster: &mut Poster<'_>,
+    pkts: &[B],
+    n: &mut usize,
+    inline_max: usize,
+    lkeys: &Lkeys,
+    elts: &mut BufRing<B>,
+    bytes: &mut u64,
+) -> Stop {
+    match pkts.get(*n).and_then(|p| p.plain()) {
+        Some(data) if data.len() > inline_max => {
+            gather_run_out(poster, pkts, n, inline_max, lkeys, elts, bytes)
+        }
+        _ => Stop::Other,
+    }
+}
+
+/// [`gather_run`] proper, for a burst whose next packet may be for it.
+#[inline(never)]
+fn gather_run_out<B: TxBuf>(
     poster: &mut Poster<'_>,
     pkts: &[B],
     n: &mut usize,
@@ -329,37 +390,65 @@ pub(super) fn gather_run<B: TxBuf>(
     let Some(mr) = lkeys.cached() else {
         return Stop::Other;
     };
-    let mut sum = *bytes;
     let mut poster = poster.cursor();
     let mut held = elts.pusher();
     let todo = &pkts[*n..];
-    let mut i = 0;
-    let stop = loop {
-        if i == todo.len() {
-            break Stop::End;
-        }
-        let pkt = todo[i];
+    // One TXBB a packet: with room for all of them, the WQEs need no room check each.
+    let (i, sum, stop) = if poster.room() >= todo.len() {
+        gather_loop::<B, false>(&mut poster, &mut held, todo, inline_max, mr)
+    } else {
+        gather_loop::<B, true>(&mut poster, &mut held, todo, inline_max, mr)
+    };
+    *n += i;
+    *bytes += sum;
+    stop
+}
+
+/// [`gather_run`]'s loop: how many packets it posted, their bytes, and why it stopped.
+/// `CHECK`: whether each WQE checks the room; without, the caller made sure of one TXBB for
+/// every packet of `todo`.
+#[inline(always)]
+fn gather_loop<B: TxBuf, const CHECK: bool>(
+    poster: &mut Cursor<'_, '_>,
+    held: &mut Pusher<'_, B>,
+    todo: &[B],
+    inline_max: usize,
+    mr: Mr,
+) -> (usize, u64, Stop) {
+    let mut sum = 0u64;
+    let mut it = todo.iter();
+    // The index of the packet in hand, derived from the iterator only where the loop stops
+    // (an index kept beside the iterator costs a register and an increment a packet).
+    let at = |it: &std::slice::Iter<'_, B>| todo.len() - it.len() - 1;
+    while let Some(&pkt) = it.next() {
         let Some(data) = pkt.plain() else {
-            break Stop::Other;
+            return (at(&it), sum, Stop::Other);
         };
         let (addr, len) = (data.as_ptr() as usize, data.len());
         if len <= inline_max || !mr.contains(addr, len) {
-            break Stop::Other;
+            return (at(&it), sum, Stop::Other);
         }
         if held.is_full() {
-            break Stop::Full;
+            return (at(&it), sum, Stop::Full);
         }
-        let Some(mut w) = poster.take::<1>() else {
-            break Stop::RunEnd(1);
+        let mut w = if CHECK {
+            let Some(w) = poster.take::<1>() else {
+                return (at(&it), sum, Stop::RunEnd(1));
+            };
+            w
+        } else {
+            // SAFETY: the caller found room for one TXBB per packet of `todo`, and each
+            // packet takes one.
+            #[allow(unsafe_code)]
+            unsafe {
+                poster.take_unchecked::<1>()
+            }
         };
         wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
         held.push(pkt);
         sum += len as u64;
-        i += 1;
-    };
-    *n += i;
-    *bytes = sum;
-    stop
+    }
+    (todo.len(), sum, Stop::End)
 }
 
 /// What a burst came to.

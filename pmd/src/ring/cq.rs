@@ -1,0 +1,296 @@
+//! The completion ring: 32-byte CQEs (or the second half of 64-byte entries), their owner
+//! bytes, and the consumer-index record.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+
+use mlx4_prm::{Cqe, CQE_SIZE};
+
+use crate::hw::CqDesc;
+
+/// A view of a completion queue and its consumer-index record.
+pub struct CqRing {
+    desc: CqDesc,
+    /// The first CQE: the first entry, or its second half for 64-byte entries.
+    first: NonNull<u8>,
+    /// log2 of the entry size.
+    entry_shift: u32,
+    cqe_cnt: u32,
+    /// Consumer counter (free-running).
+    ci: u32,
+    /// The owner byte of CQE `ci`, and the value it has once software owns it: derived from
+    /// `ci` whenever it moves, so that polling an empty CQ is one load of the device's byte
+    /// and a compare (a pointer, not an offset from `first`: one load less per poll).
+    next_owner: NonNull<u8>,
+    sw_owner: u8,
+}
+
+impl CqRing {
+    /// A view that starts consuming at entry 0, as a driver does on a CQ just created (the
+    /// device initialises its entries at creation). The consumer record starts over too: left
+    /// at an older queue's index, it would tell the device that the new CQ is full.
+    ///
+    /// # Safety
+    /// The descriptor is one the device handed out for a live completion queue, and what it
+    /// names (`cqe_cnt` entries of `cqe_size` bytes, the consumer-index record) stays mapped
+    /// until this view is dropped or handed back ([`CqRing::into_desc`]): the device that owns
+    /// that memory is not dropped and the queue not destroyed before. Nothing but this view
+    /// and the device reaches it meanwhile: one view per descriptor.
+    pub unsafe fn new(desc: CqDesc) -> CqRing {
+        let size = desc.cqe_size() as usize;
+        // SAFETY: a 32-byte CQE fits in each entry (32 or 64 bytes, the descriptor's promise).
+        let first = unsafe { desc.buf().add(size - CQE_SIZE) };
+        let mut ring = CqRing {
+            first,
+            entry_shift: size.trailing_zeros(),
+            cqe_cnt: desc.cqe_cnt(),
+            desc,
+            ci: 0,
+            next_owner: first,
+            sw_owner: 0,
+        };
+        ring.seek(0);
+        ring.update_ci();
+        ring
+    }
+
+    /// Bytes from one entry to the next.
+    #[inline(always)]
+    fn stride(&self) -> usize {
+        1 << self.entry_shift
+    }
+
+    /// Bytes the entries span, from `first`.
+    #[inline(always)]
+    fn span(&self) -> usize {
+        (self.cqe_cnt as usize) << self.entry_shift
+    }
+
+    /// Where the owner byte of CQE `ci` is, from `first`.
+    #[inline(always)]
+    fn owner_offset(&self) -> usize {
+        self.next_owner.as_ptr() as usize - self.first.as_ptr() as usize
+    }
+
+    /// Moves the consumer counter to `ci`.
+    #[inline(always)]
+    fn seek(&mut self, ci: u32) {
+        self.ci = ci;
+        let at = ((ci & (self.cqe_cnt - 1)) as usize) * self.stride() + Cqe::<&[u8]>::OWNER_OFFSET;
+        // SAFETY: an owner byte inside the CQE array.
+        self.next_owner = unsafe { self.first.add(at) };
+        self.sw_owner = if ci & self.cqe_cnt != 0 {
+            mlx4_prm::cqe_owner::OWNER
+        } else {
+            0
+        };
+    }
+
+    pub fn cqe_cnt(&self) -> u32 {
+        self.cqe_cnt
+    }
+
+    pub fn desc(&self) -> &CqDesc {
+        &self.desc
+    }
+
+    /// Ends the view, for destroying the queue.
+    pub fn into_desc(self) -> CqDesc {
+        self.desc
+    }
+
+    /// Moves the consumer counter on by one CQE: the next owner byte is one entry on, and its
+    /// expected value flips where the ring wraps.
+    #[inline(always)]
+    fn advance(&mut self) {
+        self.ci = self.ci.wrapping_add(1);
+        let at = self.owner_offset() + self.stride();
+        if at >= self.span() {
+            // SAFETY: the first entry's owner byte.
+            self.next_owner = unsafe { self.first.add(Cqe::<&[u8]>::OWNER_OFFSET) };
+            self.sw_owner ^= mlx4_prm::cqe_owner::OWNER;
+        } else {
+            // SAFETY: below the span, so inside the CQE array.
+            self.next_owner = unsafe { self.first.add(at) };
+        }
+    }
+
+    /// The owner byte at offset `at` from the first CQE.
+    #[inline(always)]
+    fn owner_at(&self, at: usize) -> u8 {
+        debug_assert!(at < self.span());
+        // SAFETY: `at` lies inside the CQE array (kept there by `seek`/`advance` and the
+        // wrap in `ready`); the device writes owner bytes last, atomically, and no Rust
+        // reference to bytes covers them.
+        unsafe { AtomicU8::from_ptr(self.first.as_ptr().add(at)) }.load(Ordering::Acquire)
+    }
+
+    /// How many CQEs from the consumer on software owns, counting at most `max`: a burst
+    /// sizes its buffer allocation with it before taking them.
+    #[inline]
+    pub fn ready(&self, max: usize) -> usize {
+        let stride = self.stride();
+        let (mut at, mut sw) = (self.owner_offset(), self.sw_owner);
+        let cnt = self.cqe_cnt;
+        let mut to_end = (cnt - (self.ci & (cnt - 1))) as usize;
+        let mut n = 0;
+        loop {
+            // The entries up to the ring's end, counted without a wrap test each; then, if
+            // more may be ready, the next pass's from the ring's start.
+            let stop = max.min(n + to_end);
+            while n < stop {
+                if self.owner_at(at) & mlx4_prm::cqe_owner::OWNER != sw {
+                    return n;
+                }
+                n += 1;
+                at += stride;
+            }
+            if n == max {
+                return n;
+            }
+            at = Cqe::<&[u8]>::OWNER_OFFSET;
+            sw ^= mlx4_prm::cqe_owner::OWNER;
+            to_end = cnt as usize;
+        }
+    }
+
+    /// The next CQE, read in place, if software owns it; advances the consumer counter. The
+    /// view lives until the next call on the ring, before which nothing hands the CQE back
+    /// to the device (that is `update_ci`).
+    #[inline(always)]
+    pub fn next_view(&mut self) -> Option<Cqe<&[u8]>> {
+        if !self.has_cqe() {
+            return None;
+        }
+        let at = self.owner_offset() - Cqe::<&[u8]>::OWNER_OFFSET;
+        self.advance();
+        // SAFETY: a whole CQE inside the array; software owns it (owner byte seen with
+        // acquire), so the device has finished writing it and does not write it again until
+        // the consumer record passes it, which needs `&mut self`, ending this borrow.
+        Some(Cqe::new_unchecked(unsafe {
+            std::slice::from_raw_parts(self.first.as_ptr().add(at), CQE_SIZE)
+        }))
+    }
+
+    /// Whether software owns the next CQE (one load and a compare).
+    #[inline(always)]
+    pub fn has_cqe(&self) -> bool {
+        // SAFETY: `next_owner` is an owner byte inside the CQE array (`seek`, `advance`,
+        // `take_ready`), which the device writes last, atomically.
+        let owner = unsafe { AtomicU8::from_ptr(self.next_owner.as_ptr()) }.load(Ordering::Acquire);
+        owner & mlx4_prm::cqe_owner::OWNER == self.sw_owner
+    }
+
+    /// The next CQE if software owns it, copied out; advances the consumer counter. With
+    /// none waiting (the common case on the TX side) this is one load of the device's byte
+    /// and a compare.
+    #[inline(always)]
+    pub fn poll(&mut self) -> Option<Cqe<[u8; CQE_SIZE]>> {
+        if !self.has_cqe() {
+            return None;
+        }
+        let at = self.owner_offset() - Cqe::<&[u8]>::OWNER_OFFSET;
+        let mut cqe = [0u8; CQE_SIZE];
+        // SAFETY: the CQE is software-owned (owner byte seen with acquire), so the device has
+        // finished writing it and will not touch it until the consumer index passes it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.first.as_ptr().add(at), cqe.as_mut_ptr(), CQE_SIZE)
+        };
+        self.advance();
+        Some(Cqe::new_unchecked(cqe))
+    }
+
+    /// [`CqRing::ready`] as a claim that [`CqRing::take_ready`] honours without reading the
+    /// owner bytes again: a burst counts its CQEs once, sizes its allocation with the count,
+    /// then walks them.
+    #[inline(always)]
+    pub fn ready_run(&self, max: usize) -> Ready {
+        Ready {
+            ring: self.first.as_ptr() as usize,
+            ci: self.ci,
+            // A burst of one asks for the one owner byte only.
+            n: if max == 1 {
+                u32::from(self.has_cqe())
+            } else {
+                self.ready(max) as u32
+            },
+        }
+    }
+
+    /// Hands the CQEs `r` counted to `f` in order, read in place, and moves the consumer
+    /// counter past them once: one run to the ring's end and one from its start, with no
+    /// owner load or wrap test per CQE.
+    #[inline(always)]
+    pub fn take_ready(&mut self, r: Ready, mut f: impl FnMut(Cqe<&[u8]>)) {
+        assert!(
+            r.ring == self.first.as_ptr() as usize && r.ci == self.ci,
+            "a Ready of another CQ, or of an older consumer counter"
+        );
+        let (cnt, shift) = (self.cqe_cnt, self.entry_shift);
+        let idx = self.ci & (cnt - 1);
+        let head = r.n.min(cnt - idx);
+        // The run to the ring's end, then the one from its start: no wrap test per CQE.
+        for (from, len) in [((idx as usize) << shift, head), (0, r.n - head)] {
+            let mut at = from;
+            for _ in 0..len {
+                // SAFETY: `at` is an entry inside the array (`idx + i` below `cnt` in the
+                // first run, `i` below `n - head` in the second, and `ready` never counts
+                // more than `cnt`); software owns it, since `ready` saw its owner byte with
+                // acquire for this very consumer counter (asserted), and the device writes it
+                // again only after the consumer record passes it, which `update_ci` does
+                // after this call.
+                let cqe =
+                    unsafe { std::slice::from_raw_parts(self.first.as_ptr().add(at), CQE_SIZE) };
+                f(Cqe::new_unchecked(cqe));
+                at += 1 << shift;
+            }
+        }
+        // As `advance`, by n at once: `ready` never counts past one wrap.
+        self.ci = self.ci.wrapping_add(r.n);
+        let mut at = self.owner_offset() + ((r.n as usize) << shift);
+        if at >= self.span() {
+            at -= self.span();
+            self.sw_owner ^= mlx4_prm::cqe_owner::OWNER;
+        }
+        // SAFETY: reduced below the span: an owner byte inside the CQE array.
+        self.next_owner = unsafe { self.first.add(at) };
+    }
+
+    /// The consumer counter (free-running): what a CQ arm doorbell carries.
+    pub fn ci(&self) -> u32 {
+        self.ci
+    }
+
+    /// Tells the device how far we consumed, once per batch of CQEs.
+    #[inline]
+    pub fn update_ci(&self) {
+        // SAFETY: the record is the CQ's (descriptor), 4-byte aligned; the device reads it
+        // atomically.
+        let rec = unsafe { AtomicU32::from_ptr(self.desc.set_ci_db().as_ptr()) };
+        rec.store((self.ci & 0x00ff_ffff).to_be(), Ordering::Release);
+    }
+}
+
+/// CQEs software owns from a given consumer counter of one CQ ([`CqRing::ready_run`]).
+#[must_use]
+#[derive(Debug)]
+pub struct Ready {
+    ring: usize,
+    ci: u32,
+    n: u32,
+}
+
+impl Ready {
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+}
+
+// SAFETY: as for SqRing.
+unsafe impl Send for CqRing {}
