@@ -174,7 +174,9 @@ fn round_trip(rss: bool, frames: &[Vec<u8>]) -> Vec<(Rec, Vec<u8>)> {
         fast_free: false,
         source: MemSource::Heap,
     };
-    let mut tx: TxQueue<Pkt> = TxQueue::new(&dev, "rx_meta_step", 0, 256, tx_cfg, &[]).unwrap();
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let mut tx: TxQueue<Pkt> =
+        unsafe { TxQueue::new(&dev, "rx_meta_step", 0, 256, tx_cfg, &[]) }.unwrap();
     let rx_cfg = RxConfig {
         sges: 1,
         csum: true,
@@ -184,7 +186,8 @@ fn round_trip(rss: bool, frames: &[Vec<u8>]) -> Vec<(Rec, Vec<u8>)> {
         port_id: 3,
         source: MemSource::Heap,
     };
-    let mut rx: RxQueue<Buf> = RxQueue::new(&dev, 0, 256, rx_cfg, (), &[mr]).unwrap();
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let mut rx: RxQueue<Buf> = unsafe { RxQueue::new(&dev, 0, 256, rx_cfg, (), &[mr]) }.unwrap();
     let free_before = POOL.with(|p| p.borrow().free.len());
     let pkts: Vec<Pkt> = frames.iter().map(|f| Pkt(f.as_ptr(), f.len())).collect();
     let mut got = Vec::new();

@@ -197,37 +197,43 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
     let dev = Soft::new(hca.clone(), MemSource::Heap);
     // SAFETY: the pool's arena is a thread-local that outlives every queue of the thread.
     let mr: Mr = dev.reg_mr(unsafe { DmaRange::new(start, end) }).unwrap();
-    let tx = TxQueue::new(
-        &dev,
-        "rx_step",
-        0,
-        256,
-        TxConfig {
-            inline_max: 928,
-            path: TxPath::Doorbell,
-            copy: Copy64::best(),
-            fast_free: false,
-            source: MemSource::Heap,
-        },
-        &[],
-    )
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let tx = unsafe {
+        TxQueue::new(
+            &dev,
+            "rx_step",
+            0,
+            256,
+            TxConfig {
+                inline_max: 928,
+                path: TxPath::Doorbell,
+                copy: Copy64::best(),
+                fast_free: false,
+                source: MemSource::Heap,
+            },
+            &[],
+        )
+    }
     .unwrap();
-    let rx = RxQueue::new(
-        &dev,
-        0,
-        256,
-        RxConfig {
-            sges,
-            csum: true,
-            rss: false,
-            keep_crc: false,
-            tunnel: false,
-            port_id: 0,
-            source: MemSource::Heap,
-        },
-        (),
-        &[mr],
-    )
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let rx = unsafe {
+        RxQueue::new(
+            &dev,
+            0,
+            256,
+            RxConfig {
+                sges,
+                csum: true,
+                rss: false,
+                keep_crc: false,
+                tunnel: false,
+                port_id: 0,
+                source: MemSource::Heap,
+            },
+            (),
+            &[mr],
+        )
+    }
     .unwrap();
     Rig {
         hca,

@@ -42,7 +42,8 @@ fn setup(path: TxPath, avoid: DbAvoid, n: usize) -> Setup {
         ..Faults::default()
     });
     let mut q: TxQueue<Pkt> =
-        TxQueue::new(&r.dev, "tx_db_avoid", 0, 256, tx_config(path, 104), &[r.mr]).unwrap();
+        // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+        unsafe { TxQueue::new(&r.dev, "tx_db_avoid", 0, 256, tx_config(path, 104), &[r.mr]) }.unwrap();
     assert_eq!(q.path(), path);
     q.set_db_avoid(Some(avoid));
     let mut rng = Rng(7 + n as u64);
@@ -255,14 +256,17 @@ fn off_by_default_and_off_rings_for_what_waits() {
     assert_eq!(s.on_wire(), 4);
     s.finish();
     let r = rig(true);
-    let q: TxQueue<Pkt> = TxQueue::new(
-        &r.dev,
-        "tx_db_avoid",
-        0,
-        256,
-        tx_config(TxPath::Doorbell, 104),
-        &[r.mr],
-    )
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let q: TxQueue<Pkt> = unsafe {
+        TxQueue::new(
+            &r.dev,
+            "tx_db_avoid",
+            0,
+            256,
+            tx_config(TxPath::Doorbell, 104),
+            &[r.mr],
+        )
+    }
     .unwrap();
     assert_eq!(q.db_avoid(), None);
     q.destroy(&r.dev);
@@ -280,7 +284,8 @@ fn random_traffic(path: TxPath, cqe_drop_every: u32, seed: u64) {
         ..Faults::default()
     });
     let mut q: TxQueue<Pkt> =
-        TxQueue::new(&r.dev, "tx_db_avoid", 0, 256, tx_config(path, 104), &[r.mr]).unwrap();
+        // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+        unsafe { TxQueue::new(&r.dev, "tx_db_avoid", 0, 256, tx_config(path, 104), &[r.mr]) }.unwrap();
     q.set_db_avoid(Some(DbAvoid {
         packets: 16,
         ..LOOSE

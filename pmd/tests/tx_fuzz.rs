@@ -365,14 +365,17 @@ fn random_chain(rng: &mut Rng, arena: &mut [u8], at: &mut usize, inline_max: usi
 fn run(path: TxPath, inline_max: u16, seed: u64, rounds: usize) {
     FREES.with(|f| f.borrow_mut().clear());
     let mut r = rig(path == TxPath::BlueFlame);
-    let mut q: TxQueue<Fz> = TxQueue::new(
-        &r.dev,
-        "tx_fuzz",
-        0,
-        256,
-        tx_config(path, inline_max),
-        &[r.mr],
-    )
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let mut q: TxQueue<Fz> = unsafe {
+        TxQueue::new(
+            &r.dev,
+            "tx_fuzz",
+            0,
+            256,
+            tx_config(path, inline_max),
+            &[r.mr],
+        )
+    }
     .unwrap();
     let mut rng = Rng(seed);
     let mut arena = std::mem::take(&mut r.arena);

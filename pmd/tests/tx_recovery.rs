@@ -21,14 +21,17 @@ fn an_idle_queue_recovers_from_losing_its_last_completion() {
     for path in [TxPath::Doorbell, TxPath::BlueFlame] {
         FREED.with(|f| f.borrow_mut().clear());
         let mut r = rig(true);
-        let mut q: TxQueue<Pkt> = TxQueue::new(
-            &r.dev,
-            "tx_lost_last",
-            0,
-            256,
-            tx_config(path, 104),
-            &[r.mr],
-        )
+        // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+        let mut q: TxQueue<Pkt> = unsafe {
+            TxQueue::new(
+                &r.dev,
+                "tx_lost_last",
+                0,
+                256,
+                tx_config(path, 104),
+                &[r.mr],
+            )
+        }
         .unwrap();
         let mut rng = Rng(0x1a57);
         // Gather packets, held until their completion: one burst of 64, which asks for a
@@ -62,14 +65,17 @@ fn an_idle_queue_recovers_from_losing_its_last_completion() {
 fn error_cqe_is_counted_and_the_queue_recovers() {
     FREED.with(|f| f.borrow_mut().clear());
     let mut r = rig(true);
-    let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.dev,
-        "tx_err",
-        0,
-        64,
-        tx_config(TxPath::Doorbell, 0),
-        &[r.mr],
-    )
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let mut q: TxQueue<Pkt> = unsafe {
+        TxQueue::new(
+            &r.dev,
+            "tx_err",
+            0,
+            64,
+            tx_config(TxPath::Doorbell, 0),
+            &[r.mr],
+        )
+    }
     .unwrap();
     let mut rng = Rng(5);
     let cases: Vec<Case> = (0..3)
@@ -128,14 +134,17 @@ fn error_cqe_is_counted_and_the_queue_recovers() {
     };
     let mr = r.dev.reg_mr(range).unwrap();
     q.destroy(&r.dev);
-    let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.dev,
-        "tx_err",
-        0,
-        64,
-        tx_config(TxPath::Doorbell, 0),
-        &[mr],
-    )
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let mut q: TxQueue<Pkt> = unsafe {
+        TxQueue::new(
+            &r.dev,
+            "tx_err",
+            0,
+            64,
+            tx_config(TxPath::Doorbell, 0),
+            &[mr],
+        )
+    }
     .unwrap();
     // SAFETY: test buffers; their release only records it.
     assert_eq!(unsafe { q.burst(&pkts[2..3]) }, 1);
@@ -163,7 +172,8 @@ fn a_restarted_queue_keeps_its_rings_and_sends_only_what_follows() {
         FREED.with(|f| f.borrow_mut().clear());
         let mut r = rig(true);
         let mut q: TxQueue<Pkt> =
-            TxQueue::new(&r.dev, "tx_restart", 0, 64, tx_config(path, 0), &[r.mr]).unwrap();
+            // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+            unsafe { TxQueue::new(&r.dev, "tx_restart", 0, 64, tx_config(path, 0), &[r.mr]) }.unwrap();
         let mut rng = Rng(0x7e57);
         let cases: Vec<Case> = (0..20)
             .map(|_| Case {
@@ -238,14 +248,17 @@ fn a_restarted_queue_keeps_its_rings_and_sends_only_what_follows() {
 fn unregistered_memory_is_dropped_not_posted() {
     FREED.with(|f| f.borrow_mut().clear());
     let r = rig(true);
-    let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.dev,
-        "tx_unreg",
-        0,
-        64,
-        tx_config(TxPath::Doorbell, 0),
-        &[],
-    )
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let mut q: TxQueue<Pkt> = unsafe {
+        TxQueue::new(
+            &r.dev,
+            "tx_unreg",
+            0,
+            64,
+            tx_config(TxPath::Doorbell, 0),
+            &[],
+        )
+    }
     .unwrap();
     let data = vec![7u8; 300];
     let seg = [Seg {

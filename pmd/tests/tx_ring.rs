@@ -24,14 +24,17 @@ fn every_length_class_boundary_on_every_path() {
         for path in [TxPath::Doorbell, TxPath::BlueFlame] {
             FREED.with(|f| f.borrow_mut().clear());
             let mut r = rig(true);
-            let mut q: TxQueue<Pkt> = TxQueue::new(
-                &r.dev,
-                "tx_classes",
-                0,
-                256,
-                tx_config(path, inline_max),
-                &[r.mr],
-            )
+            // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+            let mut q: TxQueue<Pkt> = unsafe {
+                TxQueue::new(
+                    &r.dev,
+                    "tx_classes",
+                    0,
+                    256,
+                    tx_config(path, inline_max),
+                    &[r.mr],
+                )
+            }
             .unwrap();
             // A gather packet of three segments first: the general path fills the lkey
             // cache, so every plain gather packet after it takes the straight-line path.
@@ -149,7 +152,8 @@ fn every_ring_wrap_position() {
         // Inline up to 928 bytes: WQEs of 1, 2, 3 and 16 TXBBs meet the ring's end at every
         // offset, so pad NOPs of every size from 1 to 15 TXBBs occur.
         let mut q: TxQueue<Pkt> =
-            TxQueue::new(&r.dev, "tx_wrap", 0, 64, tx_config(path, 928), &[r.mr]).unwrap();
+            // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+            unsafe { TxQueue::new(&r.dev, "tx_wrap", 0, 64, tx_config(path, 928), &[r.mr]) }.unwrap();
         let size = q.txbb_cnt() as usize;
         let mut id = 0;
         // From every position of the ring: a burst of WQEs of 2, 3, 16 and 1 TXBBs; bursts
@@ -200,7 +204,8 @@ fn ring_full_from_every_position(path: TxPath, fill: usize) {
     let mut r = rig(true);
     let mut rng = Rng(0xf011);
     let mut q: TxQueue<Pkt> =
-        TxQueue::new(&r.dev, "tx_full", 0, 64, tx_config(path, 104), &[r.mr]).unwrap();
+        // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+        unsafe { TxQueue::new(&r.dev, "tx_full", 0, 64, tx_config(path, 104), &[r.mr]) }.unwrap();
     let size = q.txbb_cnt();
     // 64-byte packets take two TXBBs: the room runs out, and the ring's end falls, at both
     // parities of every position.

@@ -41,14 +41,17 @@ fn run_random_with(
     let mut r = rig(wc);
     r.hca.set_faults(faults);
     let mut rng = Rng(seed);
-    let mut q: TxQueue<Pkt> = TxQueue::new(
-        &r.dev,
-        "tx_step",
-        0,
-        256,
-        tx_config(path, inline_max),
-        &[r.mr],
-    )
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let mut q: TxQueue<Pkt> = unsafe {
+        TxQueue::new(
+            &r.dev,
+            "tx_step",
+            0,
+            256,
+            tx_config(path, inline_max),
+            &[r.mr],
+        )
+    }
     .unwrap();
     assert_eq!(q.path(), path);
     let mut expected = Vec::new();

@@ -114,7 +114,8 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
     // Large inline thresholds make WQEs of up to 16 TXBBs and the device caps the ring size.
     let mut q: TxQueue<Pkt> = [1024, 512, 256]
         .into_iter()
-        .find_map(|n| TxQueue::new(&dev, "txbench", 0, n, cfg.clone(), &[mr]).ok())
+        // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+        .find_map(|n| unsafe { TxQueue::new(&dev, "txbench", 0, n, cfg.clone(), &[mr]) }.ok())
         .ok_or("no TX queue size the device accepts")?;
     if c.full_ring {
         let n = burst.min(pkts.len());

@@ -122,37 +122,43 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         .collect::<Vec<u8>>()
         .leak();
     let pkts: Vec<Pkt> = frames.chunks(usize::from(c.size)).map(Pkt).collect();
-    let mut tx: TxQueue<Pkt> = TxQueue::new(
-        &dev,
-        "txbench-rx",
-        0,
-        1024,
-        TxConfig {
-            inline_max: 928,
-            path: TxPath::Doorbell,
-            copy: Copy64::best(),
-            fast_free: false,
-            source: MemSource::Heap,
-        },
-        &[],
-    )
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let mut tx: TxQueue<Pkt> = unsafe {
+        TxQueue::new(
+            &dev,
+            "txbench-rx",
+            0,
+            1024,
+            TxConfig {
+                inline_max: 928,
+                path: TxPath::Doorbell,
+                copy: Copy64::best(),
+                fast_free: false,
+                source: MemSource::Heap,
+            },
+            &[],
+        )
+    }
     .map_err(|e| e.to_string())?;
-    let mut rx: RxQueue<Buf> = RxQueue::new(
-        &dev,
-        0,
-        1024,
-        RxConfig {
-            sges: 1,
-            csum: true,
-            rss: false,
-            keep_crc: false,
-            tunnel: false,
-            port_id: 0,
-            source: MemSource::Heap,
-        },
-        pool,
-        &[mr],
-    )
+    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+    let mut rx: RxQueue<Buf> = unsafe {
+        RxQueue::new(
+            &dev,
+            0,
+            1024,
+            RxConfig {
+                sges: 1,
+                csum: true,
+                rss: false,
+                keep_crc: false,
+                tunnel: false,
+                port_id: 0,
+                source: MemSource::Heap,
+            },
+            pool,
+            &[mr],
+        )
+    }
     .map_err(|e| e.to_string())?;
     let mut out: Vec<Buf> = vec![Buf(0, pool); burst];
     let mut received = 0u64;

@@ -65,7 +65,8 @@ fn run_one(path: Path, burst: usize, lag: u64, avoid: bool, packets: u64) -> Res
         source: MemSource::Heap,
     };
     let mut q: TxQueue<Pkt> =
-        TxQueue::new(&dev, "txbench", 0, 1024, cfg, &[mr]).map_err(|e| format!("TX queue: {e}"))?;
+        // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+        unsafe { TxQueue::new(&dev, "txbench", 0, 1024, cfg, &[mr]) }.map_err(|e| format!("TX queue: {e}"))?;
     if avoid {
         q.set_db_avoid(Some(DbAvoid {
             cycles: u64::MAX / 4,

@@ -42,7 +42,8 @@ fn tx_setup(
     super::mr::register_pools(e, None)?;
     let p = &*e.port;
     let cfg = p.tx_config(fast_free, socket as i32);
-    let mut q = TxQ::new(e.dev, p.name.as_str(), qid, nb_desc, cfg, p.mrs.as_slice())
+    // SAFETY: the port's device outlives its queues; release and close destroy them on it.
+    let mut q = unsafe { TxQ::new(e.dev, p.name.as_str(), qid, nb_desc, cfg, p.mrs.as_slice()) }
         .map_err(|err| with_queue("TX", qid, err))?;
     q.set_db_avoid(p.tx_db_avoid.then(crate::txq::DbAvoid::default_bound));
     let sq = q.sq_desc();
@@ -132,7 +133,8 @@ fn rx_setup(
         e.dev.rq_batch(e.conf.nb_rx_queues);
     }
     super::mr::register_pools(e, Some(pool.as_ptr()))?;
-    let q = RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice())
+    // SAFETY: the port's device outlives its queues; release and close destroy them on it.
+    let q = unsafe { RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice()) }
         .map_err(|err| with_queue("RX", qid, err))?;
     let fixed = RxFixed {
         deferred: conf.rx_deferred_start != 0,

@@ -130,7 +130,13 @@ pub struct RxQueue<B: RxBuf> {
 impl<B: RxBuf> RxQueue<B> {
     /// A queue of `nb_desc` buffers from `pool`, created on `dev`. Everything it keeps is
     /// plain data in `cfg.source` memory, so that another process can run it.
-    pub fn new(
+    ///
+    /// # Safety
+    /// Its rings live in memory `dev` owns, which the queue does not borrow: `dev` must outlive
+    /// the queue, and the queue ends with [`RxQueue::destroy`] on that same `dev` before it
+    /// drops.
+    #[allow(unsafe_code)]
+    pub unsafe fn new(
         dev: &dyn Device,
         qid: u16,
         nb_desc: u16,

@@ -298,9 +298,14 @@ const MAX_WQE_TXBBS: u32 = 16;
 impl<B: TxBuf> TxQueue<B> {
     /// A queue for `nb_desc` packets in flight, created on `dev`, for buffers in the
     /// registered regions `mrs`. Everything it keeps is plain data in `cfg.source` memory, so
-    /// that another process can run it. Its rings live in memory `dev` owns: `dev` must outlive
-    /// the queue, which [`TxQueue::destroy`] ends.
-    pub fn new(
+    /// that another process can run it.
+    ///
+    /// # Safety
+    /// Its rings live in memory `dev` owns, which the queue does not borrow: `dev` must outlive
+    /// the queue, and the queue ends with [`TxQueue::destroy`] on that same `dev` before it
+    /// drops.
+    #[allow(unsafe_code)]
+    pub unsafe fn new(
         dev: &dyn Device,
         name: &str,
         qid: u16,

@@ -94,14 +94,21 @@ impl Scratch {
     }
 
     /// A TX queue of `nb_desc` descriptors as [`TxQueue::new`] makes it.
-    pub fn txq<B: TxBuf>(
+    ///
+    /// # Safety
+    /// As for [`TxQueue::new`]: this scratch device outlives the queue, which ends with
+    /// [`TxQueue::destroy`] on `self.dev` (or is leaked).
+    #[allow(unsafe_code)]
+    pub unsafe fn txq<B: TxBuf>(
         &self,
         name: &str,
         nb_desc: u16,
         cfg: TxConfig,
         mrs: &[Mr],
     ) -> Result<TxQueue<B>, String> {
-        TxQueue::new(&self.dev, name, 0, nb_desc, cfg, mrs).map_err(|e| format!("TX queue: {e}"))
+        // SAFETY: the caller's contract.
+        unsafe { TxQueue::new(&self.dev, name, 0, nb_desc, cfg, mrs) }
+            .map_err(|e| format!("TX queue: {e}"))
     }
 
     /// Runs the device once over everything it was told about.

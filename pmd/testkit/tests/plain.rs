@@ -18,7 +18,9 @@ fn plain_packets_reach_the_wire_byte_for_byte() {
     let mr = s.reg_mr(all).unwrap();
     for path in [TxPath::Doorbell, TxPath::BlueFlame] {
         wire.lock().unwrap().clear();
-        let mut q: TxQueue<Plain> = s.txq("testkit", 256, tx_config(path, 0), &[mr]).unwrap();
+        // SAFETY: `s` outlives the queue, which is destroyed on it below.
+        let mut q: TxQueue<Plain> =
+            unsafe { s.txq("testkit", 256, tx_config(path, 0), &[mr]) }.unwrap();
         // SAFETY: `Plain` borrows leaked memory and its release frees nothing.
         #[allow(unsafe_code)]
         let taken = unsafe { q.burst(&pkts) };
