@@ -33,7 +33,7 @@ pub struct HcaConfig {
     /// Largest WQE the device accepts, in bytes: a multiple of 16 from 64 to 1008 (the 6-bit DS
     /// limit, the default). Larger WQEs complete in error.
     pub max_wqe_size: u32,
-    /// Frames the port buffers on receive before dropping (default 1024).
+    /// Frames the port buffers on receive before dropping (default 2048).
     pub rx_inbox_frames: u32,
     /// UAR pages of the device memory, one per send queue: the most send queues the adapter
     /// can have at once (default 64).
@@ -74,7 +74,7 @@ impl Default for HcaConfig {
             busy_poll: false,
             name: String::new(),
             max_wqe_size: 1008,
-            rx_inbox_frames: 1024,
+            rx_inbox_frames: 2048,
             uars: 64,
             faults: Faults::default(),
             reset_on_create: false,
