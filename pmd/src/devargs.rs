@@ -95,6 +95,9 @@ pub struct Devargs {
     pub pro: bool,
     /// TX doorbell avoidance (`txq::DbAvoid`), off by default.
     pub tx_db_avoid: bool,
+    /// Nanoseconds the software HCA spends on each doorbell and BlueFlame burst (0 by
+    /// default): what a UAR write costs a card, so that skipping one pays in the model too.
+    pub doorbell_ns: u32,
 }
 
 impl Default for Devargs {
@@ -110,6 +113,7 @@ impl Default for Devargs {
             faults: Faults::default(),
             pro: false,
             tx_db_avoid: false,
+            doorbell_ns: 0,
         }
     }
 }
@@ -162,6 +166,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "tx_db_avoid",
         "0 or 1 (1: a burst skips its doorbell while the last one is outstanding)",
+    ),
+    (
+        "doorbell_ns",
+        "0..=100000 nanoseconds the software HCA spends on each doorbell (177: a UAR write)",
     ),
 ];
 
@@ -252,6 +260,16 @@ impl FromStr for Devargs {
                         "1" => true,
                         _ => return Err(bad()),
                     }
+                }
+                "doorbell_ns" => {
+                    let n: u32 = value
+                        .parse()
+                        .ok()
+                        .filter(|n| {
+                            *n <= MAX_DOORBELL_NS && value.bytes().all(|b| b.is_ascii_digit())
+                        })
+                        .ok_or_else(bad)?;
+                    d.doorbell_ns = n;
                 }
                 "tx_db_avoid" => {
                     d.tx_db_avoid = match value {
@@ -370,6 +388,9 @@ fn check_tap(name: &str) -> Result<(), String> {
 }
 
 /// Digits only: `str::parse` would also take a leading `+`.
+/// Longest time the model may spend on one doorbell: a tenth of a millisecond.
+const MAX_DOORBELL_NS: u32 = 100_000;
+
 fn parse_decimal(s: &str) -> Option<u16> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -447,6 +468,20 @@ mod tests {
         assert!(!d.tx_db_avoid);
         assert!(parse("tx_db_avoid=1").unwrap().tx_db_avoid);
         assert!(parse("tx_db_avoid=2").is_err());
+    }
+
+    #[test]
+    fn doorbell_ns() {
+        assert_eq!(Devargs::default().doorbell_ns, 0);
+        assert_eq!(parse("doorbell_ns=177").unwrap().doorbell_ns, 177);
+        assert_eq!(parse("doorbell_ns=100000").unwrap().doorbell_ns, 100_000);
+        for v in ["100001", "-1", "+5", "", "1e3", "0x10", "4294967296"] {
+            let e = parse(&format!("doorbell_ns={v}")).unwrap_err();
+            assert_eq!(
+                (e.key.as_str(), e.allowed.as_str()),
+                ("doorbell_ns", allowed("doorbell_ns"))
+            );
+        }
     }
 
     #[test]

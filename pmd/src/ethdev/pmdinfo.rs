@@ -26,7 +26,7 @@ const INFO: &str = concat!(
     "\"params\": \"wire=null|loop|peer:<vdev>|pcap:<path>|tap:<ifname> wc=on|off ",
     "bf=auto|on|off txq_inline=<0|17-928> mac=<xx:xx:xx:xx:xx:xx> busy_poll=0|1 pro=0|1 ",
     "device_loop=lcore|port|process ",
-    "faults=<tx_error:N/rx_error:N/db_drop:N/flap:N+M/cqe_drop:N/cqe_dup:N> tx_db_avoid=0|1\", ",
+    "faults=<tx_error:N/rx_error:N/db_drop:N/flap:N+M/cqe_drop:N/cqe_dup:N> tx_db_avoid=0|1 doorbell_ns=<0-100000>\", ",
     "\"kmod\": \"* ib_uverbs & mlx4_en & mlx4_core & mlx4_ib\", ",
     "\"pci_ids\": [[5555, 4099, 65535, 65535], [5555, 4103, 65535, 65535], ",
     "[5555, 4100, 65535, 65535]]}"

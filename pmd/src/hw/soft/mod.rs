@@ -120,6 +120,7 @@ impl Soft {
             pro: args.pro,
             name: name.to_owned(),
             faults: args.faults,
+            doorbell_ns: args.doorbell_ns,
             ..HcaConfig::default()
         };
         let (hca, bar_mem) = match source {
