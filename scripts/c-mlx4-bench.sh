@@ -69,7 +69,8 @@ rel="${CARGO_TARGET_DIR:-$top/target}/release"
 # EAL refuses -d paths under world-writable directories: bare names through LD_LIBRARY_PATH,
 # from a directory that does not hold the libraries.
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# EAL's runtime directories go too (one per prefix this script runs with).
+trap 'rm -rf "$work" /var/run/dpdk/c-mlx4-bench-$$ /var/run/dpdk/c-mlx4-cg-$$ /var/run/dpdk/c-mlx4-pg-$$' EXIT
 cd "$work"
 eval "$(bash "$top/scripts/c-mlx4-env.sh" "$work/dev" "$rel/libmlx4_verbs.so")"
 export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$rel"

@@ -143,7 +143,8 @@ rm -f "$out"/*.res "$out"/*.log "$out"/report.md "$out"/*.csv "$out"/*.callgrind
 # EAL refuses -d paths under world-writable directories: pass a bare name found through
 # LD_LIBRARY_PATH, from a directory that does not hold the library.
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# EAL's runtime directories go too (one per Pktgen run).
+trap 'rm -rf "$work" /var/run/dpdk/mlx4rs-pktgen-$$-*' EXIT
 cd "$work"
 
 
