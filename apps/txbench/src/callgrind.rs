@@ -9,37 +9,16 @@ use mlx4rs::hw::soft::Soft;
 use mlx4rs::hw::Device;
 use mlx4rs::mem::MemSource;
 use mlx4rs::mmio::Copy64;
-use mlx4rs::txq::{TxBuf, TxConfig, TxPath, TxQueue};
-use mlx4rs::wqe::TxOffloads;
+use mlx4rs::txq::{TxConfig, TxPath, TxQueue};
+use mlx4rs_testkit::Plain;
 
 use crate::opts::Callgrind;
-
-/// A packet: one segment of a buffer that lives for the whole run.
-#[derive(Clone, Copy)]
-pub(crate) struct Pkt(pub(crate) &'static [u8]);
-
-impl TxBuf for Pkt {
-    fn pkt_len(&self) -> u32 {
-        self.0.len() as u32
-    }
-    fn segs(&self) -> impl Iterator<Item = &[u8]> {
-        std::iter::once(self.0)
-    }
-    fn offloads(&self) -> TxOffloads {
-        TxOffloads::default()
-    }
-    fn plain(&self) -> Option<&[u8]> {
-        Some(self.0)
-    }
-    // The buffers are static: nothing to give back, so the count is the driver's alone.
-    unsafe fn free_bulk(_bufs: &[Self]) {}
-}
 
 /// The one function callgrind collects: `tx_burst` minus the C calling convention. Out of
 /// line, so its arguments are opaque to it (no `black_box`, whose stores would be counted).
 #[inline(never)]
-fn measured_burst(q: &mut TxQueue<Pkt>, pkts: &[Pkt]) -> usize {
-    // SAFETY: `Pkt` borrows a leaked frame and its release frees nothing.
+fn measured_burst(q: &mut TxQueue<Plain>, pkts: &[Plain]) -> usize {
+    // SAFETY: `Plain` borrows a leaked frame and its release frees nothing.
     unsafe { q.burst(pkts) }
 }
 
@@ -47,16 +26,16 @@ fn measured_burst(q: &mut TxQueue<Pkt>, pkts: &[Pkt]) -> usize {
 /// call sent nothing, so that its body differs from `measured_burst` (identical functions
 /// are folded into one symbol, and callgrind would collect nothing).
 #[inline(never)]
-fn measured_full_ring(q: &mut TxQueue<Pkt>, pkts: &[Pkt]) -> bool {
-    // SAFETY: `Pkt` borrows a leaked frame and its release frees nothing.
+fn measured_full_ring(q: &mut TxQueue<Plain>, pkts: &[Plain]) -> bool {
+    // SAFETY: `Plain` borrows a leaked frame and its release frees nothing.
     (unsafe { q.burst(pkts) }) == 0
 }
 
 /// Fills the ring with the device held (never stepped), then makes `calls` calls that must
 /// all send nothing: what an application polling a slow device pays per call.
-fn full_ring(q: &mut TxQueue<Pkt>, pkts: &[Pkt], calls: u64) -> Result<(), String> {
+fn full_ring(q: &mut TxQueue<Plain>, pkts: &[Plain], calls: u64) -> Result<(), String> {
     let mut filled = 0u64;
-    // SAFETY: `Pkt` borrows a leaked frame and its release frees nothing.
+    // SAFETY: `Plain` borrows a leaked frame and its release frees nothing.
     while unsafe { q.burst(pkts) } > 0 {
         filled += 1;
         if filled > 1 << 20 {
@@ -100,7 +79,7 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         // queue uses the region, and a send queue reads.
         .reg_mr(unsafe { frame_range(frame) })
         .map_err(|e| e.to_string())?;
-    let pkts: Vec<Pkt> = frame.chunks(usize::from(c.size)).map(Pkt).collect();
+    let pkts: Vec<Plain> = frame.chunks(usize::from(c.size)).map(Plain).collect();
     let cfg = TxConfig {
         inline_max: c.inline,
         path: match c.path {
@@ -112,7 +91,7 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         source: MemSource::Heap,
     };
     // Large inline thresholds make WQEs of up to 16 TXBBs and the device caps the ring size.
-    let mut q: TxQueue<Pkt> = [1024, 512, 256]
+    let mut q: TxQueue<Plain> = [1024, 512, 256]
         .into_iter()
         // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
         .find_map(|n| unsafe { TxQueue::new(&dev, "txbench", 0, n, cfg.clone(), &[mr]) }.ok())

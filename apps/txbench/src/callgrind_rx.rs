@@ -17,8 +17,8 @@ use mlx4rs::mmio::Copy64;
 use mlx4rs::rxq::{RxBuf, RxConfig, RxMeta, RxQueue};
 use mlx4rs::txq::{TxConfig, TxPath, TxQueue};
 
-use crate::callgrind::Pkt;
 use crate::opts::Callgrind;
+use mlx4rs_testkit::Plain;
 
 /// Bytes per buffer and the headroom before the data, as an mbuf pool would have them.
 const BUF: usize = 2048;
@@ -121,9 +121,9 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         .map(|i| (i * 7) as u8)
         .collect::<Vec<u8>>()
         .leak();
-    let pkts: Vec<Pkt> = frames.chunks(usize::from(c.size)).map(Pkt).collect();
+    let pkts: Vec<Plain> = frames.chunks(usize::from(c.size)).map(Plain).collect();
     // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
-    let mut tx: TxQueue<Pkt> = unsafe {
+    let mut tx: TxQueue<Plain> = unsafe {
         TxQueue::new(
             &dev,
             "txbench-rx",
@@ -164,7 +164,7 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
     let mut received = 0u64;
     while received < c.packets {
         let n = (c.packets - received).min(burst as u64) as usize;
-        // SAFETY: `Pkt` borrows a leaked frame and its release frees nothing.
+        // SAFETY: `Plain` borrows a leaked frame and its release frees nothing.
         if unsafe { tx.burst(&pkts[..n]) } != n {
             return Err("the TX queue refused a burst".into());
         }

@@ -21,7 +21,7 @@ use mlx4rs::mem::MemSource;
 use mlx4rs::mmio::Copy64;
 use mlx4rs::txq::{DbAvoid, TxConfig, TxPath, TxQueue};
 
-use crate::callgrind::Pkt;
+use mlx4rs_testkit::Plain;
 
 const SIZE: usize = 64;
 
@@ -53,7 +53,7 @@ fn run_one(path: Path, burst: usize, lag: u64, avoid: bool, packets: u64) -> Res
         // SAFETY: a leaked Vec; only this TX queue uses the region, and a send queue reads.
         .reg_mr(unsafe { crate::callgrind::frame_range(frame) })
         .map_err(|e| e.to_string())?;
-    let pkts: Vec<Pkt> = frame.chunks(SIZE).map(Pkt).collect();
+    let pkts: Vec<Plain> = frame.chunks(SIZE).map(Plain).collect();
     let cfg = TxConfig {
         inline_max: 104,
         path: match path {
@@ -64,7 +64,7 @@ fn run_one(path: Path, burst: usize, lag: u64, avoid: bool, packets: u64) -> Res
         fast_free: false,
         source: MemSource::Heap,
     };
-    let mut q: TxQueue<Pkt> =
+    let mut q: TxQueue<Plain> =
         // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
         unsafe { TxQueue::new(&dev, "txbench", 0, 1024, cfg, &[mr]) }.map_err(|e| format!("TX queue: {e}"))?;
     if avoid {
@@ -76,7 +76,7 @@ fn run_one(path: Path, burst: usize, lag: u64, avoid: bool, packets: u64) -> Res
     let (mut sent, mut calls, mut waited) = (0u64, 0u64, 0u64);
     while sent < packets {
         let n = (packets - sent).min(burst as u64) as usize;
-        // SAFETY: `Pkt` borrows a leaked frame and its release frees nothing.
+        // SAFETY: `Plain` borrows a leaked frame and its release frees nothing.
         sent += unsafe { q.burst(&pkts[..n]) } as u64;
         calls += 1;
         waited += u64::from(q.unrung());
