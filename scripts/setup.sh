@@ -56,7 +56,9 @@ if [ "$codename" != bookworm ]; then
   src="(none: DPDK's example programs are built on bookworm only, where its source package is served)"
 elif [ ! -f "$src/examples/l3fwd-power/main.c" ]; then
   need_root "dpdk source package"
-  # Enable deb-src on the existing Debian entries (deb822 format), once.
+  # Enable deb-src on the existing Debian entries, once: deb822 files get the type added; the
+  # one-line format (a fresh bookworm's /etc/apt/sources.list) gets a deb-src twin of each
+  # deb line, in a file of our own.
   for f in /etc/apt/sources.list.d/*.sources; do
     [ -f "$f" ] || continue
     if grep -q '^Types: deb$' "$f"; then
@@ -64,8 +66,16 @@ elif [ ! -f "$src/examples/l3fwd-power/main.c" ]; then
       updated=0
     fi
   done
-  if ! grep -qs 'deb-src' /etc/apt/sources.list.d/*.sources; then
-    echo "setup: no deb822 Debian source (/etc/apt/sources.list.d/*.sources) to enable deb-src in;" \
+  twins=/etc/apt/sources.list.d/mlx4rs-deb-src.list
+  if [ ! -f "$twins" ] && ! grep -qs '^[[:space:]]*deb-src[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list; then
+    lines=$(sed -n 's/^[[:space:]]*deb[[:space:]]/deb-src /p' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true)
+    if [ -n "$lines" ]; then
+      printf '%s\n' "$lines" > "$twins"
+      updated=0
+    fi
+  fi
+  if ! grep -qs 'deb-src' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list /etc/apt/sources.list.d/*.list; then
+    echo "setup: no Debian package source in /etc/apt to enable deb-src for;" \
          "enable deb-src for the Debian entries by hand, then rerun" >&2
     exit 1
   fi
