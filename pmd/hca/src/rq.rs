@@ -165,26 +165,10 @@ impl Rq {
             w.set_vendor_err(INJECTED_VENDOR_ERR);
             Err(syndrome::LOCAL_PROT)
         } else {
-            self.scatter_list(frame.len() + fcs.len(), mrs)
+            self.scatter(frame, fcs, mrs)
         };
         match scattered {
-            Ok(n) => {
-                // The frame, then (with SCATTER_FCS) its FCS, across the pieces.
-                let mut at = 0;
-                for p in &self.pieces[..n] {
-                    let mem = mrs.mem(p.mr);
-                    let end = at + p.len;
-                    let body = end.min(frame.len());
-                    if at < body {
-                        mem.write(p.off, &frame[at..body]);
-                    }
-                    if end > frame.len() {
-                        let from = at.max(frame.len());
-                        let skip = from - at;
-                        mem.write(p.off + skip, &fcs[from - frame.len()..end - frame.len()]);
-                    }
-                    at = end;
-                }
+            Ok(()) => {
                 let len = frame.len() + fcs.len();
                 let (status, csum, tunnel) = self.classify(frame, heads);
                 let mut w = Cqe::new_unchecked(&mut cqe[..]);
@@ -245,12 +229,66 @@ impl Rq {
         (status, csum, 0)
     }
 
+    /// Write `frame`, then `fcs`, into the buffers of the WQE at the consumer, checked before
+    /// anything is written so a bad entry leaves memory as it was. A first entry that holds
+    /// it all (one buffer per WQE, as drivers post them) is the whole scatter list, since the
+    /// device reads no entry past the one that fills the frame.
+    #[inline(always)]
+    fn scatter(&mut self, frame: &[u8], fcs: &[u8], mrs: &MrTable) -> Result<(), u8> {
+        let len = frame.len() + fcs.len();
+        if self.sges != 0 && len != 0 {
+            let mut raw = [0u8; RxDataSeg::<&[u8]>::LEN];
+            self.ring.read_array(self.wqe_offset(), &mut raw);
+            let d = RxDataSeg::new_unchecked(&raw[..]);
+            let cap = d.length() as usize;
+            if d.lkey() != INVALID_LKEY && cap >= len {
+                let (mem, off) = mrs
+                    .resolve_mem(d.lkey(), d.addr(), cap)
+                    .ok_or(syndrome::LOCAL_PROT)?;
+                mem.write(off, frame);
+                if !fcs.is_empty() {
+                    mem.write(off + frame.len(), fcs);
+                }
+                return Ok(());
+            }
+        }
+        self.scatter_pieces(frame, fcs, mrs)
+    }
+
+    /// [`Rq::scatter`] across the WQE's entries, whatever their number and sizes.
+    #[cold]
+    fn scatter_pieces(&mut self, frame: &[u8], fcs: &[u8], mrs: &MrTable) -> Result<(), u8> {
+        let n = self.scatter_list(frame.len() + fcs.len(), mrs)?;
+        let mut at = 0;
+        for p in &self.pieces[..n] {
+            let mem = mrs.mem(p.mr);
+            let end = at + p.len;
+            let body = end.min(frame.len());
+            if at < body {
+                mem.write(p.off, &frame[at..body]);
+            }
+            if end > frame.len() {
+                let from = at.max(frame.len());
+                let skip = from - at;
+                mem.write(p.off + skip, &fcs[from - frame.len()..end - frame.len()]);
+            }
+            at = end;
+        }
+        Ok(())
+    }
+
+    /// Offset in the ring of the WQE at the consumer.
+    #[inline(always)]
+    fn wqe_offset(&self) -> usize {
+        (self.ci & (self.cnt - 1)) as usize * self.sges as usize * RxDataSeg::<&[u8]>::LEN
+    }
+
     /// The buffers of the WQE at the consumer that `len` bytes fill, into `pieces[..n]` (n is
     /// returned), checked before anything is written so a bad entry leaves memory as it was. Stops at an `INVALID_LKEY` entry; skips
     /// empty ones.
     fn scatter_list(&mut self, len: usize, mrs: &MrTable) -> Result<usize, u8> {
         let entry = RxDataSeg::<&[u8]>::LEN;
-        let base = (self.ci & (self.cnt - 1)) as usize * self.sges as usize * entry;
+        let base = self.wqe_offset();
         let mut raw = [0u8; RxDataSeg::<&[u8]>::LEN];
         let (mut room, mut n) = (0usize, 0usize);
         for i in 0..self.sges as usize {
