@@ -102,6 +102,7 @@ impl Rq {
 
     /// Receive `frame` (its headers `heads`, RSS hash `hash`) into the next posted WQE.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(crate) fn receive(
         &mut self,
         frame: &[u8],
@@ -208,6 +209,7 @@ impl Rq {
     /// The status word, checksum field and `vlan_my_qpn` tunnel bits for `frame`. On a Pro, a
     /// VXLAN frame's status describes the inner packet (its types and checksum verdicts, which
     /// DPDK maps to inner packet types), and the tunnel bits the outer headers.
+    #[inline(always)]
     fn classify(&self, frame: &[u8], heads: &net::Headers) -> (u32, u16, u32) {
         if self.tunnels {
             if let Some(t) = net::vxlan(frame) {

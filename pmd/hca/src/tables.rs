@@ -84,7 +84,7 @@ impl MrTable {
 
     /// [`MrTable::resolve`], with the region's memory itself rather than its slot: one lookup
     /// where the caller writes at once.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn resolve_mem(
         &self,
         lkey: u32,

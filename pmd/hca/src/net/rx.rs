@@ -95,7 +95,7 @@ pub(crate) fn headers(frame: &[u8], lay: Option<Layout>) -> Headers {
 
 /// The CQE status word and checksum field of `frame`, whose headers are `h`: the L4 checksum,
 /// which covers the payload, is verified here.
-#[inline]
+#[inline(always)]
 pub(crate) fn rx_status_with(frame: &[u8], h: &Headers) -> (u32, u16) {
     let mut st = h.status;
     let mut csum = 0;
