@@ -181,7 +181,7 @@ impl Rq {
                 w.set_owner_sr_opcode(cqe_opcode::RX_SEND);
                 counters.rx_frames += 1;
                 counters.rx_bytes += frame.len() as u64;
-                counters.count_rx_mac(frame);
+                counters.count_rx(heads.mac);
                 counters.dma_write_bytes += len as u64;
             }
             Err(syn) => {

@@ -186,9 +186,11 @@ impl RxConfig {
         true
     }
 
-    /// Whether `frame` fits the MTU (dropping and counting it if not).
-    pub(crate) fn mtu_passes(&self, frame: &[u8], counters: &mut Counters) -> bool {
-        if net::l3_len(frame) > usize::from(self.mtu) {
+    /// Whether a frame of L3 length `l3_len` ([`net::l3_len`], found with its headers) fits
+    /// the MTU (dropping and counting it if not).
+    #[inline]
+    pub(crate) fn mtu_passes(&self, l3_len: usize, counters: &mut Counters) -> bool {
+        if l3_len > usize::from(self.mtu) {
             counters.rx_drops_mtu += 1;
             return false;
         }

@@ -390,7 +390,7 @@ impl DevState {
                 return Rx::Done;
             }
             Some(v) => {
-                if !self.rx.mtu_passes(frame, &mut self.counters) {
+                if !self.rx.mtu_passes(heads.l3_len, &mut self.counters) {
                     return Rx::Done;
                 }
                 match v {
@@ -408,7 +408,7 @@ impl DevState {
             }
             None => {
                 if !self.rx.filters_pass(frame, &mut self.counters)
-                    || !self.rx.mtu_passes(frame, &mut self.counters)
+                    || !self.rx.mtu_passes(heads.l3_len, &mut self.counters)
                 {
                     return Rx::Done;
                 }

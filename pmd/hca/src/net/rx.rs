@@ -2,6 +2,7 @@
 //! remembered flow keeps, and the RSS hash.
 
 use super::*;
+use crate::counters::RxMac;
 
 /// RX classification: the CQE status word (doc/prm.md 6.3) and the value for the CQE checksum
 /// field.
@@ -19,6 +20,10 @@ pub(crate) fn rx_status_of(frame: &[u8], lay: Option<&Layout>) -> (u32, u16) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Headers {
     pub(crate) lay: Option<Layout>,
+    /// The L3 length, as the MTU counts it ([`l3_len`]).
+    pub(crate) l3_len: usize,
+    /// What the port counters count of the frame.
+    pub(crate) mac: RxMac,
     status: u32,
     l4: Option<L4Check>,
 }
@@ -40,9 +45,12 @@ struct L4Check {
 
 /// The [`Headers`] of `frame` (`lay` is `parse(frame)`).
 pub(crate) fn headers(frame: &[u8], lay: Option<Layout>) -> Headers {
+    let (l3_len, mac) = (l3_len(frame), RxMac::of(frame));
     let Some(l) = lay else {
         return Headers {
             lay,
+            l3_len,
+            mac,
             status: 0,
             l4: None,
         };
@@ -88,6 +96,8 @@ pub(crate) fn headers(frame: &[u8], lay: Option<Layout>) -> Headers {
     }
     Headers {
         lay,
+        l3_len,
+        mac,
         status: st,
         l4,
     }
