@@ -372,6 +372,7 @@ impl DevState {
 
     /// Offer one frame to the port: flow rules, else the filters and the default RSS; the
     /// MTU; then its RQ.
+    #[inline(always)]
     pub(super) fn receive(&mut self, frame: &[u8]) -> Rx {
         // The headers are parsed once (or remembered from the last frame of the flow); the RSS
         // hash and the RQ's classification read what was found.
