@@ -372,6 +372,7 @@ impl DevState {
 
     /// Offer one frame to the port: flow rules, else the filters and the default RSS; the
     /// MTU; then its RQ.
+    #[inline(always)]
     pub(super) fn receive(&mut self, frame: &[u8]) -> Rx {
         // The headers are parsed once (or remembered from the last frame of the flow); the RSS
         // hash and the RQ's classification read what was found.
@@ -390,7 +391,7 @@ impl DevState {
                 return Rx::Done;
             }
             Some(v) => {
-                if !self.rx.mtu_passes(frame, &mut self.counters) {
+                if !self.rx.mtu_passes(heads.l3_len, &mut self.counters) {
                     return Rx::Done;
                 }
                 match v {
@@ -408,7 +409,7 @@ impl DevState {
             }
             None => {
                 if !self.rx.filters_pass(frame, &mut self.counters)
-                    || !self.rx.mtu_passes(frame, &mut self.counters)
+                    || !self.rx.mtu_passes(heads.l3_len, &mut self.counters)
                 {
                     return Rx::Done;
                 }
