@@ -6,7 +6,7 @@
 use apps::Path;
 use mlx4rs::hca::{HcaConfig, Wire};
 use mlx4rs::mmio::Copy64;
-use mlx4rs::txq::{TxPath, TxQueue};
+use mlx4rs::txq::{DbAvoid, TxPath, TxQueue};
 use mlx4rs_testkit::{tx_config, Plain, Scratch};
 
 use crate::opts::Callgrind;
@@ -77,6 +77,13 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         // SAFETY: the scratch device outlives the queue, which is destroyed on it or leaked.
         .find_map(|n| unsafe { s.txq("txbench", n, cfg.clone(), &[mr]) }.ok())
         .ok_or("no TX queue size the device accepts")?;
+    if c.avoid {
+        // The device runs after every burst here, so the deadline never matters.
+        q.set_db_avoid(Some(DbAvoid {
+            cycles: u64::MAX / 4,
+            ..DbAvoid::default_bound()
+        }));
+    }
     if c.full_ring {
         let n = burst.min(pkts.len());
         full_ring(&mut q, &pkts[..n], c.packets)?;
@@ -99,12 +106,13 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
     let hc = s.hca.counters();
     let per = |x: u64| x as f64 / sent as f64;
     println!(
-        "callgrind mode: path {} size {} burst {} inline {} copy {}",
+        "callgrind mode: path {} size {} burst {} inline {} copy {} avoidance {}",
         c.path.name(),
         c.size,
         c.burst,
         c.inline,
-        Copy64::best().name()
+        Copy64::best().name(),
+        if c.avoid { "on" } else { "off" }
     );
     println!(
         "packets {sent} doorbells/pkt {:.4} bf_writes/pkt {:.4} inline/pkt {:.3} \
