@@ -514,7 +514,7 @@ mod tests {
             |m| m.nb_segs = 2,
             |m| m.ol_flags = sys::RTE_MBUF_F_INDIRECT,
             |m| m.ol_flags = sys::RTE_MBUF_F_EXTERNAL,
-            |m| m.next = 0x40 as *mut sys::rte_mbuf,
+            |m| m.next = 0x1040 as *mut sys::rte_mbuf,
             |m| m.pool = 0x2000 as *mut sys::rte_mempool,
         ];
         for (k, f) in spoil.iter().enumerate() {
