@@ -464,11 +464,7 @@ pub(super) unsafe fn port_of<'a>(
     }
 }
 
-/// Whether this process is a DPDK secondary process.
-pub(super) fn secondary() -> bool {
-    // SAFETY: a plain query of EAL's configuration, initialised before any probe.
-    unsafe { sys::rte_eal_process_type() == sys::rte_proc_type_t_RTE_PROC_SECONDARY }
-}
+pub(super) use crate::eal::secondary;
 
 /// Publishes a link state. ethdev keeps `dev_link` as one 64-bit word that any thread may
 /// read, and stores it with an atomic exchange; so do we.

@@ -10,7 +10,7 @@ use super::eth::Proc;
 use super::{mp, ops, queue, release, Error};
 use crate::devargs::Devargs;
 use crate::hw::Device;
-use crate::mem::{DmaRange, MemSource};
+use crate::mem::MemSource;
 use crate::pmd_log;
 use crate::port::Port;
 
@@ -147,7 +147,9 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
         };
     }
     mp::serve();
-    let mem = memseg_ranges();
+    // Every memseg list, registered once per port so that the data path never registers
+    // memory.
+    let mem = crate::eal::memseg_ranges();
     let source = MemSource::Dpdk { socket };
     let opened = crate::hw::open(&name, &devargs, source).and_then(|h| {
         Ok((
@@ -209,28 +211,6 @@ fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), E
     };
     pmd_log!(NOTICE, "{name}: attached to the primary's port {port_id}");
     Ok(())
-}
-
-/// Every memseg list's virtual range: where mbufs can live. Registered once per port so the
-/// data path never registers memory.
-fn memseg_ranges() -> Vec<DmaRange> {
-    unsafe extern "C" fn cb(msl: *const sys::rte_memseg_list, arg: *mut std::ffi::c_void) -> c_int {
-        // SAFETY: EAL passes a live list and our Vec as `arg`.
-        unsafe {
-            let v = &mut *(arg as *mut Vec<DmaRange>);
-            let base = (*msl).__bindgen_anon_1.base_va as usize;
-            if base != 0 && (*msl).len > 0 {
-                // A memseg list's address range is reserved until EAL cleans up, after
-                // every port is closed.
-                v.push(DmaRange::new(base, base + (*msl).len));
-            }
-        }
-        0
-    }
-    let mut v: Vec<DmaRange> = Vec::new();
-    // SAFETY: the callback only appends to `v`, which outlives the walk.
-    unsafe { sys::rte_memseg_list_walk(Some(cb), (&mut v as *mut Vec<DmaRange>).cast()) };
-    v
 }
 
 unsafe extern "C" fn vdev_remove(vdev: *mut sys::rte_vdev_device) -> c_int {

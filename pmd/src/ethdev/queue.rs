@@ -13,6 +13,7 @@ use dpdk_sys as sys;
 use super::eth::{given, ops, CMut, CRef, Eth, EthMut, Proc};
 use super::slot::{point_lcore, RxFixed, RxQ, RxSlot, Slot, TxFixed, TxQ, TxSlot};
 use super::{invalid, Error};
+use crate::eal::in_dpdk_memory;
 use crate::mbuf::{Mbuf, Pool};
 use crate::mem::MemSource;
 use crate::rxq::RxConfig;
@@ -132,7 +133,7 @@ fn rx_setup(
     if qid == 0 {
         e.dev.rq_batch(e.conf.nb_rx_queues);
     }
-    super::mr::register_pools(e, Some(pool.as_ptr()))?;
+    super::mr::register_pools(e, Some(pool))?;
     // SAFETY: the port's device outlives its queues; release and close destroy them on it.
     let q = unsafe { RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice()) }
         .map_err(|err| with_queue("RX", qid, err))?;
@@ -196,12 +197,6 @@ fn txq_info(e: &Eth<'_>, qid: u16, info: CMut<'_, sys::rte_eth_txq_info>) {
         info.conf.offloads = e.conf.tx_offloads;
         info.conf.tx_deferred_start = u8::from(s.x.deferred);
     }
-}
-
-/// Whether `p` lies in DPDK memory (mapped at the same address in every process).
-fn in_dpdk_memory(p: *const c_void) -> bool {
-    // SAFETY: a lookup in EAL's memory map, which exists whenever a port does.
-    !unsafe { sys::rte_mem_virt2memseg_list(p) }.is_null()
 }
 
 /// Which burst functions a process installs.
