@@ -3,6 +3,7 @@
 
 use std::ffi::{c_int, CStr};
 use std::mem::size_of;
+use std::ptr::NonNull;
 
 use dpdk_sys as sys;
 
@@ -15,10 +16,26 @@ use crate::port::Port;
 /// Driver name as EAL matches it against `--vdev net_mlx4rs<N>`.
 pub const DRIVER_NAME: &CStr = c"net_mlx4rs";
 
+/// The bus device a probe was called with, which a port's ethdev names as its parent.
+pub(super) struct BusDevice(NonNull<sys::rte_device>);
+
+impl BusDevice {
+    /// # Safety
+    /// `device` is the live device EAL is probing, which outlives every port attached to it:
+    /// EAL removes a device through the driver's remove, which closes its ports first.
+    pub unsafe fn new(device: *mut sys::rte_device) -> Option<BusDevice> {
+        NonNull::new(device).map(BusDevice)
+    }
+
+    pub fn as_ptr(&self) -> *mut sys::rte_device {
+        self.0.as_ptr()
+    }
+}
+
 /// Allocates the ethdev of bus device `device`: `port` goes into DPDK shared memory as its
 /// private data, `proc_` is this process's.
 pub(super) fn attach_port(
-    device: *mut sys::rte_device,
+    device: &BusDevice,
     name: &str,
     socket: c_int,
     port: Port,
@@ -38,8 +55,8 @@ pub(super) fn attach_port(
         None => queue::Bursts::Plain,
     };
     // SAFETY: plain allocation calls with a valid C string; the table is freed again if no
-    // ethdev takes it. Then `dev` is freshly allocated and ours, with zeroed data; `device` is
-    // the live device being probed.
+    // ethdev takes it. Then `dev` is freshly allocated and ours, with zeroed data; `device`
+    // outlives the port (BusDevice's contract).
     unsafe {
         let size = n_macs * size_of::<sys::rte_ether_addr>();
         let macs = sys::rte_zmalloc_socket(c"mlx4rs_mac".as_ptr(), size, 0, socket)
@@ -60,7 +77,7 @@ pub(super) fn attach_port(
         d.mac_addrs = macs;
         d.numa_node = socket;
         d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
-        (*dev).device = device;
+        (*dev).device = device.as_ptr();
         (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
         (*dev).dev_ops = &*ops::OPS;
         queue::set_bursts(&mut *dev, bursts);
