@@ -1,5 +1,6 @@
 //! Safe entries to the EAL services the ethdev layer uses beside its callbacks: the process
-//! type, DPDK's memory map and mempool chunks, and multi-process IPC ([`mp`]).
+//! type, DPDK's memory map and mempool chunks, the interrupt handle ([`intr`]) and
+//! multi-process IPC ([`mp`]).
 //!
 //! Each wrapper checks one C function's contract once, here, so that its callers are safe
 //! code: a safe function below is sound for every input it can be given (the pointers it
@@ -13,6 +14,7 @@ use dpdk_sys as sys;
 use crate::mbuf::Pool;
 use crate::mem::DmaRange;
 
+pub(crate) mod intr;
 pub(crate) mod mp;
 
 /// Whether this process is a DPDK secondary process.

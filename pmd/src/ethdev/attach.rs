@@ -9,6 +9,8 @@ use dpdk_sys as sys;
 
 use super::eth::Proc;
 use super::{fmt_mac, intr, ops, queue, Error};
+use crate::eal::intr::IntrHandle;
+use crate::hw::Handles;
 use crate::mem::{DmaBox, MemSource};
 use crate::pmd_log;
 use crate::port::Port;
@@ -33,13 +35,13 @@ impl BusDevice {
 }
 
 /// Allocates the ethdev of bus device `device`: `port` goes into DPDK shared memory as its
-/// private data, `proc_` is this process's.
+/// private data, `handles` are this process's.
 pub(super) fn attach_port(
     device: &BusDevice,
     name: &str,
     socket: c_int,
     port: Port,
-    proc_: Proc,
+    handles: Handles,
 ) -> Result<(), Error> {
     let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
     let mac = port.mac;
@@ -49,14 +51,15 @@ pub(super) fn attach_port(
     // from rte_zmalloc.
     let private = DmaBox::new(port, MemSource::Dpdk { socket })
         .ok_or_else(|| Error::NoMemory("no DPDK memory for the port".into()))?;
-    let events = proc_.dev.event_fd();
-    let bursts = match proc_.lcore {
+    let events = handles.dev.event_fd();
+    let bursts = match handles.lcore {
         Some(_) => queue::Bursts::Lcore,
         None => queue::Bursts::Plain,
     };
     // SAFETY: plain allocation calls with a valid C string; the table is freed again if no
     // ethdev takes it. Then `dev` is freshly allocated and ours, with zeroed data; `device`
-    // outlives the port (BusDevice's contract).
+    // outlives the port (BusDevice's contract); the port event handler is registered for this
+    // port only while its Proc lives (below).
     unsafe {
         let size = n_macs * size_of::<sys::rte_ether_addr>();
         let macs = sys::rte_zmalloc_socket(c"mlx4rs_mac".as_ptr(), size, 0, socket)
@@ -78,10 +81,25 @@ pub(super) fn attach_port(
         d.numa_node = socket;
         d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
         (*dev).device = device.as_ptr();
-        (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
+        let proc_ = Box::into_raw(Box::new(Proc::new(handles)));
+        (*dev).process_private = proc_.cast();
         (*dev).dev_ops = &*ops::OPS;
         queue::set_bursts(&mut *dev, bursts);
-        intr::install(dev, name, events);
+        // The port event handler, registered once the port it looks up (by the id it is
+        // given) is in place, runs until close takes the handle out of the Proc, before the
+        // port and the Proc go.
+        match intr::event_fd(name, events)
+            .map(|fd| IntrHandle::watch(fd, intr::port_event, usize::from(d.port_id)))
+        {
+            Some(Ok(h)) => {
+                // ethdev's copy of the handle, which close clears before the Proc frees it.
+                (*dev).intr_handle = h.as_ptr();
+                d.dev_flags |= sys::bits::RTE_ETH_DEV_INTR_LSC | sys::bits::RTE_ETH_DEV_INTR_RMV;
+                *(*proc_).intr.lock() = Some(h);
+            }
+            Some(Err(e)) => pmd_log!(ERR, "{name}: port events: {e}"),
+            None => {}
+        }
         sys::rte_eth_dev_probing_finish(dev);
         pmd_log!(
             INFO,

@@ -24,14 +24,31 @@ use dpdk_sys as sys;
 
 use super::slot::{RxQ, RxSlot, Slot, TxQ, TxSlot};
 use super::Error;
+use crate::eal::intr::IntrHandle;
 use crate::hw::Device;
 use crate::mem::{DmaBox, MemSource};
 use crate::pmd_log;
 use crate::port::{Port, RxState};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
-/// What one process keeps for a port (`process_private`): its handles to the device.
-pub(super) type Proc = crate::hw::Handles;
+/// What one process keeps for a port (`process_private`).
+pub(super) struct Proc {
+    /// The port event handler on the device's event fd (the primary's, if the device has
+    /// events), taken out at close so that the handler is gone before the device. Declared
+    /// first: dropped first.
+    pub intr: Mutex<Option<IntrHandle>>,
+    /// This process's handles to the device.
+    pub handles: crate::hw::Handles,
+}
+
+impl Proc {
+    pub fn new(handles: crate::hw::Handles) -> Proc {
+        Proc {
+            intr: Mutex::new(None),
+            handles,
+        }
+    }
+}
 
 /// How an op's answer reaches C: a status or count as `c_int`, or nothing. A port that is
 /// gone (closed, or not attached in this process) answers [`Answer::GONE`].
@@ -283,8 +300,6 @@ pub(super) struct Conf<'a> {
     pub tx_offloads: u64,
     /// Whether the application asked for receive interrupts.
     pub intr_conf_rxq: bool,
-    /// The port's interrupt handle in this process (NULL: the device has no events).
-    pub intr_handle: *mut sys::rte_intr_handle,
     link: &'a AtomicU64,
     rx_states: &'a [AtomicU8],
     tx_states: &'a [AtomicU8],
@@ -307,6 +322,8 @@ pub(super) struct EthMut<'a> {
     pub dev: &'a dyn Device,
     /// When the device runs in the polling lcore: what the burst glue runs it with.
     pub lcore: Option<&'a crate::hw::soft::Lcore>,
+    /// The port's interrupt handle in this process, if the device has events.
+    pub intr: &'a Mutex<Option<IntrHandle>>,
 }
 
 /// A live port's parts, checked once by [`parts`]: what becomes an op's [`Eth`] or
@@ -357,7 +374,6 @@ pub(super) unsafe fn parts<'a>(dev: *mut sys::rte_eth_dev) -> Option<Parts<'a>> 
             rx_offloads: (*d).dev_conf.rxmode.offloads,
             tx_offloads: (*d).dev_conf.txmode.offloads,
             intr_conf_rxq: (*d).dev_conf.intr_conf.rxq() != 0,
-            intr_handle: (*raw).intr_handle,
             link: AtomicU64::from_ptr(ptr::addr_of_mut!((*d).dev_link).cast::<u64>()),
             rx_states: states(ptr::addr_of_mut!((*d).rx_queue_state), (*d).nb_rx_queues),
             tx_states: states(ptr::addr_of_mut!((*d).tx_queue_state), (*d).nb_tx_queues),
@@ -413,7 +429,7 @@ pub(super) fn shared<R: Answer>(
     let e = Eth {
         conf: p.conf,
         port,
-        dev: p.proc_.dev.as_ref(),
+        dev: p.proc_.handles.dev.as_ref(),
     };
     op(&e).into_c(e.port.name.as_str(), what)
 }
@@ -430,8 +446,9 @@ pub(super) fn exclusive<R: Answer>(
     let mut e = EthMut {
         conf: p.conf,
         port,
-        dev: p.proc_.dev.as_ref(),
-        lcore: p.proc_.lcore.as_ref(),
+        dev: p.proc_.handles.dev.as_ref(),
+        lcore: p.proc_.handles.lcore.as_ref(),
+        intr: &p.proc_.intr,
     };
     let answer = op(&mut e);
     answer.into_c(e.port.name.as_str(), what)

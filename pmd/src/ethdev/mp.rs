@@ -144,7 +144,7 @@ impl ipc::Action for Primary {
                 match Op::from_u8(*op) {
                     Some(op) => {
                         // Under the lock that keeps the port from closing meanwhile.
-                        let a = with_proc(port_id, |p| answer(op, p.dev.as_ref(), index));
+                        let a = with_proc(port_id, |p| answer(op, p.handles.dev.as_ref(), index));
                         a.unwrap_or_else(|| (-libc::ENODEV).to_le_bytes().to_vec())
                     }
                     None => (-libc::EINVAL).to_le_bytes().to_vec(),

@@ -206,10 +206,10 @@ fn attach_secondary(device: &BusDevice, name: &str) -> Result<(), Error> {
         let remote = mp::Remote::new(d.port_id, port.caps);
         // A device the primary runs in its polling lcore must now run by itself.
         remote.secondary_attached(true);
-        let proc_ = Proc {
+        let proc_ = Proc::new(crate::hw::Handles {
             dev: Box::new(remote),
             lcore: None,
-        };
+        });
         (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
         (*dev).device = device.as_ptr();
         (*dev).dev_ops = &*ops::OPS;

@@ -292,7 +292,7 @@ fn tx_lcore(s: &TxSlot, q: &mut TxQ, pkts: &[Mbuf]) -> u16 {
     let sent = tx_plain(s, q, pkts);
     // An empty burst may have rung again (`TxQueue::kick`).
     if sent > 0 || pkts.is_empty() {
-        if let Some(l) = handles(s.port_id).and_then(|p| p.lcore.as_ref()) {
+        if let Some(l) = handles(s.port_id).and_then(|p| p.handles.lcore.as_ref()) {
             l.after_tx(q.qid);
         }
     }
@@ -334,7 +334,7 @@ fn rx_plain(s: &RxSlot, q: &mut RxQ, out: &mut [Mbuf]) -> u16 {
 /// With the device run in the polling lcore: before the queue polls, the device delivers
 /// what waits at the port.
 fn rx_lcore(s: &RxSlot, q: &mut RxQ, out: &mut [Mbuf]) -> u16 {
-    if let Some(l) = handles(s.port_id).and_then(|p| p.lcore.as_ref()) {
+    if let Some(l) = handles(s.port_id).and_then(|p| p.handles.lcore.as_ref()) {
         l.before_rx();
     }
     rx_plain(s, q, out)
@@ -354,7 +354,7 @@ fn tx_cleanup(s: &TxSlot, q: &mut TxQ, free_cnt: u32) -> c_int {
 #[cold]
 fn recover_rxq(s: &RxSlot, q: &mut RxQ) {
     if let Some(p) = handles(s.port_id) {
-        q.recover(p.dev.as_ref());
+        q.recover(p.handles.dev.as_ref());
     }
 }
 
@@ -365,9 +365,9 @@ fn recover_rxq(s: &RxSlot, q: &mut RxQ) {
 #[cold]
 fn recover_txq(s: &TxSlot, q: &mut TxQ) {
     if let Some(p) = handles(s.port_id) {
-        if q.recover(p.dev.as_ref()) {
+        if q.recover(p.handles.dev.as_ref()) {
             s.set_qpn(q.qpn());
-            point_lcore(p.lcore.as_ref(), q, true);
+            point_lcore(p.handles.lcore.as_ref(), q, true);
         }
     }
 }
