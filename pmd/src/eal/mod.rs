@@ -1,13 +1,13 @@
 //! Safe entries to the EAL services the ethdev layer uses beside its callbacks: the process
-//! type, DPDK's memory map and mempool chunks, the interrupt handle ([`intr`]) and
-//! multi-process IPC ([`mp`]).
+//! type, DPDK's memory map and mempool chunks, `rte_flow` errors, the interrupt handle
+//! ([`intr`]) and multi-process IPC ([`mp`]).
 //!
 //! Each wrapper checks one C function's contract once, here, so that its callers are safe
 //! code: a safe function below is sound for every input it can be given (the pointers it
 //! takes are only compared, or typed references); where a contract rests on what the caller
 //! knows, the function is `unsafe fn` and its `# Safety` section says what that is.
 
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void, CStr};
 
 use dpdk_sys as sys;
 
@@ -94,4 +94,20 @@ pub(crate) unsafe fn pool_ranges(pool: Option<Pool>) -> Vec<DmaRange> {
     }
     v.retain(|r| r.end() > r.start());
     v
+}
+/// Why an `rte_flow` call failed, as `rte_flow_error_set` records it: `error` (if the
+/// application passed one) gets the type, cause and message, `rte_errno` the errno; the answer
+/// is `-errno`. `cause` is only stored for the application, never followed.
+pub(crate) fn flow_error_set(
+    error: Option<&mut sys::rte_flow_error>,
+    errno: c_int,
+    etype: sys::rte_flow_error_type,
+    cause: *const c_void,
+    msg: &'static CStr,
+) -> c_int {
+    let error = error.map_or(std::ptr::null_mut(), std::ptr::from_mut);
+    // SAFETY: `error` is NULL or a writable record (a reference); the function stores `cause`
+    // and `msg` in it without reading them, and `msg` is static, as the application may read it
+    // at any time later.
+    unsafe { sys::rte_flow_error_set(error, errno, etype, cause, msg.as_ptr()) }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dpdk_sys as sys;
 
-use super::eth::{self, given, ops, CMut, Eth, EthMut};
+use super::eth::{self, given, ops, Eth, EthMut};
 use super::{filter, flow, fmt_mac, info, intr, invalid, qctl, queue, release, rss, stats, Error};
 use crate::pmd_log;
 use crate::port;
@@ -190,8 +190,8 @@ fn link(e: &Eth<'_>, _wait: c_int) -> Result<(), Error> {
     Ok(())
 }
 
-fn set_mac(e: &mut EthMut<'_>, mac: CMut<'_, sys::rte_ether_addr>) -> Result<(), Error> {
-    let mac = given(mac.get())?.addr_bytes;
+fn set_mac(e: &mut EthMut<'_>, mac: Option<&mut sys::rte_ether_addr>) -> Result<(), Error> {
+    let mac = given(mac)?.addr_bytes;
     if mac[0] & 1 != 0 || mac == [0; 6] {
         return Err(invalid!("{} is not a unicast address", fmt_mac(&mac)));
     }

@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_void};
 
 use dpdk_sys as sys;
 
-use super::eth::{given, ops, CMut, CRef, Eth, EthMut, Proc};
+use super::eth::{given, ops, Eth, EthMut, Proc, Raw};
 use super::slot::{point_lcore, RxFixed, RxQ, RxSlot, Slot, TxFixed, TxQ, TxSlot};
 use super::{invalid, Error};
 use crate::eal::in_dpdk_memory;
@@ -23,7 +23,7 @@ ops! {
         -> c_int = exclusive tx_setup, "TX queue setup";
     fn tx_queue_release(qid: u16) = exclusive tx_release, "TX queue release";
     fn rx_queue_setup(qid: u16, nb_desc: u16, socket: u32, conf: *const sys::rte_eth_rxconf,
-        mp: *mut sys::rte_mempool) -> c_int = exclusive rx_setup, "RX queue setup";
+        mp: *mut sys::rte_mempool as Raw<_>) -> c_int = exclusive rx_setup, "RX queue setup";
     fn rx_queue_release(qid: u16) = exclusive rx_release, "RX queue release";
     fn rxq_info_get(qid: u16, info: *mut sys::rte_eth_rxq_info) = shared rxq_info, "RX queue info";
     fn txq_info_get(qid: u16, info: *mut sys::rte_eth_txq_info) = shared txq_info, "TX queue info";
@@ -34,10 +34,10 @@ fn tx_setup(
     qid: u16,
     nb_desc: u16,
     socket: u32,
-    conf: CRef<'_, sys::rte_eth_txconf>,
+    conf: Option<&sys::rte_eth_txconf>,
 ) -> Result<(), Error> {
     e.primary_only()?;
-    let conf = given(conf.get())?;
+    let conf = given(conf)?;
     let offloads = conf.offloads | e.conf.tx_offloads;
     let fast_free = offloads & sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0;
     super::mr::register_pools(e, None)?;
@@ -85,16 +85,19 @@ fn rx_setup(
     qid: u16,
     nb_desc: u16,
     socket: u32,
-    conf: CRef<'_, sys::rte_eth_rxconf>,
-    mp: CMut<'_, sys::rte_mempool>,
+    conf: Option<&sys::rte_eth_rxconf>,
+    mp: Raw<sys::rte_mempool>,
 ) -> Result<(), Error> {
     e.primary_only()?;
     use sys::bits::*;
-    let conf = given(conf.get())?;
+    let conf = given(conf)?;
+    if mp.0.is_null() {
+        return Err(Error::Invalid("a NULL argument".into()));
+    }
     // SAFETY: ethdev checked that the pool is a pktmbuf pool; the application keeps it until
     // the queue is released (DPDK's contract for rx_queue_setup).
     let (pool, room) = unsafe {
-        let pool = Pool::from_raw(given(mp.get())?);
+        let pool = Pool::from_raw(mp.0);
         (pool, sys::mlx4rs_pktmbuf_data_room_size(pool.as_ptr()))
     };
     let room = room.saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16).max(1);
@@ -181,8 +184,8 @@ pub(super) fn close_queues(e: &mut EthMut<'_>) {
     }
 }
 
-fn rxq_info(e: &Eth<'_>, qid: u16, info: CMut<'_, sys::rte_eth_rxq_info>) {
-    if let (Some(s), Some(info)) = (e.rxq(qid), info.get()) {
+fn rxq_info(e: &Eth<'_>, qid: u16, info: Option<&mut sys::rte_eth_rxq_info>) {
+    if let (Some(s), Some(info)) = (e.rxq(qid), info) {
         info.mp = s.x.pool.as_ptr();
         info.nb_desc = s.x.nb_desc;
         info.scattered_rx = u8::from(s.x.scattered);
@@ -191,8 +194,8 @@ fn rxq_info(e: &Eth<'_>, qid: u16, info: CMut<'_, sys::rte_eth_rxq_info>) {
     }
 }
 
-fn txq_info(e: &Eth<'_>, qid: u16, info: CMut<'_, sys::rte_eth_txq_info>) {
-    if let (Some(s), Some(info)) = (e.txq(qid), info.get()) {
+fn txq_info(e: &Eth<'_>, qid: u16, info: Option<&mut sys::rte_eth_txq_info>) {
+    if let (Some(s), Some(info)) = (e.txq(qid), info) {
         info.nb_desc = s.x.nb_desc;
         info.conf.offloads = e.conf.tx_offloads;
         info.conf.tx_deferred_start = u8::from(s.x.deferred);
