@@ -41,14 +41,11 @@ pub(super) fn event_fd(
 pub(super) unsafe extern "C" fn port_event(arg: *mut c_void) {
     let port_id = arg as usize as u16;
     // SAFETY: registered for a port of ours, unregistered (synchronously) by its close before
-    // the port goes, so the port and its Proc live while this runs (and its ops are ours);
+    // the port goes, so the port and its Proc live while this runs;
     // intr_conf and dev_started are only read; `dev_link` is ethdev's atomic 64-bit word (see
     // `eth::parts`).
     let Some((dev, proc_, dev_link, lsc, rmv)) = (unsafe {
-        eth::port_of(port_id).and_then(|(dev, ops, p)| {
-            if !ptr::eq(ops, &*super::ops::OPS) {
-                return None;
-            }
+        eth::port_of(port_id).and_then(|(dev, _, p)| {
             let d = (*dev.as_ptr()).data;
             let link = AtomicU64::from_ptr(ptr::addr_of_mut!((*d).dev_link).cast::<u64>());
             let c = &(*d).dev_conf.intr_conf;
