@@ -292,7 +292,9 @@ impl<B: RxBuf> RxQueue<B> {
         }
     }
 
-    /// Writes scatter entry `i` for the buffer in `elts[i]`.
+    /// Writes scatter entry `i` for the buffer in `elts[i]`. Inlined into the burst loop,
+    /// whichever codegen unit each lands in.
+    #[inline]
     pub(super) fn post(&mut self, i: usize) -> bool {
         let (addr, room) = self.elts[i].data_area();
         let Some(lkey) = self.lkeys.lookup(addr, room as usize) else {
