@@ -14,35 +14,14 @@ use mlx4rs::rxq::{
     RxBuf, RxConfig, RxQueue, PTYPE_L2_ETHER, PTYPE_L3_IPV4_EXT_UNKNOWN, PTYPE_L4_UDP,
     RX_IP_CKSUM_GOOD, RX_RSS_HASH,
 };
-use mlx4rs::txq::{TxBuf, TxConfig, TxPath, TxQueue};
-use mlx4rs::wqe::TxOffloads;
+use mlx4rs::txq::{TxConfig, TxPath, TxQueue};
 
 mod rx_buf;
-use rx_buf::{arena_range, free_count, set_geometry, Buf, Rec, NBUFS};
+use rx_buf::{arena_range, free_count, set_geometry, Buf, Pkt, Rec, NBUFS};
 
 /// Buffers a whole frame fits in (the queue does not scatter).
 const BUF: usize = 2048;
 const HEADROOM: usize = 128;
-
-/// A one-segment inline TX packet.
-#[derive(Clone, Copy)]
-struct Pkt(*const u8, usize);
-impl TxBuf for Pkt {
-    fn pkt_len(&self) -> u32 {
-        self.1 as u32
-    }
-    fn segs(&self) -> impl Iterator<Item = &[u8]> {
-        // SAFETY: the test keeps the frames alive across the burst.
-        std::iter::once(unsafe { std::slice::from_raw_parts(self.0, self.1) })
-    }
-    fn offloads(&self) -> TxOffloads {
-        TxOffloads::default()
-    }
-    fn plain(&self) -> Option<&[u8]> {
-        self.segs().next()
-    }
-    unsafe fn free_bulk(_: &[Self]) {}
-}
 
 static N: AtomicU32 = AtomicU32::new(0);
 

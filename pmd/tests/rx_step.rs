@@ -11,11 +11,10 @@ use mlx4rs::hw::{Device, QueueState};
 use mlx4rs::mem::{DmaRange, MemSource, Mr};
 use mlx4rs::mmio::Copy64;
 use mlx4rs::rxq::{RxBuf, RxConfig, RxQueue};
-use mlx4rs::txq::{TxBuf, TxConfig, TxPath, TxQueue};
-use mlx4rs::wqe::TxOffloads;
+use mlx4rs::txq::{TxConfig, TxPath, TxQueue};
 
 mod rx_buf;
-use rx_buf::{arena_range, free_count, set_geometry, with_pool, Buf, NBUFS};
+use rx_buf::{arena_range, free_count, set_geometry, with_pool, Buf, Pkt, NBUFS};
 
 const BUF: usize = 512;
 const HEADROOM: usize = 64;
@@ -44,26 +43,6 @@ fn chain_ids(head: Buf) -> Vec<Buf> {
         cur = Buf(i).rec().next;
     }
     v
-}
-
-/// A one-segment inline TX packet.
-#[derive(Clone, Copy)]
-struct Pkt(*const u8, usize);
-impl TxBuf for Pkt {
-    fn pkt_len(&self) -> u32 {
-        self.1 as u32
-    }
-    fn segs(&self) -> impl Iterator<Item = &[u8]> {
-        // SAFETY: the test keeps the frames alive across the burst.
-        std::iter::once(unsafe { std::slice::from_raw_parts(self.0, self.1) })
-    }
-    fn offloads(&self) -> TxOffloads {
-        TxOffloads::default()
-    }
-    fn plain(&self) -> Option<&[u8]> {
-        self.segs().next()
-    }
-    unsafe fn free_bulk(_: &[Self]) {}
 }
 
 static N: AtomicU32 = AtomicU32::new(0);

@@ -1,12 +1,15 @@
 //! The RX tests' buffer: an index into a thread's arena, the pool a stack of free indexes, and
 //! what an mbuf would record once handed up. One type for every RX test binary; each thread
-//! has its own pool, so tests running in parallel do not share buffers.
+//! has its own pool, so tests running in parallel do not share buffers. And the frames the
+//! tests send: one inline TX packet each.
 #![allow(dead_code)]
 
 use std::cell::{Cell, RefCell};
 use std::mem::MaybeUninit;
 
 use mlx4rs::rxq::{RxBuf, RxMeta};
+use mlx4rs::txq::TxBuf;
+use mlx4rs::wqe::TxOffloads;
 
 /// Buffers in a thread's arena.
 pub const NBUFS: usize = 4096;
@@ -147,4 +150,25 @@ unsafe impl RxBuf for Buf {
         })
     }
     // set_single stays the default: the two calls above, which the tests record apart.
+}
+
+/// A one-segment inline TX packet: a frame's address and length.
+#[derive(Clone, Copy)]
+pub struct Pkt(pub *const u8, pub usize);
+
+impl TxBuf for Pkt {
+    fn pkt_len(&self) -> u32 {
+        self.1 as u32
+    }
+    fn segs(&self) -> impl Iterator<Item = &[u8]> {
+        // SAFETY: the tests keep the frames alive across the burst.
+        std::iter::once(unsafe { std::slice::from_raw_parts(self.0, self.1) })
+    }
+    fn offloads(&self) -> TxOffloads {
+        TxOffloads::default()
+    }
+    fn plain(&self) -> Option<&[u8]> {
+        self.segs().next()
+    }
+    unsafe fn free_bulk(_: &[Self]) {}
 }
