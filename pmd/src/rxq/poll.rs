@@ -68,15 +68,7 @@ impl<B: RxBuf> RxQueue<B> {
         let len = c.byte_cnt();
         let mut cx = Refill::new(&mut self.elts, &mut self.rq, &mut self.lkeys, self.cfg);
         let (elt, entry) = (&mut cx.elts[slot], &mut cx.entries[slot]);
-        *out = frame::<B, false>(
-            &cx.ctx,
-            elt,
-            entry,
-            &seen,
-            fresh,
-            cx.lkeys,
-            &mut cx.errors,
-        );
+        *out = frame::<B, false>(&cx.ctx, elt, entry, &seen, fresh, cx.lkeys, &mut cx.errors);
         let errors = cx.errors;
         let st = &mut self.stats;
         st.packets += 1;
@@ -164,6 +156,10 @@ impl<B: RxBuf> RxQueue<B> {
                 let at = ci as usize & cx.ring_mask;
                 let head = n.min(cx.elts.len() - at);
                 for (from, k, len) in [(at, 0, head), (0, head, n - head)] {
+                    // Most chunks end before the ring does: no call for an empty run.
+                    if len == 0 {
+                        break;
+                    }
                     let run = from..from + len;
                     let (elts, entries) = (&mut cx.elts[run.clone()], &mut cx.entries[run]);
                     let frames = k..k + len;
