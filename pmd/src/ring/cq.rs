@@ -256,6 +256,26 @@ impl CqRing {
         self.next_owner = unsafe { self.first.add(at) };
     }
 
+    /// A pass over the CQEs software owns from the consumer on ([`Owned`]): each owner byte
+    /// is loaded once, as its CQE is taken, and the consumer counter moves past what was
+    /// taken when the pass ends. The caller bounds the pass; it cannot take more than the
+    /// ring holds, since past a whole ring the owner bits it expects are the other parity.
+    #[inline(always)]
+    pub fn owned(&mut self) -> Owned<'_> {
+        let cqe = self
+            .next_owner
+            .as_ptr()
+            .wrapping_sub(Cqe::<&[u8]>::OWNER_OFFSET);
+        Owned {
+            cqe,
+            end: self.first.as_ptr().wrapping_add(self.span()),
+            shift: self.entry_shift,
+            sw: self.sw_owner,
+            wrapped: false,
+            ring: self,
+        }
+    }
+
     /// The consumer counter (free-running): what a CQ arm doorbell carries.
     pub fn ci(&self) -> u32 {
         self.ci
@@ -268,6 +288,88 @@ impl CqRing {
         // atomically.
         let rec = unsafe { AtomicU32::from_ptr(self.desc.set_ci_db().as_ptr()) };
         rec.store((self.ci & 0x00ff_ffff).to_be(), Ordering::Release);
+    }
+}
+
+/// See [`CqRing::owned`].
+pub struct Owned<'r> {
+    /// The next entry.
+    cqe: *mut u8,
+    /// The ring's end.
+    end: *mut u8,
+    /// log2 of the entry size.
+    shift: u32,
+    /// The owner bit of a software-owned entry from `cqe` to the ring's end.
+    sw: u8,
+    /// `cqe` went past the ring's end and on from its start.
+    wrapped: bool,
+    ring: &'r mut CqRing,
+}
+
+impl<'r> Owned<'r> {
+    /// The next CQE, with the `owner_sr_opcode` byte its ownership was read from, if software
+    /// owns it.
+    #[inline(always)]
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<(u8, Cqe<&'r [u8]>)> {
+        if self.cqe == self.end {
+            self.wrap();
+        }
+        // SAFETY: `cqe` is an entry inside the array: it starts at the consumer's, moves one
+        // entry at a time, and goes back to the first at the ring's end. The device writes the
+        // owner byte last, atomically; once it reads as software's (with acquire), the entry
+        // stays as the device wrote it until the consumer record passes it, which takes
+        // `&mut CqRing`, borrowed by this pass for `'r`.
+        let (op, bytes) = unsafe {
+            let op = AtomicU8::from_ptr(self.cqe.add(Cqe::<&[u8]>::OWNER_OFFSET))
+                .load(Ordering::Acquire);
+            (
+                op,
+                std::slice::from_raw_parts(self.cqe.cast_const(), CQE_SIZE),
+            )
+        };
+        if op & mlx4_prm::cqe_owner::OWNER != self.sw {
+            return None;
+        }
+        self.cqe = self.cqe.wrapping_add(1 << self.shift);
+        Some((op, Cqe::new_unchecked(bytes)))
+    }
+
+    /// At the ring's end: on from its start, where software's entries have the other owner
+    /// bit.
+    #[cold]
+    fn wrap(&mut self) {
+        self.cqe = self.ring.first.as_ptr();
+        self.sw ^= mlx4_prm::cqe_owner::OWNER;
+        self.wrapped = true;
+    }
+}
+
+impl Drop for Owned<'_> {
+    /// Moves the consumer counter past the CQEs taken.
+    #[inline(always)]
+    fn drop(&mut self) {
+        let r = &mut *self.ring;
+        let cnt = r.cqe_cnt;
+        let from = r.ci & (cnt - 1);
+        let to = ((self.cqe as usize - r.first.as_ptr() as usize) >> self.shift) as u32;
+        let n = to + if self.wrapped { cnt } else { 0 } - from;
+        r.ci = r.ci.wrapping_add(n);
+        // SAFETY: `cqe` is an entry inside the array or the ring's end; either way its owner
+        // byte is then the first entry's, as `seek` would set it.
+        r.next_owner = unsafe {
+            NonNull::new_unchecked(if self.cqe == self.end {
+                r.first.as_ptr()
+            } else {
+                self.cqe
+            })
+            .add(Cqe::<&[u8]>::OWNER_OFFSET)
+        };
+        r.sw_owner = if self.cqe == self.end {
+            self.sw ^ mlx4_prm::cqe_owner::OWNER
+        } else {
+            self.sw
+        };
     }
 }
 
