@@ -275,6 +275,16 @@ impl Sq {
         work
     }
 
+    /// Nothing to do: no walk pending, no BlueFlame write waiting in either half, and no
+    /// runner told to come back. A poll then passes the queue by (two loads at most, of
+    /// lines only the driver writes, which stay shared while it writes nothing).
+    #[inline]
+    pub(crate) fn idle(&self) -> bool {
+        self.walk == Walk::Idle
+            && !self.busy.load(Ordering::Relaxed)
+            && self.bf.as_ref().is_none_or(Bf::quiet)
+    }
+
     /// What a runner watches to know whether this queue has work (`db`: its UAR page's send
     /// doorbell word).
     pub(crate) fn watch(&self, db: HostMem) -> SqWatch {

@@ -22,7 +22,7 @@ impl DevState {
             work += self.poll_uar(i);
         }
         for slot in 0..self.qps.len() {
-            if matches!(self.qps.get(slot), Some(Qp::Sq(_))) {
+            if matches!(self.qps.get(slot), Some(Qp::Sq(sq)) if !sq.idle()) {
                 work += self.poll_sq_slot(slot);
             }
         }
