@@ -470,7 +470,7 @@ impl Hca {
     pub fn step(&self) -> usize {
         let mut total = 0;
         for _ in 0..MAX_STEP_POLLS {
-            let n = self.state().poll();
+            let n = self.shared.inner.charged(DevState::poll);
             if n == 0 {
                 break;
             }

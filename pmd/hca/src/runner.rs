@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -49,15 +49,48 @@ impl Inner {
             st.check_link();
         }
         let run = !self.threaded && st.has_channels();
+        drop(st);
         if run {
-            st.poll();
+            self.charged(DevState::poll);
         }
         run
     }
 
     /// One pass over every queue and the receive buffer; the work done (0 = idle).
     pub(crate) fn poll(&self) -> usize {
-        self.state.lock().poll()
+        self.charged(DevState::poll)
+    }
+
+    /// `f` under the lock; the doorbell charge it leaves is spent with the lock released, and
+    /// then `f` runs once more for the walks the charged doorbells asked for.
+    #[inline]
+    pub(crate) fn charged(&self, f: impl Fn(&mut DevState) -> usize) -> usize {
+        let mut st = self.state.lock();
+        let mut work = f(&mut st);
+        let owed = st.take_owed();
+        drop(st);
+        if owed != 0 {
+            spend(owed);
+            let mut st = self.state.lock();
+            work += f(&mut st);
+            let owed = st.take_owed();
+            drop(st);
+            spend(owed);
+        }
+        work
+    }
+}
+
+/// Spend `ns` of a doorbell charge ([`crate::HcaConfig::doorbell_ns`]): a spin, not a sleep,
+/// since a card is busy for that long, not idle; never under the adapter's lock, which the
+/// polling lcore and the control path take too.
+pub(crate) fn spend(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let until = Instant::now() + Duration::from_nanos(ns);
+    while Instant::now() < until {
+        std::hint::spin_loop();
     }
 }
 
@@ -218,7 +251,8 @@ impl SqRunner {
         if !self.wanted() {
             return 0;
         }
-        self.inner.state.lock().poll_sq(self.qpn)
+        let qpn = self.qpn;
+        self.inner.charged(|st| st.poll_sq(qpn))
     }
 
     #[inline]

@@ -21,9 +21,13 @@ impl DevState {
         for i in 0..self.uars.len() {
             work += self.poll_uar(i);
         }
-        for slot in 0..self.qps.len() {
-            if matches!(self.qps.get(slot), Some(Qp::Sq(sq)) if !sq.idle()) {
-                work += self.poll_sq_slot(slot);
+        // A charged doorbell keeps the device busy before it walks: the walks wait for the
+        // next poll, after the charge is spent.
+        if self.owed_ns == 0 {
+            for slot in 0..self.qps.len() {
+                if matches!(self.qps.get(slot), Some(Qp::Sq(sq)) if !sq.idle()) {
+                    work += self.poll_sq_slot(slot);
+                }
             }
         }
         work += self.poll_rx();
@@ -59,7 +63,9 @@ impl DevState {
             Some(i) => self.poll_uar(i),
             None => 0,
         };
-        work += self.poll_sq_slot(slot);
+        if self.owed_ns == 0 {
+            work += self.poll_sq_slot(slot);
+        }
         if work > 0 {
             self.wire.flush();
         }
@@ -204,18 +210,19 @@ impl DevState {
         work
     }
 
-    /// Spend what `n` UAR writes cost a card's device side, when the model is asked to
-    /// ([`crate::HcaConfig::doorbell_ns`]): a spin, not a sleep, since a card is busy for that
-    /// long, not idle.
+    /// Charge what `n` UAR writes cost a card's device side, when the model is asked to
+    /// ([`crate::HcaConfig::doorbell_ns`]). Spent by the caller with the lock released
+    /// ([`DevState::take_owed`]).
     #[inline]
-    fn charge_doorbells(&self, n: u64) {
-        if self.doorbell_ns == 0 || n == 0 {
-            return;
-        }
-        let until = Instant::now() + Duration::from_nanos(n * u64::from(self.doorbell_ns));
-        while Instant::now() < until {
-            std::hint::spin_loop();
-        }
+    fn charge_doorbells(&mut self, n: u64) {
+        self.owed_ns += n * u64::from(self.doorbell_ns);
+    }
+
+    /// The charge to spend now, with the lock released: a doorbell's before the walk it asked
+    /// for (the next poll), a BlueFlame burst's after the walk of its copy.
+    #[inline]
+    pub(crate) fn take_owed(&mut self) -> u64 {
+        std::mem::take(&mut self.owed_ns)
     }
 
     /// Injected link flaps: down after `link_flap_every` frames sent, up again after
