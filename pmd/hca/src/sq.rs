@@ -14,6 +14,7 @@
 mod bf;
 mod out;
 mod run;
+mod span;
 
 use mlx4_prm::{
     cqe_opcode, cqe_owner, owner_opcode, srcrb, syndrome, wqe_txbbs, Cqe, CtrlSeg, CQE_SIZE,
@@ -372,9 +373,14 @@ impl Sq {
         let runs = fast && !cx.faults.per_send_wqe();
         loop {
             if runs {
-                let (n, at_stop) = self.run(stop, epoch, bf_live, &mut credit, &out, &mut t, cx);
+                let (n, at_stop, unowned) =
+                    self.run(stop, epoch, bf_live, &mut credit, &out, &mut t, cx);
                 done += n;
                 if at_stop {
+                    break;
+                }
+                if unowned {
+                    self.unposted(stop);
                     break;
                 }
             }
