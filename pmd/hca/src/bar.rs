@@ -453,6 +453,22 @@ impl Bar {
     }
 }
 
+/// `Counters` is only `u64` fields: no padding, so every byte of it is initialised.
+const _: () = assert!(std::mem::size_of::<Counters>() == 8 * Counters::NAMES.len());
+
+/// The bytes of `c`, to compare two snapshots in one pass.
+#[inline]
+fn counter_bytes(c: &Counters) -> &[u8] {
+    // SAFETY: `c` is a valid reference to a struct of `u64` fields without padding (asserted
+    // above), so its `size_of` bytes are initialised and live as long as the borrow.
+    unsafe {
+        std::slice::from_raw_parts(
+            (c as *const Counters).cast::<u8>(),
+            std::mem::size_of::<Counters>(),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,21 +499,5 @@ mod tests {
         assert_eq!(seen.doorbells, u64::MAX, "an unchanged word was stored to");
         bar.counter_words()[at].store(3, Ordering::Relaxed);
         assert_eq!(bar.counters(), c);
-    }
-}
-
-/// `Counters` is only `u64` fields: no padding, so every byte of it is initialised.
-const _: () = assert!(std::mem::size_of::<Counters>() == 8 * Counters::NAMES.len());
-
-/// The bytes of `c`, to compare two snapshots in one pass.
-#[inline]
-fn counter_bytes(c: &Counters) -> &[u8] {
-    // SAFETY: `c` is a valid reference to a struct of `u64` fields without padding (asserted
-    // above), so its `size_of` bytes are initialised and live as long as the borrow.
-    unsafe {
-        std::slice::from_raw_parts(
-            (c as *const Counters).cast::<u8>(),
-            std::mem::size_of::<Counters>(),
-        )
     }
 }

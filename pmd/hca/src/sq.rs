@@ -283,7 +283,7 @@ impl Sq {
     pub(crate) fn idle(&self) -> bool {
         self.walk == Walk::Idle
             && !self.busy.load(Ordering::Relaxed)
-            && self.bf.as_ref().is_none_or(Bf::quiet)
+            && self.bf.as_ref().map_or(true, Bf::quiet)
     }
 
     /// What a runner watches to know whether this queue has work (`db`: its UAR page's send

@@ -61,7 +61,7 @@ impl Bf {
     pub(super) fn quiet(&self) -> bool {
         self.halves
             .iter()
-            .all(|h| h.load_bytes8(0).is_none_or(|q| q == [0; 8]))
+            .all(|h| h.load_bytes8(0).map_or(true, |q| q == [0; 8]))
     }
 
     pub(super) fn has_pending(&self) -> bool {
