@@ -47,6 +47,8 @@ impl Inner {
         let mut st = self.state.lock();
         if link {
             st.check_link();
+            // Going down, the link drops what the port buffered, and counts it.
+            st.publish();
         }
         let run = !self.threaded && st.has_channels();
         drop(st);

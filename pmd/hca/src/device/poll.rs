@@ -23,9 +23,12 @@ impl DevState {
         }
         // A charged doorbell keeps the device busy before it walks: the walks wait for the
         // next poll, after the charge is spent.
+        // Whether a queue was looked at: a walk that does nothing may still count (a stall).
+        let mut looked = false;
         if self.owed_ns == 0 {
             for slot in 0..self.qps.len() {
                 if matches!(self.qps.get(slot), Some(Qp::Sq(sq)) if !sq.idle()) {
+                    looked = true;
                     work += self.poll_sq_slot(slot);
                 }
             }
@@ -34,7 +37,12 @@ impl DevState {
         if work > 0 {
             self.wire.flush();
         }
-        self.publish();
+        // A poll that took nothing, looked at no queue and has no cable (whose far end counts
+        // drops here) changed no counter: the device thread's idle polls publish nothing. The
+        // control path publishes what it changes itself (`Hca::state`).
+        if work > 0 || looked || self.wire.cable().is_some() {
+            self.publish();
+        }
         work
     }
 
