@@ -119,7 +119,7 @@ pub struct RxQueue<B: RxBuf> {
     /// burst).
     fresh: DmaArray<MaybeUninit<B>>,
     /// What a burst's first pass copies out of each CQE of a chunk for the second.
-    seen: [poll::Seen; CHUNK],
+    seen: [meta::Seen; CHUNK],
     lkeys: Lkeys,
     /// Bytes each buffer takes (they all come from one pool).
     room: u32,
@@ -184,7 +184,7 @@ impl<B: RxBuf> RxQueue<B> {
             elts,
             released: false,
             fresh,
-            seen: [poll::Seen::default(); CHUNK],
+            seen: [meta::Seen::default(); CHUNK],
             lkeys,
             room,
             qid,

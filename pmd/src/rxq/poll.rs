@@ -2,9 +2,9 @@
 
 use std::mem::MaybeUninit;
 
-use mlx4_prm::{cqe_opcode, cqe_owner, Cqe, DataSeg};
+use mlx4_prm::{cqe_opcode, cqe_owner, DataSeg};
 
-use super::meta::{parse_rx_cqe, rx_meta, with_tunnel, RX_META};
+use super::meta::{parse_rx_cqe, rx_meta, with_tunnel, Seen, RX_META};
 use super::{alloc_into, release, RxBuf, RxConfig, RxQueue, CHUNK, FRESH};
 use crate::mem::{DmaArray, Lkeys, Mr};
 use crate::ring::RqRing;
@@ -366,30 +366,6 @@ impl Region {
         // leave the loop.
         let off = addr.wrapping_sub(self.start);
         room as usize <= self.span && off <= self.span - room as usize
-    }
-}
-
-/// What the second pass needs of a CQE, copied out by the first.
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Seen {
-    /// The status word (high half) and the byte count (low half); in an error CQE's, the
-    /// syndrome and the vendor error (bits 15:8 and 7:0).
-    status_len: u64,
-    /// `immed_rss_invalid` and `vlan_my_qpn`, copied only for queues that read them.
-    hash: u32,
-    vlan: u32,
-}
-
-impl Seen {
-    /// Everything the hand-up may read of `c`.
-    #[inline(always)]
-    fn of(c: &Cqe<&[u8]>) -> Seen {
-        let (status, len) = c.status_byte_cnt();
-        Seen {
-            status_len: u64::from(status) << 32 | u64::from(len),
-            hash: c.immed_rss_invalid(),
-            vlan: c.vlan_my_qpn(),
-        }
     }
 }
 
