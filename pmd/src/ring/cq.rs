@@ -175,8 +175,8 @@ impl CqRing {
     /// Whether software owns the next CQE (one load and a compare).
     #[inline(always)]
     pub fn has_cqe(&self) -> bool {
-        // SAFETY: `next_owner` is an owner byte inside the CQE array (`seek`, `advance`,
-        // `take_ready`), which the device writes last, atomically.
+        // SAFETY: `next_owner` is an owner byte inside the CQE array (`seek`, `advance`, the
+        // pass), which the device writes last, atomically.
         let owner = unsafe { AtomicU8::from_ptr(self.next_owner.as_ptr()) }.load(Ordering::Acquire);
         owner & mlx4_prm::cqe_owner::OWNER == self.sw_owner
     }
@@ -198,62 +198,6 @@ impl CqRing {
         };
         self.advance();
         Some(Cqe::new_unchecked(cqe))
-    }
-
-    /// [`CqRing::ready`] as a claim that [`CqRing::take_ready`] honours without reading the
-    /// owner bytes again: a burst counts its CQEs once, sizes its allocation with the count,
-    /// then walks them.
-    #[inline(always)]
-    pub fn ready_run(&self, max: usize) -> Ready {
-        Ready {
-            ring: self.first.as_ptr() as usize,
-            ci: self.ci,
-            // A burst of one asks for the one owner byte only.
-            n: if max == 1 {
-                u32::from(self.has_cqe())
-            } else {
-                self.ready(max) as u32
-            },
-        }
-    }
-
-    /// Hands the CQEs `r` counted to `f` in order, read in place, and moves the consumer
-    /// counter past them once: one run to the ring's end and one from its start, with no
-    /// owner load or wrap test per CQE.
-    #[inline(always)]
-    pub fn take_ready(&mut self, r: Ready, mut f: impl FnMut(Cqe<&[u8]>)) {
-        assert!(
-            r.ring == self.first.as_ptr() as usize && r.ci == self.ci,
-            "a Ready of another CQ, or of an older consumer counter"
-        );
-        let (cnt, shift) = (self.cqe_cnt, self.entry_shift);
-        let idx = self.ci & (cnt - 1);
-        let head = r.n.min(cnt - idx);
-        // The run to the ring's end, then the one from its start: no wrap test per CQE.
-        for (from, len) in [((idx as usize) << shift, head), (0, r.n - head)] {
-            let mut at = from;
-            for _ in 0..len {
-                // SAFETY: `at` is an entry inside the array (`idx + i` below `cnt` in the
-                // first run, `i` below `n - head` in the second, and `ready` never counts
-                // more than `cnt`); software owns it, since `ready` saw its owner byte with
-                // acquire for this very consumer counter (asserted), and the device writes it
-                // again only after the consumer record passes it, which `update_ci` does
-                // after this call.
-                let cqe =
-                    unsafe { std::slice::from_raw_parts(self.first.as_ptr().add(at), CQE_SIZE) };
-                f(Cqe::new_unchecked(cqe));
-                at += 1 << shift;
-            }
-        }
-        // As `advance`, by n at once: `ready` never counts past one wrap.
-        self.ci = self.ci.wrapping_add(r.n);
-        let mut at = self.owner_offset() + ((r.n as usize) << shift);
-        if at >= self.span() {
-            at -= self.span();
-            self.sw_owner ^= mlx4_prm::cqe_owner::OWNER;
-        }
-        // SAFETY: reduced below the span: an owner byte inside the CQE array.
-        self.next_owner = unsafe { self.first.add(at) };
     }
 
     /// A pass over the CQEs software owns from the consumer on ([`Owned`]): each owner byte
@@ -370,27 +314,6 @@ impl Drop for Owned<'_> {
         } else {
             self.sw
         };
-    }
-}
-
-/// CQEs software owns from a given consumer counter of one CQ ([`CqRing::ready_run`]).
-#[must_use]
-#[derive(Debug)]
-pub struct Ready {
-    ring: usize,
-    ci: u32,
-    n: u32,
-}
-
-impl Ready {
-    #[inline(always)]
-    pub fn len(&self) -> usize {
-        self.n as usize
-    }
-
-    #[inline(always)]
-    pub fn is_empty(&self) -> bool {
-        self.n == 0
     }
 }
 
