@@ -3,8 +3,9 @@
 # pushes a fixed number of packets through the driver's TX queue against the software HCA
 # stepped in the same thread (no EAL, no device thread), and only `measured_burst` (the queue's
 # burst function) is collected, so the count is the driver's and repeats exactly.
-# A second table counts a call on a full ring (the device held), which sends nothing; a third
-# the same bursts with real rte_mbufs through EAL; a fourth rx_burst.
+# A second table counts burst 1 with doorbell avoidance on; a third a call on a full ring (the
+# device held), which sends nothing; a fourth the same bursts with real rte_mbufs through EAL;
+# a fifth rx_burst.
 # Usage: apps/txbench/callgrind.sh [packets]   (default 100000)
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -29,6 +30,20 @@ for path in bf-wc bf-nowc doorbell; do
       "$(awk -v a="$ir" -v n="$packets" 'BEGIN { printf "%.1f", a / n }')" "$db" "$bf"
   done
 done
+# Doorbell avoidance on, at burst 1: the device runs after every burst, so nothing is skipped,
+# and the count is what avoidance costs a call (the detour, a completion asked per doorbell).
+printf '\n| path | burst | size | inline | instructions/packet, doorbell avoidance on | doorbells/pkt | BF writes/pkt |\n|---|---|---|---|---|---|---|\n'
+for path in bf-wc doorbell; do
+  out="$work/cg.avoid.$path"
+  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect='*measured_burst*' \
+    "$bin" --callgrind --avoid --path "$path" --burst 1 --size 64 --inline 104 \
+    --packets "$packets" > "$out.stdout" 2> "$out.stderr"
+  ir=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)/\1/p' "$out.stderr")
+  db=$(sed -n 's/.*doorbells\/pkt \([0-9.]*\).*/\1/p' "$out.stdout")
+  bf=$(sed -n 's/.*bf_writes\/pkt \([0-9.]*\).*/\1/p' "$out.stdout")
+  printf '| %s | 1 | 64 | 104 | %s | %s | %s |\n' "$path" \
+    "$(awk -v a="$ir" -v n="$packets" 'BEGIN { printf "%.1f", a / n }')" "$db" "$bf"
+done
 # A call on a full ring sends nothing: instructions per call, a row of its own.
 printf '\n| path | burst | size | inline | instructions per call on a full ring |\n|---|---|---|---|---|\n'
 for path in bf-wc doorbell; do
@@ -41,8 +56,9 @@ for path in bf-wc doorbell; do
     "$(awk -v a="$ir" -v n="$packets" 'BEGIN { printf "%.1f", a / n }')"
 done
 # Real rte_mbufs through EAL and rte_eth_fp_ops, the device on its own thread (hence
-# --fair-sched=yes); every measured call sends its whole burst. The mempool put is
-# rte_pktmbuf_free_bulk's inclusive cost, which the second figure leaves out.
+# --fair-sched=yes); every measured call sends its whole burst. The mempool put is the
+# inclusive cost of rte_pktmbuf_free_bulk or mlx4rs_mempool_put_bulk, which the second
+# figure leaves out.
 mbuf_packets=$(( packets < 20000 ? packets : 20000 ))
 printf '\n| path | burst | size | inline | instructions/packet, rte_mbuf through EAL | without the mempool put |\n|---|---|---|---|---|---|\n'
 for path in bf-wc doorbell; do
@@ -54,8 +70,10 @@ for path in bf-wc doorbell; do
       "$bin" --callgrind --mbufs --path "$path" --burst "$1" --size "$2" --inline "$3" \
       --packets "$mbuf_packets" > "$out.stdout" 2> "$out.stderr"
     ir=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\)/\1/p' "$out.stderr")
+    # DPDK's free, or the straight put of a batch of mbufs that need nothing else.
     put=$(callgrind_annotate --inclusive=yes "$out" 2>/dev/null \
-      | sed -n 's/^ *\([0-9,]*\) .*:rte_pktmbuf_free_bulk .*/\1/p' | head -1 | tr -d ,)
+      | sed -n 's/^ *\([0-9,]*\) .*:\(rte_pktmbuf_free_bulk\|mlx4rs_mempool_put_bulk\) .*/\1/p' \
+      | tr -d , | awk '{ s += $1 } END { print s + 0 }')
     printf '| %s | %s | %s | %s | %s | %s |\n' "$path" "$1" "$2" "$3" \
       "$(awk -v a="$ir" -v n="$mbuf_packets" 'BEGIN { printf "%.1f", a / n }')" \
       "$(awk -v a="$ir" -v p="${put:-0}" -v n="$mbuf_packets" 'BEGIN { printf "%.1f", (a - p) / n }')"

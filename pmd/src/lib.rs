@@ -13,13 +13,16 @@
 //!   software HCA; [`hw::verbs`], a ConnectX-3 through rdma-core);
 //! - the capability check: [`wc`];
 //! - plain Rust configuration: [`devargs`], [`port`], [`stats`] (counter definitions);
-//! - C callbacks: `ethdev`, the only layer DPDK calls into. `mbuf`, `mem` and `log` call DPDK
+//! - C callbacks: `ethdev`, the only layer DPDK calls into, and `eal`, the safe entries to
+//!   the EAL services it uses (process type, memory walks). `mbuf`, `mem` and `log` call DPDK
 //!   functions too (buffers, memory, logging), but take no callbacks.
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
 pub mod buf;
 pub mod devargs;
+#[allow(unsafe_code)]
+mod eal;
 #[allow(unsafe_code)]
 pub mod hw;
 #[allow(unsafe_code)]

@@ -98,6 +98,10 @@ pub enum Copy64 {
     Movdir64b,
     /// One AVX-512 64-byte vector store.
     Avx512,
+    /// Four 16-byte SSE2 stores (x86-64's baseline: every CPU without AVX-512 has them, and
+    /// valgrind runs them), except that a copy's first 16 bytes go as two 64-bit stores, the
+    /// head last, as with `Qwords`.
+    Sse,
     /// Eight 64-bit stores, ascending as rdma-core's `mmio_memcpy_x64`, except that a copy's
     /// first qword (its head) goes last.
     Qwords,
@@ -108,7 +112,12 @@ static PREFERRED: AtomicU8 = AtomicU8::new(0);
 
 impl Copy64 {
     /// Every routine, best first.
-    pub const ALL: [Copy64; 3] = [Copy64::Movdir64b, Copy64::Avx512, Copy64::Qwords];
+    pub const ALL: [Copy64; 4] = [
+        Copy64::Movdir64b,
+        Copy64::Avx512,
+        Copy64::Sse,
+        Copy64::Qwords,
+    ];
 
     /// The routine queues set up from now on use: the one [`Copy64::prefer`] chose, else the
     /// best this CPU offers.
@@ -117,6 +126,7 @@ impl Copy64 {
             1 => Copy64::Movdir64b,
             2 => Copy64::Avx512,
             3 => Copy64::Qwords,
+            4 => Copy64::Sse,
             _ => Copy64::ALL
                 .into_iter()
                 .find(|c| c.available())
@@ -139,6 +149,8 @@ impl Copy64 {
             Copy64::Movdir64b => cpu_has_movdir64b(),
             #[cfg(target_arch = "x86_64")]
             Copy64::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "x86_64")]
+            Copy64::Sse => true,
             Copy64::Qwords => true,
             #[allow(unreachable_patterns)]
             _ => false,
@@ -155,16 +167,18 @@ impl Copy64 {
             Copy64::Movdir64b => 1,
             Copy64::Avx512 => 2,
             Copy64::Qwords => 3,
+            Copy64::Sse => 4,
         };
         PREFERRED.store(v, Ordering::Relaxed);
         Ok(())
     }
 
-    /// The short name used on command lines (`movdir64b`, `avx512`, `qwords`).
+    /// The short name used on command lines (`movdir64b`, `avx512`, `sse`, `qwords`).
     pub fn key(self) -> &'static str {
         match self {
             Copy64::Movdir64b => "movdir64b",
             Copy64::Avx512 => "avx512",
+            Copy64::Sse => "sse",
             Copy64::Qwords => "qwords",
         }
     }
@@ -173,13 +187,14 @@ impl Copy64 {
         Copy64::ALL
             .into_iter()
             .find(|c| c.key() == s)
-            .ok_or_else(|| format!("unknown copy routine `{s}` (movdir64b, avx512 or qwords)"))
+            .ok_or_else(|| format!("unknown copy routine `{s}` (movdir64b, avx512, sse or qwords)"))
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Copy64::Movdir64b => "movdir64b",
             Copy64::Avx512 => "avx512 64-byte store",
+            Copy64::Sse => "4 x 16-byte stores",
             Copy64::Qwords => "8 x 64-bit stores",
         }
     }
@@ -312,6 +327,7 @@ impl BfHalf<'_> {
             match reg.copy {
                 Copy64::Movdir64b => copy_wqe(Copy64::Movdir64b, dst, head, wqe),
                 Copy64::Avx512 => copy_wqe(Copy64::Avx512, dst, head, wqe),
+                Copy64::Sse => copy_wqe(Copy64::Sse, dst, head, wqe),
                 Copy64::Qwords => copy_wqe(Copy64::Qwords, dst, head, wqe),
             }
         }
@@ -360,6 +376,24 @@ unsafe fn copy64_head(how: Copy64, dst: *mut u8, head: [u8; 8], block: &Txbb) {
         Copy64::Avx512 => {
             // SAFETY: selected only when the CPU reports AVX-512F; the caller's contract.
             unsafe { copy64_avx512_head(dst, u64::from_ne_bytes(head), block.0.as_ptr()) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Copy64::Sse => {
+            use core::arch::x86_64::{__m128i, _mm_load_si128, _mm_store_si128};
+            let s = block.0.as_ptr();
+            // The three later 16-byte quarters, then bytes 8-15 and the head last, as below.
+            // SAFETY: SSE2 is x86-64's baseline; both blocks are 64 bytes, 64-byte aligned
+            // (the caller's contract, and `Txbb`'s alignment), so every quarter is aligned.
+            unsafe {
+                for i in 1..4 {
+                    let v = _mm_load_si128(s.add(16 * i).cast::<__m128i>());
+                    _mm_store_si128(dst.add(16 * i).cast::<__m128i>(), v);
+                }
+                let d = dst.cast::<u64>();
+                d.add(1).write_volatile(s.cast::<u64>().add(1).read());
+                io_wmb();
+                d.write_volatile(u64::from_ne_bytes(head));
+            }
         }
         _ => {
             let s = block.0.as_ptr().cast::<u64>();
@@ -433,6 +467,18 @@ unsafe fn copy64(how: Copy64, dst: *mut u8, src: *const u8) {
         Copy64::Avx512 => {
             // SAFETY: selected only when the CPU reports AVX-512F; pointers valid for 64 bytes.
             unsafe { copy64_avx512(dst, src) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        Copy64::Sse => {
+            use core::arch::x86_64::{__m128i, _mm_load_si128, _mm_store_si128};
+            // SAFETY: SSE2 is x86-64's baseline; both pointers valid for 64 bytes and 64-byte
+            // aligned (the contract for the vector forms), so every quarter is aligned.
+            unsafe {
+                for i in 0..4 {
+                    let v = _mm_load_si128(src.add(16 * i).cast::<__m128i>());
+                    _mm_store_si128(dst.add(16 * i).cast::<__m128i>(), v);
+                }
+            }
         }
         _ => {
             let s = src.cast::<u64>();

@@ -3,8 +3,6 @@
 //! compiled without the RSS and tunnel tests) come back with the same bytes, lengths, port,
 //! packet types and checksum verdicts, and differ only in the RSS flag.
 
-use std::cell::RefCell;
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use mlx4rs::hca::{Hca, HcaConfig, Wire};
@@ -13,108 +11,17 @@ use mlx4rs::hw::Device;
 use mlx4rs::mem::{DmaRange, MemSource};
 use mlx4rs::mmio::Copy64;
 use mlx4rs::rxq::{
-    RxBuf, RxConfig, RxMeta, RxQueue, PTYPE_L2_ETHER, PTYPE_L3_IPV4_EXT_UNKNOWN, PTYPE_L4_UDP,
+    RxBuf, RxConfig, RxQueue, PTYPE_L2_ETHER, PTYPE_L3_IPV4_EXT_UNKNOWN, PTYPE_L4_UDP,
     RX_IP_CKSUM_GOOD, RX_RSS_HASH,
 };
-use mlx4rs::txq::{TxBuf, TxConfig, TxPath, TxQueue};
-use mlx4rs::wqe::TxOffloads;
+use mlx4rs::txq::{TxConfig, TxPath, TxQueue};
 
+mod rx_buf;
+use rx_buf::{arena_range, free_count, set_geometry, Buf, Pkt, Rec, NBUFS};
+
+/// Buffers a whole frame fits in (the queue does not scatter).
 const BUF: usize = 2048;
 const HEADROOM: usize = 128;
-const NBUFS: usize = 2048;
-
-/// What an mbuf would hold once handed up.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Rec {
-    len: u32,
-    pkt_len: u32,
-    nb_segs: u16,
-    port: u16,
-    meta: RxMeta,
-}
-
-struct Pool {
-    arena: Vec<u8>,
-    free: Vec<u32>,
-    rec: Vec<Rec>,
-}
-
-thread_local! {
-    static POOL: RefCell<Pool> = RefCell::new(Pool {
-        arena: vec![0; NBUFS * BUF],
-        free: (0..NBUFS as u32).rev().collect(),
-        rec: vec![Rec::default(); NBUFS],
-    });
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Buf(u32);
-
-// SAFETY: alloc_bulk writes every entry when it returns true.
-unsafe impl RxBuf for Buf {
-    type Pool = ();
-    fn alloc_bulk(_: (), out: &mut [MaybeUninit<Self>]) -> bool {
-        POOL.with(|p| {
-            let mut p = p.borrow_mut();
-            if p.free.len() < out.len() {
-                return false;
-            }
-            for o in out.iter_mut() {
-                o.write(Buf(p.free.pop().unwrap()));
-            }
-            true
-        })
-    }
-    unsafe fn free_bulk(bufs: &[Self]) {
-        POOL.with(|p| {
-            let mut p = p.borrow_mut();
-            for b in bufs {
-                assert!(!p.free.contains(&b.0), "buffer {} freed twice", b.0);
-                p.free.push(b.0);
-            }
-        })
-    }
-    fn data_area(&self) -> (usize, u32) {
-        POOL.with(|p| {
-            let base = p.borrow().arena.as_ptr() as usize;
-            (
-                base + self.0 as usize * BUF + HEADROOM,
-                (BUF - HEADROOM) as u32,
-            )
-        })
-    }
-    fn set_segment(&mut self, len: u32, next: Option<Self>) {
-        assert!(next.is_none(), "a one-buffer queue chains nothing");
-        POOL.with(|p| p.borrow_mut().rec[self.0 as usize].len = len)
-    }
-    fn set_packet(&mut self, pkt_len: u32, nb_segs: u16, port: u16, meta: &RxMeta) {
-        POOL.with(|p| {
-            let r = &mut p.borrow_mut().rec[self.0 as usize];
-            (r.pkt_len, r.nb_segs, r.port, r.meta) = (pkt_len, nb_segs, port, *meta);
-        })
-    }
-    // set_single stays the default: the two calls above, which this test records apart.
-}
-
-/// A one-segment inline TX packet.
-#[derive(Clone, Copy)]
-struct Pkt(*const u8, usize);
-impl TxBuf for Pkt {
-    fn pkt_len(&self) -> u32 {
-        self.1 as u32
-    }
-    fn segs(&self) -> impl Iterator<Item = &[u8]> {
-        // SAFETY: the test keeps the frames alive across the burst.
-        std::iter::once(unsafe { std::slice::from_raw_parts(self.0, self.1) })
-    }
-    fn offloads(&self) -> TxOffloads {
-        TxOffloads::default()
-    }
-    fn plain(&self) -> Option<&[u8]> {
-        self.segs().next()
-    }
-    unsafe fn free_bulk(_: &[Self]) {}
-}
 
 static N: AtomicU32 = AtomicU32::new(0);
 
@@ -151,6 +58,7 @@ fn udp_frame(seed: u8, len: usize) -> Vec<u8> {
 /// Sends `frames` over a looped wire to a queue with `rss` as given and receives them all,
 /// returning each frame's record and bytes; every buffer goes back to the pool.
 fn round_trip(rss: bool, frames: &[Vec<u8>]) -> Vec<(Rec, Vec<u8>)> {
+    set_geometry(BUF, HEADROOM);
     let hca = Hca::open(HcaConfig {
         threaded: false,
         name: format!("rx_meta_step{}", N.fetch_add(1, Ordering::Relaxed)),
@@ -160,10 +68,7 @@ fn round_trip(rss: bool, frames: &[Vec<u8>]) -> Vec<(Rec, Vec<u8>)> {
     hca.set_wire(Wire::Loop).unwrap();
     hca.start().unwrap();
     hca.set_port_up(true);
-    let (start, end) = POOL.with(|p| {
-        let a = &p.borrow().arena;
-        (a.as_ptr() as usize, a.as_ptr() as usize + a.len())
-    });
+    let (start, end) = arena_range(NBUFS);
     let dev = Soft::new(hca.clone(), MemSource::Heap);
     // SAFETY: the pool's arena is a thread-local that outlives every queue of the thread.
     let mr = dev.reg_mr(unsafe { DmaRange::new(start, end) }).unwrap();
@@ -188,7 +93,7 @@ fn round_trip(rss: bool, frames: &[Vec<u8>]) -> Vec<(Rec, Vec<u8>)> {
     };
     // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
     let mut rx: RxQueue<Buf> = unsafe { RxQueue::new(&dev, 0, 256, rx_cfg, (), &[mr]) }.unwrap();
-    let free_before = POOL.with(|p| p.borrow().free.len());
+    let free_before = free_count();
     let pkts: Vec<Pkt> = frames.iter().map(|f| Pkt(f.as_ptr(), f.len())).collect();
     let mut got = Vec::new();
     let mut out = [Buf(u32::MAX); 32];
@@ -210,20 +115,11 @@ fn round_trip(rss: bool, frames: &[Vec<u8>]) -> Vec<(Rec, Vec<u8>)> {
     let sent: u64 = frames.iter().map(|f| f.len() as u64).sum();
     assert_eq!(st.bytes, sent);
     assert_eq!((st.errors, st.nombuf, st.error_cqes), (0, 0, 0));
-    let recs = POOL.with(|p| {
-        let p = p.borrow();
-        got.iter()
-            .map(|b| {
-                let r = p.rec[b.0 as usize];
-                let at = b.0 as usize * BUF + HEADROOM;
-                (r, p.arena[at..at + r.len as usize].to_vec())
-            })
-            .collect::<Vec<_>>()
-    });
+    let recs: Vec<(Rec, Vec<u8>)> = got.iter().map(|b| (b.rec(), b.data())).collect();
     // SAFETY: the test owns what it received and frees each buffer once.
     unsafe { Buf::free_bulk(&got) };
     // Each frame handed up took a fresh buffer in its place: the pool is where it was.
-    assert_eq!(POOL.with(|p| p.borrow().free.len()), free_before);
+    assert_eq!(free_count(), free_before);
     rx.destroy(&dev);
     tx.destroy(&dev);
     hca.stop();

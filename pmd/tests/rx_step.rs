@@ -2,8 +2,7 @@
 //! wire come back byte for byte (scattered over small buffers when they must be), a dry pool
 //! drops and counts frames without losing ring slots, and every buffer is accounted for.
 
-use std::cell::RefCell;
-use std::mem::{ManuallyDrop, MaybeUninit};
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use mlx4rs::hca::{Hca, HcaConfig, Wire};
@@ -11,143 +10,39 @@ use mlx4rs::hw::soft::Soft;
 use mlx4rs::hw::{Device, QueueState};
 use mlx4rs::mem::{DmaRange, MemSource, Mr};
 use mlx4rs::mmio::Copy64;
-use mlx4rs::rxq::{RxBuf, RxConfig, RxMeta, RxQueue};
-use mlx4rs::txq::{TxBuf, TxConfig, TxPath, TxQueue};
-use mlx4rs::wqe::TxOffloads;
+use mlx4rs::rxq::{RxBuf, RxConfig, RxQueue};
+use mlx4rs::txq::{TxConfig, TxPath, TxQueue};
+
+mod rx_buf;
+use rx_buf::{arena_range, free_count, set_geometry, with_pool, Buf, Pkt, NBUFS};
 
 const BUF: usize = 512;
 const HEADROOM: usize = 64;
-const NBUFS: usize = 4096;
-
-/// Per-buffer state the "mbuf" would hold.
-#[derive(Clone, Copy, Default)]
-struct Meta {
-    len: u32,
-    next: Option<u32>,
-    pkt_len: u32,
-    nb_segs: u16,
-}
-
-struct Pool {
-    arena: Vec<u8>,
-    free: Vec<u32>,
-    meta: Vec<Meta>,
-    dry: bool,
-}
-
-thread_local! {
-    static POOL: RefCell<Pool> = RefCell::new(Pool {
-        arena: vec![0; NBUFS * BUF],
-        free: (0..NBUFS as u32).rev().collect(),
-        meta: vec![Meta::default(); NBUFS],
-        dry: false,
-    });
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Buf(u32);
-
-// SAFETY: alloc_bulk writes every entry when it returns true.
-unsafe impl RxBuf for Buf {
-    type Pool = ();
-    fn alloc_bulk(_: (), out: &mut [MaybeUninit<Self>]) -> bool {
-        POOL.with(|p| {
-            let mut p = p.borrow_mut();
-            if p.dry || p.free.len() < out.len() {
-                return false;
-            }
-            for o in out.iter_mut() {
-                o.write(Buf(p.free.pop().unwrap()));
-            }
-            true
-        })
-    }
-    unsafe fn free_bulk(bufs: &[Self]) {
-        POOL.with(|p| {
-            let mut p = p.borrow_mut();
-            for b in bufs {
-                assert!(!p.free.contains(&b.0), "buffer {} freed twice", b.0);
-                p.free.push(b.0);
-            }
-        })
-    }
-    fn data_area(&self) -> (usize, u32) {
-        POOL.with(|p| {
-            let base = p.borrow().arena.as_ptr() as usize;
-            (
-                base + self.0 as usize * BUF + HEADROOM,
-                (BUF - HEADROOM) as u32,
-            )
-        })
-    }
-    fn set_segment(&mut self, len: u32, next: Option<Self>) {
-        POOL.with(|p| {
-            let m = &mut p.borrow_mut().meta[self.0 as usize];
-            m.len = len;
-            m.next = next.map(|n| n.0);
-        })
-    }
-    fn set_packet(&mut self, pkt_len: u32, nb_segs: u16, _port: u16, _meta: &RxMeta) {
-        POOL.with(|p| {
-            let m = &mut p.borrow_mut().meta[self.0 as usize];
-            m.pkt_len = pkt_len;
-            m.nb_segs = nb_segs;
-        })
-    }
-}
 
 /// The bytes of a received chain, checking its bookkeeping.
 fn bytes_of(head: Buf) -> Vec<u8> {
-    POOL.with(|p| {
-        let p = p.borrow();
-        let m0 = p.meta[head.0 as usize];
-        let mut out = Vec::new();
-        let mut cur = Some(head.0);
-        let mut segs = 0;
-        while let Some(i) = cur {
-            let m = p.meta[i as usize];
-            let at = i as usize * BUF + HEADROOM;
-            out.extend_from_slice(&p.arena[at..at + m.len as usize]);
-            cur = m.next;
-            segs += 1;
-        }
-        assert_eq!(out.len() as u32, m0.pkt_len);
-        assert_eq!(segs, m0.nb_segs);
-        out
-    })
+    let m0 = head.rec();
+    let mut out = Vec::new();
+    let mut cur = Some(head.0);
+    let mut segs = 0;
+    while let Some(i) = cur {
+        out.extend_from_slice(&Buf(i).data());
+        cur = Buf(i).rec().next;
+        segs += 1;
+    }
+    assert_eq!(out.len() as u32, m0.pkt_len);
+    assert_eq!(segs, m0.nb_segs);
+    out
 }
 
 fn chain_ids(head: Buf) -> Vec<Buf> {
-    POOL.with(|p| {
-        let p = p.borrow();
-        let mut v = Vec::new();
-        let mut cur = Some(head.0);
-        while let Some(i) = cur {
-            v.push(Buf(i));
-            cur = p.meta[i as usize].next;
-        }
-        v
-    })
-}
-
-/// A one-segment inline TX packet.
-#[derive(Clone, Copy)]
-struct Pkt(*const u8, usize);
-impl TxBuf for Pkt {
-    fn pkt_len(&self) -> u32 {
-        self.1 as u32
+    let mut v = Vec::new();
+    let mut cur = Some(head.0);
+    while let Some(i) = cur {
+        v.push(Buf(i));
+        cur = Buf(i).rec().next;
     }
-    fn segs(&self) -> impl Iterator<Item = &[u8]> {
-        // SAFETY: the test keeps the frames alive across the burst.
-        std::iter::once(unsafe { std::slice::from_raw_parts(self.0, self.1) })
-    }
-    fn offloads(&self) -> TxOffloads {
-        TxOffloads::default()
-    }
-    fn plain(&self) -> Option<&[u8]> {
-        self.segs().next()
-    }
-    unsafe fn free_bulk(_: &[Self]) {}
+    v
 }
 
 static N: AtomicU32 = AtomicU32::new(0);
@@ -180,6 +75,7 @@ fn rig(sges: u32) -> Rig {
 
 /// As `rig`, with only the first `registered` buffers of the arena registered.
 fn rig_with_mr(sges: u32, registered: usize) -> Rig {
+    set_geometry(BUF, HEADROOM);
     let hca = Hca::open(HcaConfig {
         threaded: false,
         name: format!("rx_step{}", N.fetch_add(1, Ordering::Relaxed)),
@@ -190,10 +86,7 @@ fn rig_with_mr(sges: u32, registered: usize) -> Rig {
     hca.start().unwrap();
     hca.set_port_up(true);
     hca.set_mtu(9000).unwrap();
-    let (start, end) = POOL.with(|p| {
-        let a = &p.borrow().arena;
-        (a.as_ptr() as usize, a.as_ptr() as usize + registered * BUF)
-    });
+    let (start, end) = arena_range(registered);
     let dev = Soft::new(hca.clone(), MemSource::Heap);
     // SAFETY: the pool's arena is a thread-local that outlives every queue of the thread.
     let mr: Mr = dev.reg_mr(unsafe { DmaRange::new(start, end) }).unwrap();
@@ -278,10 +171,6 @@ fn free_chains(heads: &[Buf]) {
     }
 }
 
-fn free_count() -> usize {
-    POOL.with(|p| p.borrow().free.len())
-}
-
 #[test]
 fn frames_come_back_whole_and_scattered() {
     let before = free_count();
@@ -358,7 +247,7 @@ fn dry_pool_drops_and_counts_without_losing_slots() {
     let before = free_count();
     {
         let mut r = rig(1);
-        POOL.with(|p| p.borrow_mut().dry = true);
+        with_pool(|p| p.dry = true);
         let frames: Vec<Vec<u8>> = (0..20).map(|i| frame(i, 100)).collect();
         send(&mut r, &frames);
         assert!(receive_all(&mut r).is_empty());
@@ -373,7 +262,7 @@ fn dry_pool_drops_and_counts_without_losing_slots() {
             r.hca.step();
         }
         assert_eq!(r.rx.stats().nombuf, 25);
-        POOL.with(|p| p.borrow_mut().dry = false);
+        with_pool(|p| p.dry = false);
         // The full ring is still posted: a whole ring's worth arrives without drops.
         for chunk in 0..8 {
             let frames: Vec<Vec<u8>> = (0..32).map(|i| frame(1000 + chunk * 32 + i, 100)).collect();
@@ -422,7 +311,7 @@ fn buffer_outside_registered_memory_is_never_posted() {
                 "a delivered frame is one that was sent, intact"
             );
             let (addr, _) = g.data_area();
-            let base = POOL.with(|p| p.borrow().arena.as_ptr() as usize);
+            let base = arena_range(0).0;
             assert!(
                 addr < base + 300 * BUF,
                 "only registered buffers were ever written"

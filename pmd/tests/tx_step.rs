@@ -298,3 +298,18 @@ fn capability_check_follows_write_combining() {
         h.hca().stop();
     }
 }
+
+/// The device executes the self-test's BlueFlame copy whichever routine this CPU runs makes
+/// it, the head stored last or not.
+#[test]
+fn every_copy_routine_passes_the_self_test() {
+    let on = threaded_hca(true, 512);
+    for copy in Copy64::ALL.into_iter().filter(|c| c.available()) {
+        assert_eq!(
+            wc::self_test(&on, -1, copy),
+            Ok(wc::SelfTest::CopyExecuted),
+            "{copy:?}"
+        );
+    }
+    on.hca().stop();
+}

@@ -4,13 +4,10 @@
 //! the device's work happens in `step`, outside it.
 
 use apps::Path;
-use mlx4rs::hca::{Hca, HcaConfig, Wire};
-use mlx4rs::hw::soft::Soft;
-use mlx4rs::hw::Device;
-use mlx4rs::mem::MemSource;
+use mlx4rs::hca::{HcaConfig, Wire};
 use mlx4rs::mmio::Copy64;
-use mlx4rs::txq::{TxConfig, TxPath, TxQueue};
-use mlx4rs_testkit::Plain;
+use mlx4rs::txq::{DbAvoid, TxPath, TxQueue};
+use mlx4rs_testkit::{tx_config, Plain, Scratch};
 
 use crate::opts::Callgrind;
 
@@ -58,51 +55,41 @@ fn full_ring(q: &mut TxQueue<Plain>, pkts: &[Plain], calls: u64) -> Result<(), S
 }
 
 pub fn run(c: &Callgrind) -> Result<(), String> {
-    let hca = Hca::open(HcaConfig {
+    let hca_cfg = HcaConfig {
         wc: c.path != Path::BfNoWc,
-        threaded: false,
-        name: format!("txbench-callgrind-{}", std::process::id()),
         ..HcaConfig::default()
-    })
-    .map_err(|e| format!("opening the software HCA: {e}"))?;
-    hca.set_wire(Wire::Null).map_err(|e| e.to_string())?;
-    hca.start().map_err(|e| e.to_string())?;
-    hca.set_port_up(true);
+    };
+    let s = Scratch::open("txbench-callgrind-", hca_cfg, Wire::Null)?;
     let burst = usize::from(c.burst);
     let frame: Vec<u8> = (0..usize::from(c.size) * burst)
         .map(|i| (i * 7) as u8)
         .collect();
-    let frame: &'static [u8] = frame.leak();
-    let dev = Soft::new(hca.clone(), MemSource::Heap);
-    let mr = dev
-        // SAFETY: a leaked Vec, mapped and writable for the process's life; only this TX
-        // queue uses the region, and a send queue reads.
-        .reg_mr(unsafe { frame_range(frame) })
-        .map_err(|e| e.to_string())?;
-    let pkts: Vec<Plain> = frame.chunks(usize::from(c.size)).map(Plain).collect();
-    let cfg = TxConfig {
-        inline_max: c.inline,
-        path: match c.path {
-            Path::Doorbell => TxPath::Doorbell,
-            _ => TxPath::BlueFlame,
-        },
-        copy: Copy64::best(),
-        fast_free: false,
-        source: MemSource::Heap,
+    let (pkts, frame) = Plain::leak(frame, usize::from(c.size));
+    let mr = s.reg_mr(frame)?;
+    let path = match c.path {
+        Path::Doorbell => TxPath::Doorbell,
+        _ => TxPath::BlueFlame,
     };
+    let cfg = tx_config(path, c.inline);
     // Large inline thresholds make WQEs of up to 16 TXBBs and the device caps the ring size.
     let mut q: TxQueue<Plain> = [1024, 512, 256]
         .into_iter()
-        // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
-        .find_map(|n| unsafe { TxQueue::new(&dev, "txbench", 0, n, cfg.clone(), &[mr]) }.ok())
+        // SAFETY: the scratch device outlives the queue, which is destroyed on it or leaked.
+        .find_map(|n| unsafe { s.txq("txbench", n, cfg.clone(), &[mr]) }.ok())
         .ok_or("no TX queue size the device accepts")?;
+    if c.avoid {
+        // The device runs after every burst here, so the deadline never matters.
+        q.set_db_avoid(Some(DbAvoid {
+            cycles: u64::MAX / 4,
+            ..DbAvoid::default_bound()
+        }));
+    }
     if c.full_ring {
         let n = burst.min(pkts.len());
         full_ring(&mut q, &pkts[..n], c.packets)?;
-        hca.step();
+        s.step();
         q.complete();
         drop(q);
-        hca.stop();
         return Ok(());
     }
     let mut sent = 0u64;
@@ -111,20 +98,21 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         let k = measured_burst(&mut q, &pkts[..n]);
         sent += k as u64;
         // Every burst is consumed before the next, so each one costs the same.
-        hca.step();
+        s.step();
     }
-    hca.step();
+    s.step();
     q.complete();
     let st = q.stats();
-    let hc = hca.counters();
+    let hc = s.hca.counters();
     let per = |x: u64| x as f64 / sent as f64;
     println!(
-        "callgrind mode: path {} size {} burst {} inline {} copy {}",
+        "callgrind mode: path {} size {} burst {} inline {} copy {} avoidance {}",
         c.path.name(),
         c.size,
         c.burst,
         c.inline,
-        Copy64::best().name()
+        Copy64::best().name(),
+        if c.avoid { "on" } else { "off" }
     );
     println!(
         "packets {sent} doorbells/pkt {:.4} bf_writes/pkt {:.4} inline/pkt {:.3} \
@@ -143,17 +131,6 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
             c.packets, st.packets, hc.tx_frames
         ));
     }
-    q.destroy(&dev);
-    hca.stop();
+    q.destroy(&s.dev);
     Ok(())
-}
-
-/// The region of frames that only send queues use (the device reads them, never writes).
-///
-/// # Safety
-/// `frame` is never freed, and no receive queue is handed buffers inside it.
-pub unsafe fn frame_range(frame: &'static [u8]) -> mlx4rs::mem::DmaRange {
-    let start = frame.as_ptr() as usize;
-    // SAFETY: the caller's contract: memory for the process's life that the device only reads.
-    unsafe { mlx4rs::mem::DmaRange::new(start, start + frame.len()) }
 }

@@ -9,16 +9,14 @@
 use std::cell::Cell;
 use std::mem::MaybeUninit;
 
-use mlx4rs::hca::{Hca, HcaConfig, Wire};
-use mlx4rs::hw::soft::Soft;
+use mlx4rs::hca::{HcaConfig, Wire};
 use mlx4rs::hw::Device;
 use mlx4rs::mem::MemSource;
-use mlx4rs::mmio::Copy64;
 use mlx4rs::rxq::{RxBuf, RxConfig, RxMeta, RxQueue};
-use mlx4rs::txq::{TxConfig, TxPath, TxQueue};
+use mlx4rs::txq::{TxPath, TxQueue};
 
 use crate::opts::Callgrind;
-use mlx4rs_testkit::Plain;
+use mlx4rs_testkit::{tx_config, Plain, Scratch};
 
 /// Bytes per buffer and the headroom before the data, as an mbuf pool would have them.
 const BUF: usize = 2048;
@@ -95,15 +93,7 @@ fn measured_rx_burst(q: &mut RxQueue<Buf>, out: &mut [Buf]) -> usize {
 }
 
 pub fn run(c: &Callgrind) -> Result<(), String> {
-    let hca = Hca::open(HcaConfig {
-        threaded: false,
-        name: format!("txbench-callgrind-rx-{}", std::process::id()),
-        ..HcaConfig::default()
-    })
-    .map_err(|e| format!("opening the software HCA: {e}"))?;
-    hca.set_wire(Wire::Loop).map_err(|e| e.to_string())?;
-    hca.start().map_err(|e| e.to_string())?;
-    hca.set_port_up(true);
+    let s = Scratch::open("txbench-callgrind-rx-", HcaConfig::default(), Wire::Loop)?;
     let nbufs = 4096usize;
     let arena: &'static mut [u8] = vec![0u8; nbufs * BUF].leak();
     let pool: &'static Pool = Box::leak(Box::new(Pool {
@@ -112,8 +102,8 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         top: Cell::new(nbufs),
         meta: (0..nbufs).map(|_| Cell::new((0, 0))).collect(),
     }));
-    let dev = Soft::new(hca.clone(), MemSource::Heap);
-    let mr = dev
+    let mr = s
+        .dev
         .reg_mr(mlx4rs::mem::DmaRange::of_static(arena))
         .map_err(|e| e.to_string())?;
     let burst = usize::from(c.burst);
@@ -122,28 +112,13 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         .collect::<Vec<u8>>()
         .leak();
     let pkts: Vec<Plain> = frames.chunks(usize::from(c.size)).map(Plain).collect();
-    // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
-    let mut tx: TxQueue<Plain> = unsafe {
-        TxQueue::new(
-            &dev,
-            "txbench-rx",
-            0,
-            1024,
-            TxConfig {
-                inline_max: 928,
-                path: TxPath::Doorbell,
-                copy: Copy64::best(),
-                fast_free: false,
-                source: MemSource::Heap,
-            },
-            &[],
-        )
-    }
-    .map_err(|e| e.to_string())?;
+    // SAFETY: the scratch device outlives the queue, which is destroyed on it or leaked.
+    let mut tx: TxQueue<Plain> =
+        unsafe { s.txq("txbench-rx", 1024, tx_config(TxPath::Doorbell, 928), &[]) }?;
     // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
     let mut rx: RxQueue<Buf> = unsafe {
         RxQueue::new(
-            &dev,
+            &s.dev,
             0,
             1024,
             RxConfig {
@@ -168,7 +143,7 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         if unsafe { tx.burst(&pkts[..n]) } != n {
             return Err("the TX queue refused a burst".into());
         }
-        hca.step();
+        s.step();
         let k = measured_rx_burst(&mut rx, &mut out[..n]);
         if k != n {
             return Err(format!("received {k} of {n} frames"));
@@ -188,8 +163,7 @@ pub fn run(c: &Callgrind) -> Result<(), String> {
         "callgrind RX mode: size {} burst {} packets {received} rx errors {} nombuf {}",
         c.size, c.burst, st.errors, st.nombuf
     );
-    rx.destroy(&dev);
-    tx.destroy(&dev);
-    hca.stop();
+    rx.destroy(&s.dev);
+    tx.destroy(&s.dev);
     Ok(())
 }

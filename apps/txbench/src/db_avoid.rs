@@ -14,14 +14,10 @@
 
 use apps::model::{Model, PerPacket};
 use apps::Path;
-use mlx4rs::hca::{Hca, HcaConfig, Wire};
-use mlx4rs::hw::soft::Soft;
-use mlx4rs::hw::Device;
-use mlx4rs::mem::MemSource;
-use mlx4rs::mmio::Copy64;
-use mlx4rs::txq::{DbAvoid, TxConfig, TxPath, TxQueue};
+use mlx4rs::hca::{HcaConfig, Wire};
+use mlx4rs::txq::{DbAvoid, TxPath, TxQueue};
 
-use mlx4rs_testkit::Plain;
+use mlx4rs_testkit::{tx_config, Plain, Scratch};
 
 const SIZE: usize = 64;
 
@@ -34,39 +30,20 @@ struct Row {
 }
 
 fn run_one(path: Path, burst: usize, lag: u64, avoid: bool, packets: u64) -> Result<Row, String> {
-    let hca = Hca::open(HcaConfig {
+    let hca_cfg = HcaConfig {
         wc: path != Path::BfNoWc,
-        threaded: false,
-        name: format!("txbench-dbavoid-{}", std::process::id()),
         ..HcaConfig::default()
-    })
-    .map_err(|e| format!("opening the software HCA: {e}"))?;
-    hca.set_wire(Wire::Null).map_err(|e| e.to_string())?;
-    hca.start().map_err(|e| e.to_string())?;
-    hca.set_port_up(true);
-    let frame: &'static [u8] = (0..SIZE * burst)
-        .map(|i| (i * 7) as u8)
-        .collect::<Vec<u8>>()
-        .leak();
-    let dev = Soft::new(hca.clone(), MemSource::Heap);
-    let mr = dev
-        // SAFETY: a leaked Vec; only this TX queue uses the region, and a send queue reads.
-        .reg_mr(unsafe { crate::callgrind::frame_range(frame) })
-        .map_err(|e| e.to_string())?;
-    let pkts: Vec<Plain> = frame.chunks(SIZE).map(Plain).collect();
-    let cfg = TxConfig {
-        inline_max: 104,
-        path: match path {
-            Path::Doorbell => TxPath::Doorbell,
-            _ => TxPath::BlueFlame,
-        },
-        copy: Copy64::best(),
-        fast_free: false,
-        source: MemSource::Heap,
     };
-    let mut q: TxQueue<Plain> =
-        // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
-        unsafe { TxQueue::new(&dev, "txbench", 0, 1024, cfg, &[mr]) }.map_err(|e| format!("TX queue: {e}"))?;
+    let s = Scratch::open("txbench-dbavoid-", hca_cfg, Wire::Null)?;
+    let frame: Vec<u8> = (0..SIZE * burst).map(|i| (i * 7) as u8).collect();
+    let (pkts, frame) = Plain::leak(frame, SIZE);
+    let mr = s.reg_mr(frame)?;
+    let tx_path = match path {
+        Path::Doorbell => TxPath::Doorbell,
+        _ => TxPath::BlueFlame,
+    };
+    // SAFETY: the scratch device outlives the queue, which is destroyed on it or leaked.
+    let mut q: TxQueue<Plain> = unsafe { s.txq("txbench", 1024, tx_config(tx_path, 104), &[mr]) }?;
     if avoid {
         q.set_db_avoid(Some(DbAvoid {
             cycles: u64::MAX / 4,
@@ -81,22 +58,21 @@ fn run_one(path: Path, burst: usize, lag: u64, avoid: bool, packets: u64) -> Res
         calls += 1;
         waited += u64::from(q.unrung());
         if calls % lag == 0 {
-            hca.step();
+            s.step();
         }
     }
     q.kick();
-    hca.step();
+    s.step();
     q.complete();
     let st = q.stats();
-    let hc = hca.counters();
+    let hc = s.hca.counters();
     if st.packets != packets || hc.tx_frames != packets {
         return Err(format!(
             "sent {packets} but the queue counted {} and the device {}",
             st.packets, hc.tx_frames
         ));
     }
-    q.destroy(&dev);
-    hca.stop();
+    q.destroy(&s.dev);
     let per = |x: u64| x as f64 / packets as f64;
     Ok(Row {
         doorbells: per(st.doorbells),

@@ -45,6 +45,8 @@ pub struct Callgrind {
     pub mbufs: bool,
     /// Count `rx_burst` (frames looped back) instead of `tx_burst`.
     pub rx: bool,
+    /// Doorbell avoidance on (`DbAvoid`, its deadline out of reach), in the step-mode counts.
+    pub avoid: bool,
     pub copy: Option<Copy64>,
 }
 
@@ -62,7 +64,7 @@ usage: txbench [--short] [--out DIR] [--paths LIST] [--bursts LIST] [--sizes LIS
                [--inlines LIST] [--inline-burst N] [--slice-ms MS] [--rounds N]
                [--busy-poll 0|1] [--copy C] [--no-plots] [--quiet] [--eal ARG]...
        txbench --callgrind [--path P] [--packets N] [--size B] [--burst N] [--inline B]
-                           [--full-ring | --mbufs | --rx] [--copy C]
+                           [--full-ring | --mbufs | --rx] [--avoid] [--copy C]
        txbench --db-avoid [PACKETS]
 
 Sweep (needs EAL; runs net_mlx4rs ports on the software HCA next to net_null and net_ring):
@@ -92,6 +94,8 @@ Instruction counts (no EAL: the TX queue against the software HCA stepped in thi
   --size B           default 64
   --burst N          default 32
   --inline B         default 104
+  --avoid            doorbell avoidance on (the step-mode counts only): the device keeps up,
+                     so nothing is skipped, and the count is what avoidance costs a call
   --full-ring        fill the ring while the device is held, then make --packets calls that
                      send nothing (collect `measured_full_ring`: instructions per call)
   --mbufs            real rte_mbufs: EAL, a net_mlx4rs port, tx_pkt_burst through
@@ -149,6 +153,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
         full_ring: false,
         mbufs: false,
         rx: false,
+        avoid: false,
         copy: None,
     };
     let (mut sizes_set, mut bursts_set, mut inlines_set) = (false, false, false);
@@ -215,6 +220,10 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
                 a.flag(&k)?;
                 c.rx = true;
             }
+            "--avoid" => {
+                a.flag(&k)?;
+                c.avoid = true;
+            }
             "--copy" => {
                 let v = a.value(&k)?;
                 let copy = match v.as_str() {
@@ -235,6 +244,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
                 | "--full-ring"
                 | "--mbufs"
                 | "--rx"
+                | "--avoid"
                 | "--copy"
                 | "--callgrind"
         );
@@ -250,10 +260,13 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
     }
     if callgrind {
         if let Some(k) = sweep_opt {
-            return Err(format!("{k} is a sweep option; --callgrind takes --path, --packets, --size, --burst, --inline, --full-ring, --mbufs, --rx, --copy"));
+            return Err(format!("{k} is a sweep option; --callgrind takes --path, --packets, --size, --burst, --inline, --full-ring, --mbufs, --rx, --avoid, --copy"));
         }
         if u8::from(c.full_ring) + u8::from(c.mbufs) + u8::from(c.rx) > 1 {
             return Err("--full-ring, --mbufs and --rx are different measurements".into());
+        }
+        if c.avoid && (c.mbufs || c.rx) {
+            return Err("--avoid is for the step-mode tx_burst counts".into());
         }
         return Ok(Mode::Callgrind(c));
     }
@@ -439,6 +452,7 @@ mod tests {
                 full_ring: false,
                 mbufs: false,
                 rx: false,
+                avoid: false,
                 copy: None,
             })
         );

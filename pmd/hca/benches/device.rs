@@ -3,6 +3,13 @@
 //!
 //! `cargo bench -p mlx4-hca --bench device [-- --rounds N --quick]`
 //!
+//! `--only port-burst1` (or `port-burst32`, `step-burst1`, `step-burst32`) runs the device as
+//! `device_loop=port` does instead: a producer posting 64-byte inline WQEs in bursts, a
+//! doorbell per burst, against the device thread (`port-*`, spinning, both pinned with
+//! `--pin`; `--secs S`, `--doorbell-ns N`), or against `Hca::step` called per burst in the
+//! same thread (`step-*`, the device thread's work per doorbell, for callgrind:
+//! `--toggle-collect='*device_step*'`).
+//!
 //! The rings are filled before the clock starts (by the hand-rolled driver of the tests), one
 //! doorbell announces a whole ring, and only `Hca::step` is timed: the device fetches, decodes
 //! and executes every WQE, writes the completions (one every 32 WQEs, as drivers ask), and on
@@ -297,6 +304,20 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(if quick { 5 } else { 101 });
+    // `--only port-burst1` (and the like) runs one threaded or stepped case, printing its line.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    if let Some(o) = only.as_deref() {
+        if o.starts_with("port-burst") || o.starts_with("step-burst") {
+            println!("load average before: {}", loadavg());
+            per_burst(o, &args);
+            println!("load average after: {}", loadavg());
+            return;
+        }
+    }
     println!(
         "device cost per WQE, {FRAME}-byte frames (load average before: {})",
         loadavg()
@@ -318,11 +339,6 @@ fn main() {
         "wire", "wqe", "ring ns/WQE", "burst ns/WQE", "bf ns/WQE", "burst Mpps"
     );
     // `--only null-inline` (wire-wqe) runs one case, e.g. under a profiler.
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
     let clock = clock_overhead_ns();
     for wire in [WireKind::Null, WireKind::Loop, WireKind::Pcap] {
         for kind in [Kind::Inline, Kind::Gather] {
@@ -352,4 +368,269 @@ fn main() {
         );
     }
     println!("load average after: {}", loadavg());
+}
+
+// ------------------------------------------------------------------ the device thread's share
+
+/// A producer of 64-byte inline WQEs (two TXBBs each, a completion every `SIGNAL_EVERY`), as
+/// a driver's `tx_burst` posts them: the WQE's bytes after its first dword, then the owner
+/// dword, then per burst one doorbell. Completions free the ring, 32 WQEs per CQE.
+struct Producer {
+    cq: TestCq,
+    sq: TestSq,
+    /// Bytes 4..128 of the WQE, unsignaled and signaled.
+    tails: [Vec<u8>; 2],
+    /// TXBBs the device completed (free-running, as `sq.prod`).
+    done: u32,
+    /// Calls that found no room for their burst (the ring full: the device behind).
+    full_calls: u64,
+}
+
+impl Producer {
+    fn new(hca: &Hca) -> Producer {
+        let cq = TestCq::new(hca, WQES);
+        let sq = TestSq::new(hca, TXBBS, cq.cqn);
+        let f = frame();
+        let tails = [UNSIGNALED, SIGNALED].map(|srcrb| inline_tail(&f, srcrb));
+        Producer {
+            cq,
+            sq,
+            tails,
+            done: 0,
+            full_calls: 0,
+        }
+    }
+
+    /// Take the completions there are; true if any.
+    fn reap(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            let off = (self.cq.cons & (self.cq.cnt - 1)) as usize * 32;
+            // SAFETY: `off + 31` lies inside the CQ ring (cnt * 32 bytes); volatile since the
+            // device thread writes it.
+            let owner = unsafe { self.cq.ring.ptr().add(off + 31).read_volatile() } & 0x80;
+            if (owner != 0) != (self.cq.cons & self.cq.cnt != 0) {
+                break;
+            }
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            self.cq.cons += 1;
+            self.done += SIGNAL_EVERY * Kind::Inline.txbbs();
+            any = true;
+        }
+        if any {
+            self.cq.update_ci();
+        }
+        any
+    }
+
+    /// Post `n` WQEs and ring the doorbell, if the ring has room for them; false (a call on a
+    /// full ring) if not, after looking for completions once.
+    fn burst(&mut self, n: u32) -> bool {
+        let need = n * Kind::Inline.txbbs();
+        if TXBBS - self.sq.prod.wrapping_sub(self.done) < need {
+            self.reap();
+            if TXBBS - self.sq.prod.wrapping_sub(self.done) < need {
+                self.full_calls += 1;
+                return false;
+            }
+        }
+        for _ in 0..n {
+            let c = self.sq.prod;
+            let signaled = (c / Kind::Inline.txbbs() + 1) % SIGNAL_EVERY == 0;
+            let off = (c & (TXBBS - 1)) as usize * 64;
+            self.sq
+                .ring
+                .put_bulk(off + 4, &self.tails[usize::from(signaled)]);
+            self.sq.ring.put32(off, self.sq.owner(c) | u32::from(SEND));
+            self.sq.prod += Kind::Inline.txbbs();
+        }
+        self.sq.doorbell();
+        true
+    }
+
+    fn wqes(&self) -> u64 {
+        u64::from(self.sq.prod / Kind::Inline.txbbs())
+    }
+}
+
+/// The device's work per doorbell as its thread does it, in this thread: `n_wqes` WQEs posted
+/// in bursts of `burst`, each burst followed by `Hca::step` (its polls until one finds
+/// nothing: the work, then one idle poll, as the thread polls between doorbells). Under
+/// callgrind (`--toggle-collect='*device_step*'`) the collected count over `n_wqes` is the
+/// device's instructions per WQE at that burst.
+fn stepped(burst: u32, n_wqes: u32) {
+    let hca = Hca::open(HcaConfig {
+        threaded: false,
+        ..HcaConfig::default()
+    })
+    .expect("open the HCA");
+    let mut p = Producer::new(&hca);
+    let t = Instant::now();
+    let mut ns = 0.0;
+    while p.wqes() < u64::from(n_wqes) {
+        if !p.burst(burst.min(n_wqes - p.wqes() as u32)) {
+            panic!("a stepped device leaves no WQE behind");
+        }
+        let s = Instant::now();
+        assert!(device_step(&hca) > 0);
+        ns += s.elapsed().as_nanos() as f64;
+        p.reap();
+    }
+    let c = hca.counters();
+    assert_eq!(c.tx_frames, u64::from(n_wqes), "frames on the wire");
+    assert_eq!(
+        c.doorbells,
+        u64::from(n_wqes.div_ceil(burst)),
+        "doorbells taken"
+    );
+    println!(
+        "step-burst{burst}: {n_wqes} WQEs, {} doorbells, Hca::step {:.1} ns per WQE \
+         ({:.2} s in all)",
+        c.doorbells,
+        ns / f64::from(n_wqes),
+        t.elapsed().as_secs_f64()
+    );
+}
+
+/// `Hca::step`, kept out of line so that callgrind can collect it by name
+/// (`--toggle-collect='*device_step*'`).
+#[inline(never)]
+fn device_step(hca: &Hca) -> usize {
+    hca.step()
+}
+
+struct Threaded {
+    burst: u32,
+    secs: f64,
+    pin: bool,
+    doorbell_ns: u32,
+}
+
+/// The thread of this process named `name` (its TID), found in /proc.
+fn thread_named(name: &str) -> Option<i32> {
+    std::fs::read_dir("/proc/self/task").ok()?.find_map(|e| {
+        let e = e.ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim_end() == name)
+            .then(|| e.file_name().to_str()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// Nanoseconds thread `tid` of this process has run (schedstat's first field).
+fn thread_cpu_ns(tid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn pin(tid: i32, cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and sched_setaffinity only read and
+    // write the set we own.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) != 0 {
+            eprintln!("pinning thread {tid} to CPU {cpu} failed");
+        }
+    }
+}
+
+/// `device_loop=port` at burst `cfg.burst`: the device on its own thread (spinning), this
+/// thread posting for `cfg.secs` as fast as the ring allows. Prints WQEs per second, the
+/// doorbells the device took per WQE (fewer than one per burst when doorbells merge), calls
+/// on a full ring per WQE, and each thread's CPU time per WQE.
+fn threaded(cfg: &Threaded) {
+    let hca = Hca::open(HcaConfig {
+        threaded: true,
+        busy_poll: true,
+        doorbell_ns: cfg.doorbell_ns,
+        ..HcaConfig::default()
+    })
+    .expect("open the HCA");
+    let mut p = Producer::new(&hca);
+    hca.start().expect("start the device thread");
+    // The thread names itself once it runs.
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    let dev = loop {
+        match thread_named("mlx4-hca") {
+            Some(t) => break t,
+            None if Instant::now() < deadline => std::thread::yield_now(),
+            None => panic!("no device thread"),
+        }
+    };
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() };
+    if cfg.pin {
+        pin(me, 0);
+        pin(dev, 1);
+    }
+    let warm = Instant::now();
+    while warm.elapsed().as_secs_f64() < 0.2 {
+        p.burst(cfg.burst);
+    }
+    let (w0, f0, d0) = (p.wqes(), p.full_calls, hca.counters().doorbells);
+    let (dev0, me0) = (thread_cpu_ns(dev), thread_cpu_ns(me));
+    let t = Instant::now();
+    let mut calls = 0u64;
+    while t.elapsed().as_secs_f64() < cfg.secs {
+        for _ in 0..64 {
+            p.burst(cfg.burst);
+            calls += 1;
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let (dev_ns, me_ns) = (thread_cpu_ns(dev) - dev0, thread_cpu_ns(me) - me0);
+    let wqes = p.wqes() - w0;
+    let full = p.full_calls - f0;
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    let mut c = hca.counters();
+    while c.tx_frames != p.wqes() && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        c = hca.counters();
+    }
+    assert_eq!(c.tx_frames, p.wqes(), "every WQE on the wire: {c:?}");
+    let per = |v: u64| v as f64 / wqes as f64;
+    println!(
+        "port-burst{} (busy_poll, {}, doorbell_ns {}): {:.2} M WQEs/s; per WQE: {:.3} doorbells \
+         taken, {:.2} calls on a full ring ({:.2} per call), device thread {:.1} ns CPU, \
+         producer {:.1} ns CPU",
+        cfg.burst,
+        if cfg.pin {
+            "pinned to CPUs 1 and 0"
+        } else {
+            "not pinned"
+        },
+        cfg.doorbell_ns,
+        wqes as f64 / secs / 1e6,
+        per(c.doorbells - d0),
+        per(full),
+        full as f64 / calls as f64,
+        per(dev_ns),
+        per(me_ns),
+    );
+    hca.stop();
+}
+
+/// `--only port-burstB` or `step-burstB`.
+fn per_burst(o: &str, args: &[String]) {
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+    };
+    let burst = |prefix: &str| o.strip_prefix(prefix).and_then(|b| b.parse::<u32>().ok());
+    if let Some(b) = burst("port-burst") {
+        let cfg = Threaded {
+            burst: b,
+            secs: flag("--secs").unwrap_or(3.0),
+            pin: args.iter().any(|a| a == "--pin"),
+            doorbell_ns: flag("--doorbell-ns").unwrap_or(0.0) as u32,
+        };
+        threaded(&cfg);
+    } else if let Some(b) = burst("step-burst") {
+        stepped(b, flag("--wqes").unwrap_or(30_720.0) as u32);
+    }
 }

@@ -74,6 +74,28 @@ impl fmt::Debug for Hca {
     }
 }
 
+/// The adapter's lock held by the control path; publishes the counters when dropped.
+pub(crate) struct StateGuard<'a>(parking_lot::MutexGuard<'a, DevState>);
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = DevState;
+    fn deref(&self) -> &DevState {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut DevState {
+        &mut self.0
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        self.0.publish();
+    }
+}
+
 /// A bound on [`Hca::step`] so a driver that keeps posting cannot hang a test.
 const MAX_STEP_POLLS: usize = 1 << 20;
 
@@ -194,8 +216,11 @@ impl Hca {
         })
     }
 
-    pub(crate) fn state(&self) -> parking_lot::MutexGuard<'_, DevState> {
-        self.shared.inner.state.lock()
+    /// The device's state, for a control-path call: what the call changed in the counters
+    /// reaches device memory when it lets go (the device loop publishes only after polls
+    /// that did something).
+    pub(crate) fn state(&self) -> StateGuard<'_> {
+        StateGuard(self.shared.inner.state.lock())
     }
 
     /// Device capabilities.
@@ -470,7 +495,7 @@ impl Hca {
     pub fn step(&self) -> usize {
         let mut total = 0;
         for _ in 0..MAX_STEP_POLLS {
-            let n = self.state().poll();
+            let n = self.shared.inner.charged(DevState::poll);
             if n == 0 {
                 break;
             }

@@ -243,19 +243,47 @@ pub(crate) fn size_bucket(len: usize) -> usize {
     }
 }
 
+/// What the port counters of a received frame depend on, found once with its headers: its
+/// destination's kind and its size bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RxMac {
+    cast: Cast,
+    bucket: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cast {
+    Unicast,
+    Broadcast,
+    Multicast,
+}
+
+impl RxMac {
+    /// The kind and size of `frame`.
+    pub(crate) fn of(frame: &[u8]) -> RxMac {
+        let cast = match frame.get(..6) {
+            Some(dst) if dst == [0xff; 6] => Cast::Broadcast,
+            Some(dst) if dst[0] & 1 != 0 => Cast::Multicast,
+            _ => Cast::Unicast,
+        };
+        RxMac {
+            cast,
+            bucket: size_bucket(frame.len()) as u8,
+        }
+    }
+}
+
 impl Counters {
-    /// The port counters of one frame received into an RX queue.
+    /// The port counters of one frame received into an RX queue, whose [`RxMac`] is `mac`.
     #[inline(always)]
-    pub(crate) fn count_rx_mac(&mut self, frame: &[u8]) {
-        if let Some(dst) = frame.get(..6) {
-            if dst == [0xff; 6] {
-                self.rx_broadcast += 1;
-            } else if dst[0] & 1 != 0 {
-                self.rx_multicast += 1;
-            }
+    pub(crate) fn count_rx(&mut self, mac: RxMac) {
+        match mac.cast {
+            Cast::Unicast => {}
+            Cast::Broadcast => self.rx_broadcast += 1,
+            Cast::Multicast => self.rx_multicast += 1,
         }
         // A match, not an array of the seven references: that array is built per frame.
-        let bucket = match size_bucket(frame.len()) {
+        let bucket = match mac.bucket {
             0 => &mut self.rx_size_64,
             1 => &mut self.rx_size_65_to_127,
             2 => &mut self.rx_size_128_to_255,

@@ -95,6 +95,7 @@ impl Cq {
 
     /// Whether one more CQE fits: [`Cq::room`] read again only once the room it last showed
     /// is used up (a consumer only ever frees room, so the old figure is never too high).
+    #[inline]
     pub(crate) fn has_room(&mut self) -> bool {
         if self.credit == 0 {
             self.credit = self.room();

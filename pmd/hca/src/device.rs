@@ -8,7 +8,6 @@ mod poll;
 mod port;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use crate::bar::Bar;
 use crate::counters::Counters;
@@ -74,6 +73,10 @@ pub(crate) struct DevState {
     scratch: Box<Scratch>,
     /// Time charged per doorbell and BlueFlame burst taken ([`crate::HcaConfig::doorbell_ns`]).
     doorbell_ns: u32,
+    /// Nanoseconds charged and not yet spent: whoever holds the lock spends them once it has
+    /// let go of it ([`crate::runner::spend`]), so the charge keeps the device busy, not the
+    /// lock held.
+    owed_ns: u64,
     /// The CQ slot the last received frame completed to, which may hold a CQE for its
     /// partner until the delivery ends.
     rx_cq: Option<usize>,
@@ -121,6 +124,7 @@ impl DevState {
             published: Counters::default(),
             scratch: Scratch::new(),
             doorbell_ns,
+            owed_ns: 0,
             rx_cq: None,
         }
     }

@@ -265,11 +265,12 @@ impl FrameRing {
             tail = head;
         }
         let mut scratch = Vec::new();
+        // The position in the data area follows the tail record by record: one division per
+        // call, not one per record.
+        let mut pos = (tail % self.cap as u64) as usize;
         while n < budget && tail != head {
-            let rec = self
-                .record(tail, &mut scratch)
-                .filter(|&(_, next)| next.wrapping_sub(tail) <= head.wrapping_sub(tail));
-            let Some((frame, next)) = rec else {
+            let Some((frame, step)) = self.record(pos, head.wrapping_sub(tail), &mut scratch)
+            else {
                 // A corrupt record (a foreign writer): give up on everything published.
                 tail = head;
                 break;
@@ -280,7 +281,11 @@ impl FrameRing {
                 }
                 n += 1;
             }
-            tail = next;
+            tail = tail.wrapping_add(step as u64);
+            pos += step;
+            if pos == self.cap {
+                pos = 0;
+            }
         }
         // The only consumer: a load and a store, no read-modify-write.
         let popped = self.word(hdr::POPPED).load(Ordering::Relaxed);
@@ -296,49 +301,57 @@ impl FrameRing {
         self.consume(usize::MAX, |_| true) as u64
     }
 
-    /// The record at free-running offset `at` (8-aligned): its frame (`None` for a wrap
-    /// marker) and the offset after it; `None` if it is malformed. On a guarded ring the frame
+    /// The record at `pos` in the data area (8-aligned, below `cap`: where a free-running
+    /// tail lands, since every record's length is a multiple of 8), with `left` bytes
+    /// published from it: its frame (`None` for a wrap marker) and its length in the ring;
+    /// `None` if it is malformed or runs past what was published. On a guarded ring the frame
     /// is copied into `scratch` by atomic loads: the peer may be rewriting it.
-    fn record<'s>(&'s self, at: u64, scratch: &'s mut Vec<u8>) -> Option<(Option<&'s [u8]>, u64)> {
-        let pos = (at % self.cap as u64) as usize;
-        if pos % 8 != 0 || pos + REC_HDR > self.cap {
-            return None;
-        }
+    #[inline(always)]
+    fn record<'s>(
+        &'s self,
+        pos: usize,
+        left: u64,
+        scratch: &'s mut Vec<u8>,
+    ) -> Option<(Option<&'s [u8]>, usize)> {
+        debug_assert!(pos % 8 == 0 && pos + REC_HDR <= self.cap);
         // SAFETY: `pos + 8 <= cap`, 8-aligned, inside the data area; read atomically, as the
         // producer may be another program.
         let len =
             unsafe { AtomicU32::from_ptr(self.data().add(pos).cast()) }.load(Ordering::Relaxed);
         if len == WRAP {
-            return Some((None, at.wrapping_add((self.cap - pos) as u64)));
+            let step = self.cap - pos;
+            return (step as u64 <= left).then_some((None, step));
         }
         let len = len as usize;
-        if len > self.cap || pos + REC_HDR + len > self.cap {
+        // `pos + REC_HDR <= cap`, so this is `pos + REC_HDR + len > cap` without overflow.
+        if len > self.cap - pos - REC_HDR {
             return None;
         }
-        let next = at.wrapping_add((REC_HDR + len.next_multiple_of(8)) as u64);
+        let step = REC_HDR + len.next_multiple_of(8);
+        if step as u64 > left {
+            return None;
+        }
         let from = pos + REC_HDR;
         if self.guarded {
-            // Whole 8-byte words (records are 8-aligned and padded to 8, inside the ring).
+            // Whole 8-byte words: records are 8-aligned and padded to 8, and `cap` is a
+            // multiple of 8, so the padded record ends inside the ring.
             let words = len.div_ceil(8);
-            if from + words * 8 > self.cap {
-                return None;
-            }
             scratch.clear();
             scratch.reserve(words * 8);
             for w in 0..words {
-                // SAFETY: 8-aligned, inside the data area (checked above); atomic, so a
-                // concurrent write by the peer is no data race.
+                // SAFETY: 8-aligned, inside the data area (`from + 8 * words <= cap`, see
+                // above); atomic, so a concurrent write by the peer is no data race.
                 let v = unsafe { AtomicU64::from_ptr(self.data().add(from + 8 * w).cast()) }
                     .load(Ordering::Relaxed);
                 scratch.extend_from_slice(&v.to_ne_bytes());
             }
             scratch.truncate(len);
-            return Some((Some(&scratch[..]), next));
+            return Some((Some(&scratch[..]), step));
         }
         // SAFETY: in range (checked); records between tail and head belong to the consumer,
         // and a producer in this program wrote them before publishing head.
         let frame = unsafe { std::slice::from_raw_parts(self.data().add(from), len) };
-        Some((Some(frame), next))
+        Some((Some(frame), step))
     }
 
     /// Largest frame the ring can ever hold.

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -15,10 +15,14 @@ use crate::dma::HostMem;
 use crate::error::HcaError;
 use crate::wire::RxPort;
 
-/// Polls without work before a device thread starts yielding the CPU.
-const SPIN_POLLS: u32 = 2000;
-/// Polls spent yielding before it starts sleeping.
-const YIELD_POLLS: u32 = 200;
+/// Idle time a device thread spins before it starts yielding the CPU, and then before it
+/// starts sleeping: times, not poll counts, so that a cheaper idle poll does not put the thread
+/// to sleep sooner (a sleeping device thread leaves a driver that resumes posting with a full
+/// ring until it wakes).
+const SPIN_IDLE: Duration = Duration::from_micros(300);
+const YIELD_IDLE: Duration = Duration::from_micros(600);
+/// Idle polls between looks at the clock while spinning.
+const CLOCK_EVERY: u32 = 32;
 /// The shortest idle sleep; it doubles up to [`MAX_IDLE_SLEEP`] while nothing happens.
 const MIN_IDLE_SLEEP: Duration = Duration::from_micros(50);
 const MAX_IDLE_SLEEP: Duration = Duration::from_micros(200);
@@ -47,17 +51,52 @@ impl Inner {
         let mut st = self.state.lock();
         if link {
             st.check_link();
+            // Going down, the link drops what the port buffered, and counts it.
+            st.publish();
         }
         let run = !self.threaded && st.has_channels();
+        drop(st);
         if run {
-            st.poll();
+            self.charged(DevState::poll);
         }
         run
     }
 
     /// One pass over every queue and the receive buffer; the work done (0 = idle).
     pub(crate) fn poll(&self) -> usize {
-        self.state.lock().poll()
+        self.charged(DevState::poll)
+    }
+
+    /// `f` under the lock; the doorbell charge it leaves is spent with the lock released, and
+    /// then `f` runs once more for the walks the charged doorbells asked for.
+    #[inline]
+    pub(crate) fn charged(&self, f: impl Fn(&mut DevState) -> usize) -> usize {
+        let mut st = self.state.lock();
+        let mut work = f(&mut st);
+        let owed = st.take_owed();
+        drop(st);
+        if owed != 0 {
+            spend(owed);
+            let mut st = self.state.lock();
+            work += f(&mut st);
+            let owed = st.take_owed();
+            drop(st);
+            spend(owed);
+        }
+        work
+    }
+}
+
+/// Spend `ns` of a doorbell charge ([`crate::HcaConfig::doorbell_ns`]): a spin, not a sleep,
+/// since a card is busy for that long, not idle; never under the adapter's lock, which the
+/// polling lcore and the control path take too.
+pub(crate) fn spend(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let until = Instant::now() + Duration::from_nanos(ns);
+    while Instant::now() < until {
+        std::hint::spin_loop();
     }
 }
 
@@ -65,22 +104,36 @@ impl Inner {
 /// many emulated ports on two cores stay cheap; `busy_poll` only spins.
 #[derive(Default)]
 struct Backoff {
+    /// Idle polls in a row.
     idle: u32,
+    /// When the idle stretch began (looked at every [`CLOCK_EVERY`] idle polls).
+    since: Option<Instant>,
+    /// Sleeps in a row.
+    sleeps: u32,
 }
 
 impl Backoff {
     fn after(&mut self, work: usize, busy_poll: bool) {
         if work > 0 {
             self.idle = 0;
+            self.since = None;
+            self.sleeps = 0;
             return;
         }
         self.idle = self.idle.saturating_add(1);
-        if busy_poll || self.idle < SPIN_POLLS {
+        if busy_poll || self.idle % CLOCK_EVERY != 0 {
             std::hint::spin_loop();
-        } else if self.idle < SPIN_POLLS + YIELD_POLLS {
+            return;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        let idle = since.elapsed();
+        if idle < SPIN_IDLE {
+            std::hint::spin_loop();
+        } else if idle < YIELD_IDLE {
             std::thread::yield_now();
         } else {
-            let doublings = ((self.idle - SPIN_POLLS - YIELD_POLLS) / 64).min(2);
+            let doublings = (self.sleeps / 64).min(2);
+            self.sleeps = self.sleeps.saturating_add(1);
             std::thread::sleep((MIN_IDLE_SLEEP * (1 << doublings)).min(MAX_IDLE_SLEEP));
         }
     }
@@ -218,7 +271,8 @@ impl SqRunner {
         if !self.wanted() {
             return 0;
         }
-        self.inner.state.lock().poll_sq(self.qpn)
+        let qpn = self.qpn;
+        self.inner.charged(|st| st.poll_sq(qpn))
     }
 
     #[inline]

@@ -164,7 +164,17 @@ impl Default for RxConfig {
 
 impl RxConfig {
     /// Whether the MAC and VLAN filters pass `frame` (dropping and counting it if not).
+    #[inline]
     pub(crate) fn filters_pass(&self, frame: &[u8], counters: &mut Counters) -> bool {
+        // A promiscuous port passes every frame with a destination (the VLAN filter too).
+        if self.filter.promisc && !self.flows_only && frame.len() >= 6 {
+            return true;
+        }
+        self.filters_pass_slow(frame, counters)
+    }
+
+    #[inline(never)]
+    fn filters_pass_slow(&self, frame: &[u8], counters: &mut Counters) -> bool {
         if self.flows_only || frame.len() < 6 || !self.filter.mac_passes(&frame[..6]) {
             counters.rx_drops_filter += 1;
             return false;
@@ -176,9 +186,11 @@ impl RxConfig {
         true
     }
 
-    /// Whether `frame` fits the MTU (dropping and counting it if not).
-    pub(crate) fn mtu_passes(&self, frame: &[u8], counters: &mut Counters) -> bool {
-        if net::l3_len(frame) > usize::from(self.mtu) {
+    /// Whether a frame of L3 length `l3_len` ([`net::l3_len`], found with its headers) fits
+    /// the MTU (dropping and counting it if not).
+    #[inline]
+    pub(crate) fn mtu_passes(&self, l3_len: usize, counters: &mut Counters) -> bool {
+        if l3_len > usize::from(self.mtu) {
             counters.rx_drops_mtu += 1;
             return false;
         }

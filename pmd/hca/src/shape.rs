@@ -26,7 +26,7 @@ const MAX_HEADS: usize = 62;
 /// are words of one span, compared in a fixed number (the first repeated to fill them): how
 /// far into the WQE they reach, and each one's offset and word.
 #[derive(Debug, Clone, Copy)]
-enum Words {
+pub(crate) enum Words {
     Two(usize, [(u16, u32); 2]),
     Four(usize, [(u16, u32); 4]),
     /// Any other shape: head by head.
@@ -110,7 +110,7 @@ pub(crate) struct Shape {
 /// Bits of the control segment's two qwords (memory order, read as little-endian) that one
 /// shape shares: all but OWNER (bit 7 of byte 0), the BlueFlame counter (bytes 1-2) and the
 /// completion request (C bits of byte 11).
-const KEY_MASK: [u64; 2] = [!(0x80 | 0xffff << 8), !((srcrb::CQ_UPDATE as u64) << 24)];
+pub(crate) const KEY_MASK: [u64; 2] = [!(0x80 | 0xffff << 8), !((srcrb::CQ_UPDATE as u64) << 24)];
 
 /// Bytes 4-6 of the control segment in the key's first qword: `vlan_tag` and `ins_vlan`, or in
 /// a BlueFlame-announced WQE the QPN.
@@ -290,6 +290,26 @@ pub(crate) struct Plan<'a> {
 }
 
 impl Plan<'_> {
+    /// The control segment as compared: its two qwords (memory order, little-endian) under
+    /// [`KEY_MASK`].
+    #[inline(always)]
+    pub(crate) fn key(&self) -> [u64; 2] {
+        self.key
+    }
+
+    /// How the heads are compared.
+    #[inline(always)]
+    pub(crate) fn words(&self) -> Words {
+        self.words
+    }
+
+    /// Whether ring memory holds the heads, for the WQE at ring byte `base` lying whole
+    /// before the ring's end (the head-by-head comparison of [`Words::Heads`]).
+    #[inline(always)]
+    pub(crate) fn heads_match(&self, ring: &HostMem, base: usize) -> bool {
+        heads_match(self.heads, ring, |at| base + at)
+    }
+
     /// [`Shape::recall`] for a run: the WQE at ring byte `base`, control segment `ctrl`, lies
     /// whole before the ring's end and no BlueFlame write announced it.
     #[inline(always)]

@@ -14,6 +14,7 @@
 mod bf;
 mod out;
 mod run;
+mod span;
 
 use mlx4_prm::{
     cqe_opcode, cqe_owner, owner_opcode, srcrb, syndrome, wqe_txbbs, Cqe, CtrlSeg, CQE_SIZE,
@@ -275,6 +276,16 @@ impl Sq {
         work
     }
 
+    /// Nothing to do: no walk pending, no BlueFlame write waiting in either half, and no
+    /// runner told to come back. A poll then passes the queue by (two loads at most, of
+    /// lines only the driver writes, which stay shared while it writes nothing).
+    #[inline]
+    pub(crate) fn idle(&self) -> bool {
+        self.walk == Walk::Idle
+            && !self.busy.load(Ordering::Relaxed)
+            && self.bf.as_ref().map_or(true, Bf::quiet)
+    }
+
     /// What a runner watches to know whether this queue has work (`db`: its UAR page's send
     /// doorbell word).
     pub(crate) fn watch(&self, db: HostMem) -> SqWatch {
@@ -362,9 +373,14 @@ impl Sq {
         let runs = fast && !cx.faults.per_send_wqe();
         loop {
             if runs {
-                let (n, at_stop) = self.run(stop, epoch, bf_live, &mut credit, &out, &mut t, cx);
+                let (n, at_stop, unowned) =
+                    self.run(stop, epoch, bf_live, &mut credit, &out, &mut t, cx);
                 done += n;
                 if at_stop {
+                    break;
+                }
+                if unowned {
+                    self.unposted(stop);
                     break;
                 }
             }

@@ -102,6 +102,15 @@ impl<T: AsRef<[u8]>> Cqe<T> {
         get32(self.buffer.as_ref(), field::BYTE_CNT)
     }
 
+    /// RX: the status word and the received length, `(status, byte_cnt)`, in one 8-byte load
+    /// (the two fields are adjacent).
+    #[inline]
+    pub fn status_byte_cnt(&self) -> (u32, u32) {
+        let s = &self.buffer.as_ref()[field::STATUS.start..field::BYTE_CNT.end];
+        let both = u64::from_be_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]);
+        ((both >> 32) as u32, both as u32)
+    }
+
     /// TX: 16-bit counter of the completed WQE's first TXBB; RX: RQ index.
     pub fn wqe_index(&self) -> u16 {
         get16(self.buffer.as_ref(), field::WQE_INDEX)
@@ -236,6 +245,15 @@ mod tests {
         0x00, 0x00, 0x00, 0x41, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,
         0x02, 0, 0, 0, 0, 0, 0xca,
     ];
+
+    #[test]
+    fn status_and_byte_count_in_one_load() {
+        let mut b = [0u8; 32];
+        b[16..24].copy_from_slice(&[0x12, 0x34, 0x56, 0x78, 0x00, 0x00, 0x05, 0xee]);
+        let c = Cqe::new_checked(&b[..]).unwrap();
+        assert_eq!(c.status_byte_cnt(), (0x1234_5678, 0x5ee));
+        assert_eq!(c.status_byte_cnt(), (c.status(), c.byte_cnt()));
+    }
 
     #[test]
     fn tx_cqe() {

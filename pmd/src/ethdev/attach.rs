@@ -3,11 +3,14 @@
 
 use std::ffi::{c_int, CStr};
 use std::mem::size_of;
+use std::ptr::NonNull;
 
 use dpdk_sys as sys;
 
 use super::eth::Proc;
 use super::{fmt_mac, intr, ops, queue, Error};
+use crate::eal::intr::IntrHandle;
+use crate::hw::Handles;
 use crate::mem::{DmaBox, MemSource};
 use crate::pmd_log;
 use crate::port::Port;
@@ -15,14 +18,30 @@ use crate::port::Port;
 /// Driver name as EAL matches it against `--vdev net_mlx4rs<N>`.
 pub const DRIVER_NAME: &CStr = c"net_mlx4rs";
 
+/// The bus device a probe was called with, which a port's ethdev names as its parent.
+pub(super) struct BusDevice(NonNull<sys::rte_device>);
+
+impl BusDevice {
+    /// # Safety
+    /// `device` is the live device EAL is probing, which outlives every port attached to it:
+    /// EAL removes a device through the driver's remove, which closes its ports first.
+    pub unsafe fn new(device: *mut sys::rte_device) -> Option<BusDevice> {
+        NonNull::new(device).map(BusDevice)
+    }
+
+    pub fn as_ptr(&self) -> *mut sys::rte_device {
+        self.0.as_ptr()
+    }
+}
+
 /// Allocates the ethdev of bus device `device`: `port` goes into DPDK shared memory as its
-/// private data, `proc_` is this process's.
+/// private data, `handles` are this process's.
 pub(super) fn attach_port(
-    device: *mut sys::rte_device,
+    device: &BusDevice,
     name: &str,
     socket: c_int,
     port: Port,
-    proc_: Proc,
+    handles: Handles,
 ) -> Result<(), Error> {
     let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
     let mac = port.mac;
@@ -32,14 +51,15 @@ pub(super) fn attach_port(
     // from rte_zmalloc.
     let private = DmaBox::new(port, MemSource::Dpdk { socket })
         .ok_or_else(|| Error::NoMemory("no DPDK memory for the port".into()))?;
-    let events = proc_.dev.event_fd();
-    let bursts = match proc_.lcore {
+    let events = handles.dev.event_fd();
+    let bursts = match handles.lcore {
         Some(_) => queue::Bursts::Lcore,
         None => queue::Bursts::Plain,
     };
     // SAFETY: plain allocation calls with a valid C string; the table is freed again if no
-    // ethdev takes it. Then `dev` is freshly allocated and ours, with zeroed data; `device` is
-    // the live device being probed.
+    // ethdev takes it. Then `dev` is freshly allocated and ours, with zeroed data; `device`
+    // outlives the port (BusDevice's contract); the port event handler is registered for this
+    // port only while its Proc lives (below).
     unsafe {
         let size = n_macs * size_of::<sys::rte_ether_addr>();
         let macs = sys::rte_zmalloc_socket(c"mlx4rs_mac".as_ptr(), size, 0, socket)
@@ -60,11 +80,26 @@ pub(super) fn attach_port(
         d.mac_addrs = macs;
         d.numa_node = socket;
         d.dev_flags |= sys::bits::RTE_ETH_DEV_AUTOFILL_QUEUE_XSTATS;
-        (*dev).device = device;
-        (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
+        (*dev).device = device.as_ptr();
+        let proc_ = Box::into_raw(Box::new(Proc::new(handles)));
+        (*dev).process_private = proc_.cast();
         (*dev).dev_ops = &*ops::OPS;
         queue::set_bursts(&mut *dev, bursts);
-        intr::install(dev, name, events);
+        // The port event handler, registered once the port it looks up (by the id it is
+        // given) is in place, runs until close takes the handle out of the Proc, before the
+        // port and the Proc go.
+        match intr::event_fd(name, events)
+            .map(|fd| IntrHandle::watch(fd, intr::port_event, usize::from(d.port_id)))
+        {
+            Some(Ok(h)) => {
+                // ethdev's copy of the handle, which close clears before the Proc frees it.
+                (*dev).intr_handle = h.as_ptr();
+                d.dev_flags |= sys::bits::RTE_ETH_DEV_INTR_LSC | sys::bits::RTE_ETH_DEV_INTR_RMV;
+                *(*proc_).intr.lock() = Some(h);
+            }
+            Some(Err(e)) => pmd_log!(ERR, "{name}: port events: {e}"),
+            None => {}
+        }
         sys::rte_eth_dev_probing_finish(dev);
         pmd_log!(
             INFO,

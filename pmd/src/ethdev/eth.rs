@@ -16,7 +16,6 @@
 //! data path (QPN, started) are atomics in the slot; the rest of a slot is fixed at setup.
 
 use std::ffi::{c_int, c_void};
-use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
@@ -24,14 +23,31 @@ use dpdk_sys as sys;
 
 use super::slot::{RxQ, RxSlot, Slot, TxQ, TxSlot};
 use super::Error;
+use crate::eal::intr::IntrHandle;
 use crate::hw::Device;
 use crate::mem::{DmaBox, MemSource};
 use crate::pmd_log;
 use crate::port::{Port, RxState};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
-/// What one process keeps for a port (`process_private`): its handles to the device.
-pub(super) type Proc = crate::hw::Handles;
+/// What one process keeps for a port (`process_private`).
+pub(super) struct Proc {
+    /// The port event handler on the device's event fd (the primary's, if the device has
+    /// events), taken out at close so that the handler is gone before the device. Declared
+    /// first: dropped first.
+    pub intr: Mutex<Option<IntrHandle>>,
+    /// This process's handles to the device.
+    pub handles: crate::hw::Handles,
+}
+
+impl Proc {
+    pub fn new(handles: crate::hw::Handles) -> Proc {
+        Proc {
+            intr: Mutex::new(None),
+            handles,
+        }
+    }
+}
 
 /// How an op's answer reaches C: a status or count as `c_int`, or nothing. A port that is
 /// gone (closed, or not attached in this process) answers [`Answer::GONE`].
@@ -131,41 +147,50 @@ macro_rules! plain_args {
 }
 plain_args!(u16 u32 i32 usize);
 
-/// A pointer argument: NULL or valid for the op's call, as one `T` (or as many as the op's
-/// C API says, for [`CMut::slice`]).
-pub(super) struct CMut<'a, T>(*mut T, PhantomData<&'a mut T>);
-/// As [`CMut`], read only.
-pub(super) struct CRef<'a, T>(*const T, PhantomData<&'a T>);
-
-impl<'a, T> CMut<'a, T> {
-    pub fn get(self) -> Option<&'a mut T> {
-        // SAFETY: NULL or valid as one T (convert's contract).
-        unsafe { self.0.as_mut() }
+impl<T> CArg for *mut T {
+    type Safe<'a>
+        = Option<&'a mut T>
+    where
+        Self: 'a;
+    unsafe fn convert<'a>(self) -> Option<&'a mut T>
+    where
+        Self: 'a,
+    {
+        // SAFETY: NULL or valid as one exclusive T for the call (convert's contract).
+        unsafe { self.as_mut() }
     }
+}
 
-    pub fn as_ptr(&self) -> *mut T {
-        self.0
+impl<T> CArg for *const T {
+    type Safe<'a>
+        = Option<&'a T>
+    where
+        Self: 'a;
+    unsafe fn convert<'a>(self) -> Option<&'a T>
+    where
+        Self: 'a,
+    {
+        // SAFETY: NULL or valid as one T for the call (convert's contract).
+        unsafe { self.as_ref() }
     }
 }
 
 /// An array argument, declared `name: *mut T [count]` in [`ops!`]: NULL, or as many entries
-/// as the count its C API pairs with the pointer.
+/// as the count its C API pairs with the pointer, which the trampoline made a slice.
 pub(super) struct CArray<'a, T> {
-    first: *mut T,
     len: usize,
-    _entries: PhantomData<&'a mut [T]>,
+    entries: Option<&'a mut [T]>,
+}
+
+/// An array's count as a length: one that does not fit the address space cannot be valid,
+/// and is seen as none.
+pub(super) fn array_len(count: impl TryInto<usize>) -> usize {
+    count.try_into().unwrap_or(0)
 }
 
 impl<'a, T> CArray<'a, T> {
-    /// # Safety
-    /// `first` is NULL or valid, for the op's call, as `len` exclusive entries.
-    pub unsafe fn new(first: *mut T, len: impl TryInto<usize>) -> Self {
-        CArray {
-            first,
-            // A count that does not fit the address space cannot be valid: seen as none.
-            len: len.try_into().unwrap_or(0),
-            _entries: PhantomData,
-        }
+    pub fn new(len: usize, entries: Option<&'a mut [T]>) -> Self {
+        CArray { len, entries }
     }
 
     /// How many entries the op's caller says there are.
@@ -175,46 +200,18 @@ impl<'a, T> CArray<'a, T> {
 
     /// The entries, if the pointer is not NULL.
     pub fn get(self) -> Option<&'a mut [T]> {
-        // SAFETY: NULL or `len` valid entries (new's contract).
-        (!self.first.is_null())
-            .then(|| unsafe { std::slice::from_raw_parts_mut(self.first, self.len) })
+        self.entries
     }
 }
 
-impl<'a, T> CRef<'a, T> {
-    pub fn get(self) -> Option<&'a T> {
-        // SAFETY: NULL or valid as one T (convert's contract).
-        unsafe { self.0.as_ref() }
-    }
+/// A pointer argument an op passes on or compares, never follows itself (a handle, a pool
+/// that other threads use meanwhile, a buffer whose type another argument names), for
+/// [`ops!`]'s `as Raw<T>`.
+pub(super) struct Raw<T>(pub *mut T);
 
-    pub fn as_ptr(&self) -> *const T {
-        self.0
-    }
-}
-
-impl<T> CArg for *mut T {
-    type Safe<'a>
-        = CMut<'a, T>
-    where
-        Self: 'a;
-    unsafe fn convert<'a>(self) -> CMut<'a, T>
-    where
-        Self: 'a,
-    {
-        CMut(self, PhantomData)
-    }
-}
-
-impl<T> CArg for *const T {
-    type Safe<'a>
-        = CRef<'a, T>
-    where
-        Self: 'a;
-    unsafe fn convert<'a>(self) -> CRef<'a, T>
-    where
-        Self: 'a,
-    {
-        CRef(self, PhantomData)
+impl<T> FromC<*mut T> for Raw<T> {
+    unsafe fn from_c(p: *mut T) -> Self {
+        Raw(p)
     }
 }
 
@@ -228,7 +225,8 @@ pub(super) fn given<T>(p: Option<T>) -> Result<T, Error> {
 /// `body(&e, args)` (`shared`: `e: &Eth`) or `body(&mut e, args)` (`exclusive`: `e: &mut
 /// EthMut`), turning its answer into C's ([`Answer`]). A pointer argument followed by
 /// `[count]` (an expression of the other arguments) is an array of that many entries, and the
-/// body gets a [`CArray`]; one followed by `as View` is read through `View` ([`FromC`]).
+/// body gets a [`CArray`]; one followed by `as View` is read through `View` ([`FromC`]), such
+/// as [`Raw`] for a pointer the op never follows.
 macro_rules! ops {
     ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty $([$len:expr])? $(as $v:ty)?),*) $(-> $r:ty)? = $mode:ident $body:path, $what:literal;)*) => {$(
         $(#[$m])*
@@ -245,14 +243,19 @@ macro_rules! ops {
     )*};
 }
 
-/// One argument of [`ops!`], converted (inside the trampoline's `unsafe` block).
+/// One argument of [`ops!`], converted (inside the trampoline's `unsafe` block, under its
+/// contract: an array's pointer is NULL or holds as many entries as its count).
 macro_rules! c_arg {
     ($a:ident) => {
         $crate::ethdev::eth::CArg::convert($a)
     };
-    ($a:ident [$len:expr]) => {
-        $crate::ethdev::eth::CArray::new($a, $len)
-    };
+    ($a:ident [$len:expr]) => {{
+        let len = $crate::ethdev::eth::array_len($len);
+        $crate::ethdev::eth::CArray::new(
+            len,
+            (!$a.is_null()).then(|| std::slice::from_raw_parts_mut($a, len)),
+        )
+    }};
     ($a:ident as $v:ty) => {
         <$v as $crate::ethdev::eth::FromC<_>>::from_c($a)
     };
@@ -283,8 +286,6 @@ pub(super) struct Conf<'a> {
     pub tx_offloads: u64,
     /// Whether the application asked for receive interrupts.
     pub intr_conf_rxq: bool,
-    /// The port's interrupt handle in this process (NULL: the device has no events).
-    pub intr_handle: *mut sys::rte_intr_handle,
     link: &'a AtomicU64,
     rx_states: &'a [AtomicU8],
     tx_states: &'a [AtomicU8],
@@ -307,6 +308,8 @@ pub(super) struct EthMut<'a> {
     pub dev: &'a dyn Device,
     /// When the device runs in the polling lcore: what the burst glue runs it with.
     pub lcore: Option<&'a crate::hw::soft::Lcore>,
+    /// The port's interrupt handle in this process, if the device has events.
+    pub intr: &'a Mutex<Option<IntrHandle>>,
 }
 
 /// A live port's parts, checked once by [`parts`]: what becomes an op's [`Eth`] or
@@ -357,7 +360,6 @@ pub(super) unsafe fn parts<'a>(dev: *mut sys::rte_eth_dev) -> Option<Parts<'a>> 
             rx_offloads: (*d).dev_conf.rxmode.offloads,
             tx_offloads: (*d).dev_conf.txmode.offloads,
             intr_conf_rxq: (*d).dev_conf.intr_conf.rxq() != 0,
-            intr_handle: (*raw).intr_handle,
             link: AtomicU64::from_ptr(ptr::addr_of_mut!((*d).dev_link).cast::<u64>()),
             rx_states: states(ptr::addr_of_mut!((*d).rx_queue_state), (*d).nb_rx_queues),
             tx_states: states(ptr::addr_of_mut!((*d).tx_queue_state), (*d).nb_tx_queues),
@@ -413,7 +415,7 @@ pub(super) fn shared<R: Answer>(
     let e = Eth {
         conf: p.conf,
         port,
-        dev: p.proc_.dev.as_ref(),
+        dev: p.proc_.handles.dev.as_ref(),
     };
     op(&e).into_c(e.port.name.as_str(), what)
 }
@@ -430,8 +432,9 @@ pub(super) fn exclusive<R: Answer>(
     let mut e = EthMut {
         conf: p.conf,
         port,
-        dev: p.proc_.dev.as_ref(),
-        lcore: p.proc_.lcore.as_ref(),
+        dev: p.proc_.handles.dev.as_ref(),
+        lcore: p.proc_.handles.lcore.as_ref(),
+        intr: &p.proc_.intr,
     };
     let answer = op(&mut e);
     answer.into_c(e.port.name.as_str(), what)
@@ -464,11 +467,7 @@ pub(super) unsafe fn port_of<'a>(
     }
 }
 
-/// Whether this process is a DPDK secondary process.
-pub(super) fn secondary() -> bool {
-    // SAFETY: a plain query of EAL's configuration, initialised before any probe.
-    unsafe { sys::rte_eal_process_type() == sys::rte_proc_type_t_RTE_PROC_SECONDARY }
-}
+pub(super) use crate::eal::secondary;
 
 /// Publishes a link state. ethdev keeps `dev_link` as one 64-bit word that any thread may
 /// read, and stores it with an atomic exchange; so do we.

@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_int};
 
 use dpdk_sys as sys;
 
-use super::eth::{given, ops, CArray, CMut, Eth, EthMut};
+use super::eth::{given, ops, CArray, Eth, EthMut};
 use super::{fmt_mac, invalid, Error};
 use crate::hw::FlowControl;
 use crate::port::{MAX_MAC_ADDRS, MAX_MC_ADDRS};
@@ -31,11 +31,11 @@ ops! {
 
 fn add_mac(
     e: &mut EthMut<'_>,
-    mac: CMut<'_, sys::rte_ether_addr>,
+    mac: Option<&mut sys::rte_ether_addr>,
     index: u32,
     _vmdq: u32,
 ) -> Result<(), Error> {
-    let mac = given(mac.get())?.addr_bytes;
+    let mac = given(mac)?.addr_bytes;
     let i = index as usize;
     if i == 0 || i >= MAX_MAC_ADDRS {
         return Err(invalid!("MAC index {index} outside 1..{MAX_MAC_ADDRS}"));
@@ -110,8 +110,8 @@ pub(super) fn configure(e: &mut EthMut<'_>) {
         e.conf.rx_offloads & sys::bits::RTE_ETH_RX_OFFLOAD_VLAN_FILTER != 0;
 }
 
-fn get_fc(e: &Eth<'_>, conf: CMut<'_, sys::rte_eth_fc_conf>) -> Result<(), Error> {
-    let conf = given(conf.get())?;
+fn get_fc(e: &Eth<'_>, conf: Option<&mut sys::rte_eth_fc_conf>) -> Result<(), Error> {
+    let conf = given(conf)?;
     let f = e.dev.flow_control()?;
     conf.mode = match (f.rx_pause, f.tx_pause) {
         (false, false) => sys::rte_eth_fc_mode_RTE_ETH_FC_NONE,
@@ -128,8 +128,8 @@ fn get_fc(e: &Eth<'_>, conf: CMut<'_, sys::rte_eth_fc_conf>) -> Result<(), Error
     Ok(())
 }
 
-fn set_fc(e: &mut EthMut<'_>, conf: CMut<'_, sys::rte_eth_fc_conf>) -> Result<(), Error> {
-    let c = *given(conf.get())?;
+fn set_fc(e: &mut EthMut<'_>, conf: Option<&mut sys::rte_eth_fc_conf>) -> Result<(), Error> {
+    let c = *given(conf)?;
     e.primary_only()?;
     let (rx_pause, tx_pause) = match c.mode {
         sys::rte_eth_fc_mode_RTE_ETH_FC_NONE => (false, false),

@@ -4,7 +4,7 @@ use std::ffi::c_int;
 
 use dpdk_sys as sys;
 
-use super::eth::{given, ops, CMut, Eth};
+use super::eth::{given, ops, Eth};
 use super::Error;
 use crate::hw::Caps;
 use crate::port;
@@ -13,8 +13,8 @@ ops! {
     fn dev_infos_get(info: *mut sys::rte_eth_dev_info) -> c_int = shared infos_op, "device info";
 }
 
-fn infos_op(e: &Eth<'_>, info: CMut<'_, sys::rte_eth_dev_info>) -> Result<(), Error> {
-    infos(given(info.get())?, &e.port.caps);
+fn infos_op(e: &Eth<'_>, info: Option<&mut sys::rte_eth_dev_info>) -> Result<(), Error> {
+    infos(given(info)?, &e.port.caps);
     Ok(())
 }
 

@@ -21,85 +21,29 @@ use dpdk_sys as sys;
 
 use super::eth::{self, ops, Eth, EthMut};
 use super::{invalid, Error};
+use crate::eal::intr::VectorError;
 use crate::hw::PortEvent;
 use crate::pmd_log;
 
-/// Sets up the port's interrupt handle on the device's event fd and registers the port event
-/// handler; the port then offers LSC and RMV. A device without events offers neither.
-///
-/// # Safety
-/// `dev` is a port of this driver being probed in the primary, `events` its device's event fd.
-pub(super) unsafe fn install(
-    dev: *mut sys::rte_eth_dev,
+/// The device's event fd, for the port's interrupt handle, or None (logged) for a device
+/// without events, which then offers neither LSC nor RMV.
+pub(super) fn event_fd(
     name: &str,
     events: Result<std::os::fd::RawFd, Error>,
-) {
-    let fd = match events {
-        Ok(fd) => fd,
-        Err(e) => {
-            pmd_log!(INFO, "{name}: no link status or removal events: {e}");
-            return;
-        }
-    };
-    // SAFETY: plain EAL calls on a handle allocated here and checked; the callback argument
-    // is the port id, which the handler looks the port up by.
-    unsafe {
-        let h = sys::rte_intr_instance_alloc(
-            0, /* RTE_INTR_INSTANCE_F_PRIVATE: this process only */
-        );
-        if h.is_null() {
-            pmd_log!(ERR, "{name}: no memory for an interrupt handle");
-            return;
-        }
-        sys::rte_intr_type_set(h, sys::rte_intr_handle_type_RTE_INTR_HANDLE_EXT);
-        sys::rte_intr_fd_set(h, fd);
-        let port_id = (*(*dev).data).port_id;
-        let rc = sys::rte_intr_callback_register(
-            h,
-            Some(port_event),
-            usize::from(port_id) as *mut c_void,
-        );
-        if rc != 0 {
-            pmd_log!(ERR, "{name}: registering the port event handler: {rc}");
-            sys::rte_intr_instance_free(h);
-            return;
-        }
-        (*dev).intr_handle = h;
-        (*(*dev).data).dev_flags |=
-            sys::bits::RTE_ETH_DEV_INTR_LSC | sys::bits::RTE_ETH_DEV_INTR_RMV;
-    }
+) -> Option<std::os::fd::RawFd> {
+    events
+        .map_err(|e| pmd_log!(INFO, "{name}: no link status or removal events: {e}"))
+        .ok()
 }
 
-/// Undoes [`install`] before the port's device goes away: once this returns the handler does
-/// not run and will not.
-///
-/// # Safety
-/// `dev` is a live port of this driver, closing.
-pub(super) unsafe fn uninstall(dev: *mut sys::rte_eth_dev) {
-    // SAFETY: the handle install made (or NULL), freed once: the slot is cleared.
-    unsafe {
-        let h = (*dev).intr_handle;
-        if h.is_null() {
-            return;
-        }
-        let port_id = (*(*dev).data).port_id;
-        sys::rte_intr_callback_unregister_sync(
-            h,
-            Some(port_event),
-            usize::from(port_id) as *mut c_void,
-        );
-        sys::rte_intr_vec_list_free(h);
-        sys::rte_intr_instance_free(h);
-        (*dev).intr_handle = ptr::null_mut();
-    }
-}
-
-/// EAL's interrupt thread: the device's event fd is readable.
-unsafe extern "C" fn port_event(arg: *mut c_void) {
+/// EAL's interrupt thread: the device's event fd is readable. Registered with its port's id
+/// as the argument, for as long as the port's Proc holds the handle (close takes it first).
+pub(super) unsafe extern "C" fn port_event(arg: *mut c_void) {
     let port_id = arg as usize as u16;
-    // SAFETY: registered for a port of ours, unregistered (synchronously) before it closes,
-    // so the port and its Proc live while this runs; intr_conf and dev_started are only read;
-    // `dev_link` is ethdev's atomic 64-bit word (see `eth::parts`).
+    // SAFETY: registered for a port of ours, unregistered (synchronously) by its close before
+    // the port goes, so the port and its Proc live while this runs;
+    // intr_conf and dev_started are only read; `dev_link` is ethdev's atomic 64-bit word (see
+    // `eth::parts`).
     let Some((dev, proc_, dev_link, lsc, rmv)) = (unsafe {
         eth::port_of(port_id).and_then(|(dev, _, p)| {
             let d = (*dev.as_ptr()).data;
@@ -110,7 +54,7 @@ unsafe extern "C" fn port_event(arg: *mut c_void) {
     }) else {
         return;
     };
-    while let Some(ev) = proc_.dev.next_event() {
+    while let Some(ev) = proc_.handles.dev.next_event() {
         let (link, kind) = match ev {
             PortEvent::LinkUp | PortEvent::LinkDown => (
                 Some(ev == PortEvent::LinkUp),
@@ -167,10 +111,10 @@ pub(super) fn setup_rx(e: &mut EthMut<'_>) -> Result<(), Error> {
     if !e.conf.intr_conf_rxq {
         return Ok(());
     }
-    let h = e.conf.intr_handle;
-    if h.is_null() {
+    let intr = e.intr.lock();
+    let Some(h) = intr.as_ref() else {
         return Err(Error::Unsupported("receive interrupts on this device"));
-    }
+    };
     let n = e.conf.nb_rx_queues;
     let mut fds = Vec::with_capacity(usize::from(n));
     for i in 0..n {
@@ -184,25 +128,10 @@ pub(super) fn setup_rx(e: &mut EthMut<'_>) -> Result<(), Error> {
         };
         fds.push(fd);
     }
-    // SAFETY: the port's own handle (install); EAL checks the indices against its sizes.
-    unsafe {
-        if sys::rte_intr_vec_list_alloc(h, ptr::null(), c_int::from(n)) != 0 {
-            return Err(Error::NoMemory(
-                "no memory for the interrupt vector list".into(),
-            ));
-        }
-        for (i, fd) in fds.into_iter().enumerate() {
-            let i = i as c_int;
-            if sys::rte_intr_vec_list_index_set(h, i, sys::RTE_INTR_VEC_RXTX_OFFSET as c_int + i)
-                != 0
-                || sys::rte_intr_efds_index_set(h, i, fd) != 0
-            {
-                return Err(invalid!("RX queue {i}: no interrupt vector for it"));
-            }
-        }
-        sys::rte_intr_nb_efd_set(h, c_int::from(n));
-    }
-    Ok(())
+    h.set_rx_vectors(&fds).map_err(|e| match e {
+        VectorError::NoMemory => Error::NoMemory("no memory for the interrupt vector list".into()),
+        VectorError::Queue(i) => invalid!("RX queue {i}: no interrupt vector for it"),
+    })
 }
 
 /// Arms the queue's CQ; called from the queue's lcore between its bursts.

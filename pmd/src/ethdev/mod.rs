@@ -26,8 +26,9 @@
 //!
 //! Raw pointers are converted at the edge only: in the trampolines of `eth` and the views they
 //! build (the `rte_flow` pattern and actions in `flow`, the RSS configuration in `rss`), the
-//! burst entry points of `queue`, and the EAL calls of `probe`, `pci`, `intr`, `mp` and `mr`;
-//! the ops themselves are ordinary Rust.
+//! burst entry points of `queue`, and the bus callbacks of `probe` and `pci`; the EAL services
+//! the ops use (process type, memory walks, the interrupt handle, IPC, `rte_flow` errors) are
+//! safe functions of `crate::eal`, and the ops themselves are ordinary Rust.
 
 mod attach;
 mod eth;

@@ -12,22 +12,19 @@
 //! Messages: request `[op u8][port u16][index u16]`; reply `[status i32]` then the answer
 //! (counters: `[total u16][n u16]` and n times `[name length u8][name][value u64]`).
 
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::CStr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use dpdk_sys as sys;
-
 use super::eth;
 use super::Error;
+use crate::eal::mp::{self as ipc, PARAM};
 use crate::hw::{Caps, CqDesc, Device, HwError, QueueState, RqDesc, RssHash, SqDesc, RSS_KEY_LEN};
 use crate::mem::{DmaRange, Mr};
 use crate::pmd_log;
 
-const ACTION: &CStr = c"mlx4rs_mp";
 /// How long a secondary waits for the primary's answer.
 const TIMEOUT: Duration = Duration::from_secs(5);
-const PARAM: usize = sys::RTE_MP_MAX_PARAM_LEN as usize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -73,14 +70,9 @@ fn with_proc<T>(port_id: u16, f: impl FnOnce(&eth::Proc) -> T) -> Option<T> {
 /// In the primary: answer secondaries' requests from now on (once per process).
 pub(super) fn serve() {
     static SERVING: OnceLock<()> = OnceLock::new();
-    SERVING.get_or_init(|| {
-        // SAFETY: a static NUL-terminated name and a handler that lives as long as the
-        // process; then EAL's per-thread errno.
-        let (rc, errno) = unsafe {
-            let rc = sys::rte_mp_action_register(ACTION.as_ptr(), Some(handle));
-            (rc, sys::mlx4rs_errno())
-        };
-        if rc < 0 && errno == libc::ENOTSUP {
+    SERVING.get_or_init(|| match ipc::serve::<Primary>() {
+        Ok(()) | Err(libc::EEXIST) => {}
+        Err(libc::ENOTSUP) => {
             // EAL refuses IPC actions where it has no multi-process channel by configuration
             // (`--in-memory`, `--no-shconf`, as Open vSwitch always runs): there are no
             // secondary processes to serve, so nothing is lost.
@@ -88,7 +80,8 @@ pub(super) fn serve() {
                 INFO,
                 "no secondary processes in this EAL configuration (multi-process IPC is off): none to serve"
             );
-        } else if rc < 0 && errno != libc::EEXIST {
+        }
+        Err(errno) => {
             pmd_log!(
                 WARNING,
                 "cannot serve secondary processes (rte_mp_action_register: errno {errno}); they will see no device counters"
@@ -136,68 +129,41 @@ fn answer(op: Op, dev: &dyn Device, index: u16) -> Vec<u8> {
     out
 }
 
-unsafe extern "C" fn handle(msg: *const sys::rte_mp_msg, peer: *const c_void) -> c_int {
-    // SAFETY: EAL passes a valid message and the requester to answer; the reply is valid.
-    unsafe { sys::rte_mp_reply(&mut reply_to(&*msg), peer.cast()) }
-}
+/// What the primary answers secondaries (the `mlx4rs_mp` action): a request's answer, or a
+/// negative errno.
+struct Primary;
 
-/// The reply to one request (param holds len_param bytes, clamped to its size).
-fn reply_to(msg: &sys::rte_mp_msg) -> sys::rte_mp_msg {
-    let param = &msg.param[..(msg.len_param.clamp(0, PARAM as c_int) as usize)];
-    let reply_param = match param {
-        [op, p0, p1, i0, i1, ..] => {
-            let port_id = u16::from_le_bytes([*p0, *p1]);
-            let index = u16::from_le_bytes([*i0, *i1]);
-            match Op::from_u8(*op) {
-                Some(op) => {
-                    // Under the lock that keeps the port from closing meanwhile.
-                    let a = with_proc(port_id, |p| answer(op, p.dev.as_ref(), index));
-                    a.unwrap_or_else(|| (-libc::ENODEV).to_le_bytes().to_vec())
+impl ipc::Action for Primary {
+    const NAME: &'static CStr = c"mlx4rs_mp";
+
+    fn reply(request: &[u8]) -> Vec<u8> {
+        match request {
+            [op, p0, p1, i0, i1, ..] => {
+                let port_id = u16::from_le_bytes([*p0, *p1]);
+                let index = u16::from_le_bytes([*i0, *i1]);
+                match Op::from_u8(*op) {
+                    Some(op) => {
+                        // Under the lock that keeps the port from closing meanwhile.
+                        let a = with_proc(port_id, |p| answer(op, p.handles.dev.as_ref(), index));
+                        a.unwrap_or_else(|| (-libc::ENODEV).to_le_bytes().to_vec())
+                    }
+                    None => (-libc::EINVAL).to_le_bytes().to_vec(),
                 }
-                None => (-libc::EINVAL).to_le_bytes().to_vec(),
             }
+            _ => (-libc::EINVAL).to_le_bytes().to_vec(),
         }
-        _ => (-libc::EINVAL).to_le_bytes().to_vec(),
-    };
-    let mut reply = sys::rte_mp_msg {
-        name: msg.name,
-        len_param: reply_param.len() as c_int,
-        ..Default::default()
-    };
-    reply.param[..reply_param.len()].copy_from_slice(&reply_param);
-    reply
+    }
 }
 
 /// Sends one request to the primary and returns the answer after its status.
 fn request(op: Op, port_id: u16, index: u16) -> Result<Vec<u8>, Error> {
-    let mut msg = sys::rte_mp_msg::default();
-    for (d, s) in msg.name.iter_mut().zip(ACTION.to_bytes()) {
-        *d = *s as std::ffi::c_char;
-    }
     let req = [
         &[op as u8][..],
         &port_id.to_le_bytes()[..],
         &index.to_le_bytes()[..],
     ]
     .concat();
-    msg.param[..req.len()].copy_from_slice(&req);
-    msg.len_param = req.len() as c_int;
-    let mut reply = sys::rte_mp_reply::default();
-    let ts = sys::timespec {
-        tv_sec: TIMEOUT.as_secs() as _,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid message and reply; EAL mallocs reply.msgs (NULL or as many messages as
-    // received), which is copied from and freed here.
-    let got = unsafe {
-        let rc = sys::rte_mp_request_sync(&mut msg, &mut reply, &ts);
-        let got = (rc == 0 && reply.nb_received == 1 && !reply.msgs.is_null()).then(|| {
-            let m = &*reply.msgs;
-            m.param[..(m.len_param.clamp(0, PARAM as c_int) as usize)].to_vec()
-        });
-        libc::free(reply.msgs.cast());
-        got
-    };
+    let got = ipc::request(<Primary as ipc::Action>::NAME, &req, TIMEOUT);
     let got = got.ok_or_else(|| {
         Error::Device(format!(
             "the primary process did not answer ({op:?} on port {port_id})"

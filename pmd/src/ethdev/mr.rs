@@ -9,58 +9,18 @@
 //! lookup. The data path only looks keys up; a buffer in memory registered nowhere is counted
 //! as a TX error, which names a pool created after the TX queue was set up.
 
-use std::ffi::c_void;
-
-use dpdk_sys as sys;
-
 use super::eth::EthMut;
 use super::Error;
-use crate::mem::DmaRange;
+use crate::mbuf::Pool;
 use crate::pmd_log;
-
-/// The memory chunks of `pool`, or of every mempool of the process when `None`.
-fn chunks(pool: Option<*mut sys::rte_mempool>) -> Vec<DmaRange> {
-    unsafe extern "C" fn chunk(
-        _mp: *mut sys::rte_mempool,
-        arg: *mut c_void,
-        hdr: *mut sys::rte_mempool_memhdr,
-        _idx: std::ffi::c_uint,
-    ) {
-        // SAFETY: `arg` is our Vec; `hdr` a live chunk header of the pool being walked. A
-        // mempool chunk stays mapped while the pool exists, and an application frees a pool
-        // only once no port uses its mbufs.
-        unsafe {
-            let v = &mut *arg.cast::<Vec<DmaRange>>();
-            let start = (*hdr).addr as usize;
-            v.push(DmaRange::new(start, start + (*hdr).len));
-        }
-    }
-    unsafe extern "C" fn pool_chunks(mp: *mut sys::rte_mempool, arg: *mut c_void) {
-        // SAFETY: a live pool of the walk; `arg` is our Vec, handed on.
-        unsafe { sys::rte_mempool_mem_iter(mp, Some(chunk), arg) };
-    }
-    let mut v: Vec<DmaRange> = Vec::new();
-    let arg = (&mut v as *mut Vec<DmaRange>).cast();
-    // SAFETY: the callbacks only append to `v`, which outlives the walks.
-    unsafe {
-        match pool {
-            Some(mp) => {
-                sys::rte_mempool_mem_iter(mp, Some(chunk), arg);
-            }
-            None => sys::rte_mempool_walk(Some(pool_chunks), arg),
-        }
-    }
-    v.retain(|r| r.end() > r.start());
-    v
-}
 
 /// Registers the chunks of `pool` (every pool when `None`) that the port's regions do not
 /// cover yet.
-pub(super) fn register_pools(
-    e: &mut EthMut<'_>,
-    pool: Option<*mut sys::rte_mempool>,
-) -> Result<(), Error> {
-    for range in chunks(pool) {
+pub(super) fn register_pools(e: &mut EthMut<'_>, pool: Option<Pool>) -> Result<(), Error> {
+    // SAFETY: the pools are the application's, whose mbufs it hands to this port; DPDK's rule
+    // (which every op of ethdev takes on) is that it frees a pool only once no port uses its
+    // mbufs, and the port's regions are deregistered at close.
+    for range in unsafe { crate::eal::pool_ranges(pool) } {
         let (start, end) = (range.start(), range.end());
         if e.port.mrs.covers(start, end) {
             continue;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dpdk_sys as sys;
 
-use super::eth::{self, given, ops, CMut, Eth, EthMut};
+use super::eth::{self, given, ops, Eth, EthMut};
 use super::{filter, flow, fmt_mac, info, intr, invalid, qctl, queue, release, rss, stats, Error};
 use crate::pmd_log;
 use crate::port;
@@ -152,10 +152,12 @@ fn stop(e: &mut EthMut<'_>) -> Result<(), Error> {
 
 pub(super) unsafe extern "C" fn dev_close(dev: *mut sys::rte_eth_dev) -> c_int {
     let _closing = eth::CLOSING.write();
-    // SAFETY: as for every op (see `ops!`); the handler must be gone before the device, and
-    // after the op nothing references the port: it is freed.
+    // SAFETY: as for every op (see `ops!`); ethdev's copy of the interrupt handle is cleared
+    // before close frees the handle; after the op nothing references the port: it is freed.
     unsafe {
-        intr::uninstall(dev);
+        if let Some(d) = dev.as_mut() {
+            d.intr_handle = std::ptr::null_mut();
+        }
         let name = eth::enter!(exclusive, dev, "close", close);
         eth::free_port(dev, !eth::secondary());
         if let Some(name) = name {
@@ -165,9 +167,11 @@ pub(super) unsafe extern "C" fn dev_close(dev: *mut sys::rte_eth_dev) -> c_int {
     0
 }
 
-/// Ends the port: every queue destroyed, the device stopped. A secondary only lets go of its
-/// handles (telling the primary it left): the port and its queues are the primary's.
+/// Ends the port: the port event handler unregistered (it must be gone before the device),
+/// every queue destroyed, the device stopped. A secondary only lets go of its handles (telling
+/// the primary it left): the port and its queues are the primary's.
 fn close(e: &mut EthMut<'_>) -> Option<String> {
+    drop(e.intr.lock().take());
     if eth::secondary() {
         e.dev.secondary_attached(false);
     } else {
@@ -186,8 +190,8 @@ fn link(e: &Eth<'_>, _wait: c_int) -> Result<(), Error> {
     Ok(())
 }
 
-fn set_mac(e: &mut EthMut<'_>, mac: CMut<'_, sys::rte_ether_addr>) -> Result<(), Error> {
-    let mac = given(mac.get())?.addr_bytes;
+fn set_mac(e: &mut EthMut<'_>, mac: Option<&mut sys::rte_ether_addr>) -> Result<(), Error> {
+    let mac = given(mac)?.addr_bytes;
     if mac[0] & 1 != 0 || mac == [0; 6] {
         return Err(invalid!("{} is not a unicast address", fmt_mac(&mac)));
     }

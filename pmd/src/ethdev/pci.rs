@@ -13,7 +13,7 @@ use std::ptr;
 
 use dpdk_sys as sys;
 
-use super::attach::{attach_port, DRIVER_NAME};
+use super::attach::{attach_port, BusDevice, DRIVER_NAME};
 use crate::devargs::{Devargs, DeviceLoop};
 use crate::mem::MemSource;
 use crate::pmd_log;
@@ -112,8 +112,9 @@ unsafe extern "C" fn pci_probe(
     _drv: *mut sys::rte_pci_driver,
     pdev: *mut sys::rte_pci_device,
 ) -> c_int {
-    // SAFETY: EAL passes a live PCI device; its devargs are NULL or a live record whose args
-    // are NULL or a NUL-terminated string.
+    // SAFETY: EAL passes a live PCI device, which it removes only through pci_remove, after
+    // closing its ports; its devargs are NULL or a live record whose args are NULL or a
+    // NUL-terminated string.
     let (pci, args, socket, device) = unsafe {
         let d = &mut *pdev;
         let da = d.device.devargs;
@@ -128,8 +129,11 @@ unsafe extern "C" fn pci_probe(
             pci_name(&d.addr),
             args,
             d.device.numa_node,
-            ptr::addr_of_mut!(d.device),
+            BusDevice::new(ptr::addr_of_mut!(d.device)),
         )
+    };
+    let Some(device) = device else {
+        return -libc::EINVAL;
     };
     let devargs = match parse_pci_devargs(&args) {
         Ok(d) => d,
@@ -171,7 +175,7 @@ unsafe extern "C" fn pci_probe(
                 continue;
             }
         };
-        match attach_port(device, &name, socket, port, handles) {
+        match attach_port(&device, &name, socket, port, handles) {
             Ok(()) => up += 1,
             Err(e) => {
                 pmd_log!(ERR, "{name}: {e}");

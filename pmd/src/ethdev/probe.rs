@@ -5,12 +5,12 @@ use std::ptr;
 
 use dpdk_sys as sys;
 
-use super::attach::{attach_port, DRIVER_NAME};
+use super::attach::{attach_port, BusDevice, DRIVER_NAME};
 use super::eth::Proc;
 use super::{mp, ops, queue, release, Error};
 use crate::devargs::Devargs;
 use crate::hw::Device;
-use crate::mem::{DmaRange, MemSource};
+use crate::mem::MemSource;
 use crate::pmd_log;
 use crate::port::Port;
 
@@ -111,8 +111,9 @@ fn object_path(addr: *const std::ffi::c_void) -> String {
 }
 
 unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
-    // SAFETY: EAL passes a live vdev device; its devargs, when set, are EAL's parsed copy,
-    // alive as long as the device; its name and arguments are NULL or NUL-terminated.
+    // SAFETY: EAL passes a live vdev device, which it removes only through vdev_remove, after
+    // closing its port; its devargs, when set, are EAL's parsed copy, alive as long as the
+    // device; its name and arguments are NULL or NUL-terminated.
     let (name, args, socket, device) = unsafe {
         let device = ptr::addr_of_mut!((*vdev).device);
         let d = &*device;
@@ -124,7 +125,15 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
             true => String::new(),
             false => CStr::from_ptr(p).to_str().unwrap_or("").to_owned(),
         };
-        (text(d.name), text(args), d.numa_node, device)
+        (
+            text(d.name),
+            text(args),
+            d.numa_node,
+            BusDevice::new(device),
+        )
+    };
+    let Some(device) = device else {
+        return -libc::EINVAL;
     };
     let devargs: Devargs = match args
         .parse()
@@ -138,7 +147,7 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
     };
     pmd_log!(INFO, "{name}: probing with devargs {args:?}");
     if mp::secondary() {
-        return match attach_secondary(vdev, &name) {
+        return match attach_secondary(&device, &name) {
             Ok(()) => 0,
             Err(e) => {
                 pmd_log!(ERR, "{name}: {e}");
@@ -147,7 +156,9 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
         };
     }
     mp::serve();
-    let mem = memseg_ranges();
+    // Every memseg list, registered once per port so that the data path never registers
+    // memory.
+    let mem = crate::eal::memseg_ranges();
     let source = MemSource::Dpdk { socket };
     let opened = crate::hw::open(&name, &devargs, source).and_then(|h| {
         Ok((
@@ -162,7 +173,7 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
             return e.errno();
         }
     };
-    match attach_port(device, &name, socket, port, handles) {
+    match attach_port(&device, &name, socket, port, handles) {
         Ok(()) => 0,
         Err(e) => {
             pmd_log!(ERR, "{name}: {e}");
@@ -175,12 +186,12 @@ unsafe extern "C" fn vdev_probe(vdev: *mut sys::rte_vdev_device) -> c_int {
 /// The port and its queues are read from shared memory; this process gets its own handles
 /// (a [`mp::Remote`] device that asks the primary what only its device knows), ops and burst
 /// functions.
-fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), Error> {
+fn attach_secondary(device: &BusDevice, name: &str) -> Result<(), Error> {
     let cname = std::ffi::CString::new(name).expect("vdev names have no NUL");
     // SAFETY: a plain ethdev call with a valid C string; an attached ethdev shares the
     // primary's data, whose private data is the Port the primary's probe wrote, which this
-    // process only reads here. Its per-process fields are this process's to set; `vdev` is
-    // the live device being probed.
+    // process only reads here. Its per-process fields are this process's to set; `device`
+    // outlives the port (BusDevice's contract).
     let port_id = unsafe {
         let dev = sys::rte_eth_dev_attach_secondary(cname.as_ptr());
         if dev.is_null() {
@@ -195,12 +206,12 @@ fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), E
         let remote = mp::Remote::new(d.port_id, port.caps);
         // A device the primary runs in its polling lcore must now run by itself.
         remote.secondary_attached(true);
-        let proc_ = Proc {
+        let proc_ = Proc::new(crate::hw::Handles {
             dev: Box::new(remote),
             lcore: None,
-        };
+        });
         (*dev).process_private = Box::into_raw(Box::new(proc_)).cast();
-        (*dev).device = ptr::addr_of_mut!((*vdev).device);
+        (*dev).device = device.as_ptr();
         (*dev).dev_ops = &*ops::OPS;
         queue::set_bursts(&mut *dev, queue::Bursts::Secondary);
         release::fill_secondary_fast_path(&mut *dev);
@@ -209,28 +220,6 @@ fn attach_secondary(vdev: *mut sys::rte_vdev_device, name: &str) -> Result<(), E
     };
     pmd_log!(NOTICE, "{name}: attached to the primary's port {port_id}");
     Ok(())
-}
-
-/// Every memseg list's virtual range: where mbufs can live. Registered once per port so the
-/// data path never registers memory.
-fn memseg_ranges() -> Vec<DmaRange> {
-    unsafe extern "C" fn cb(msl: *const sys::rte_memseg_list, arg: *mut std::ffi::c_void) -> c_int {
-        // SAFETY: EAL passes a live list and our Vec as `arg`.
-        unsafe {
-            let v = &mut *(arg as *mut Vec<DmaRange>);
-            let base = (*msl).__bindgen_anon_1.base_va as usize;
-            if base != 0 && (*msl).len > 0 {
-                // A memseg list's address range is reserved until EAL cleans up, after
-                // every port is closed.
-                v.push(DmaRange::new(base, base + (*msl).len));
-            }
-        }
-        0
-    }
-    let mut v: Vec<DmaRange> = Vec::new();
-    // SAFETY: the callback only appends to `v`, which outlives the walk.
-    unsafe { sys::rte_memseg_list_walk(Some(cb), (&mut v as *mut Vec<DmaRange>).cast()) };
-    v
 }
 
 unsafe extern "C" fn vdev_remove(vdev: *mut sys::rte_vdev_device) -> c_int {

@@ -10,9 +10,10 @@ use std::ffi::{c_int, c_void};
 
 use dpdk_sys as sys;
 
-use super::eth::{given, ops, CMut, CRef, Eth, EthMut, Proc};
+use super::eth::{given, ops, Eth, EthMut, Proc, Raw};
 use super::slot::{point_lcore, RxFixed, RxQ, RxSlot, Slot, TxFixed, TxQ, TxSlot};
 use super::{invalid, Error};
+use crate::eal::in_dpdk_memory;
 use crate::mbuf::{Mbuf, Pool};
 use crate::mem::MemSource;
 use crate::rxq::RxConfig;
@@ -22,7 +23,7 @@ ops! {
         -> c_int = exclusive tx_setup, "TX queue setup";
     fn tx_queue_release(qid: u16) = exclusive tx_release, "TX queue release";
     fn rx_queue_setup(qid: u16, nb_desc: u16, socket: u32, conf: *const sys::rte_eth_rxconf,
-        mp: *mut sys::rte_mempool) -> c_int = exclusive rx_setup, "RX queue setup";
+        mp: *mut sys::rte_mempool as Raw<_>) -> c_int = exclusive rx_setup, "RX queue setup";
     fn rx_queue_release(qid: u16) = exclusive rx_release, "RX queue release";
     fn rxq_info_get(qid: u16, info: *mut sys::rte_eth_rxq_info) = shared rxq_info, "RX queue info";
     fn txq_info_get(qid: u16, info: *mut sys::rte_eth_txq_info) = shared txq_info, "TX queue info";
@@ -33,10 +34,10 @@ fn tx_setup(
     qid: u16,
     nb_desc: u16,
     socket: u32,
-    conf: CRef<'_, sys::rte_eth_txconf>,
+    conf: Option<&sys::rte_eth_txconf>,
 ) -> Result<(), Error> {
     e.primary_only()?;
-    let conf = given(conf.get())?;
+    let conf = given(conf)?;
     let offloads = conf.offloads | e.conf.tx_offloads;
     let fast_free = offloads & sys::bits::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0;
     super::mr::register_pools(e, None)?;
@@ -84,16 +85,19 @@ fn rx_setup(
     qid: u16,
     nb_desc: u16,
     socket: u32,
-    conf: CRef<'_, sys::rte_eth_rxconf>,
-    mp: CMut<'_, sys::rte_mempool>,
+    conf: Option<&sys::rte_eth_rxconf>,
+    mp: Raw<sys::rte_mempool>,
 ) -> Result<(), Error> {
     e.primary_only()?;
     use sys::bits::*;
-    let conf = given(conf.get())?;
+    let conf = given(conf)?;
+    if mp.0.is_null() {
+        return Err(Error::Invalid("a NULL argument".into()));
+    }
     // SAFETY: ethdev checked that the pool is a pktmbuf pool; the application keeps it until
     // the queue is released (DPDK's contract for rx_queue_setup).
     let (pool, room) = unsafe {
-        let pool = Pool::from_raw(given(mp.get())?);
+        let pool = Pool::from_raw(mp.0);
         (pool, sys::mlx4rs_pktmbuf_data_room_size(pool.as_ptr()))
     };
     let room = room.saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16).max(1);
@@ -132,7 +136,7 @@ fn rx_setup(
     if qid == 0 {
         e.dev.rq_batch(e.conf.nb_rx_queues);
     }
-    super::mr::register_pools(e, Some(pool.as_ptr()))?;
+    super::mr::register_pools(e, Some(pool))?;
     // SAFETY: the port's device outlives its queues; release and close destroy them on it.
     let q = unsafe { RxQ::new(e.dev, qid, nb_desc, cfg, pool, e.port.mrs.as_slice()) }
         .map_err(|err| with_queue("RX", qid, err))?;
@@ -180,8 +184,8 @@ pub(super) fn close_queues(e: &mut EthMut<'_>) {
     }
 }
 
-fn rxq_info(e: &Eth<'_>, qid: u16, info: CMut<'_, sys::rte_eth_rxq_info>) {
-    if let (Some(s), Some(info)) = (e.rxq(qid), info.get()) {
+fn rxq_info(e: &Eth<'_>, qid: u16, info: Option<&mut sys::rte_eth_rxq_info>) {
+    if let (Some(s), Some(info)) = (e.rxq(qid), info) {
         info.mp = s.x.pool.as_ptr();
         info.nb_desc = s.x.nb_desc;
         info.scattered_rx = u8::from(s.x.scattered);
@@ -190,18 +194,12 @@ fn rxq_info(e: &Eth<'_>, qid: u16, info: CMut<'_, sys::rte_eth_rxq_info>) {
     }
 }
 
-fn txq_info(e: &Eth<'_>, qid: u16, info: CMut<'_, sys::rte_eth_txq_info>) {
-    if let (Some(s), Some(info)) = (e.txq(qid), info.get()) {
+fn txq_info(e: &Eth<'_>, qid: u16, info: Option<&mut sys::rte_eth_txq_info>) {
+    if let (Some(s), Some(info)) = (e.txq(qid), info) {
         info.nb_desc = s.x.nb_desc;
         info.conf.offloads = e.conf.tx_offloads;
         info.conf.tx_deferred_start = u8::from(s.x.deferred);
     }
-}
-
-/// Whether `p` lies in DPDK memory (mapped at the same address in every process).
-fn in_dpdk_memory(p: *const c_void) -> bool {
-    // SAFETY: a lookup in EAL's memory map, which exists whenever a port does.
-    !unsafe { sys::rte_mem_virt2memseg_list(p) }.is_null()
 }
 
 /// Which burst functions a process installs.
@@ -297,7 +295,7 @@ fn tx_lcore(s: &TxSlot, q: &mut TxQ, pkts: &[Mbuf]) -> u16 {
     let sent = tx_plain(s, q, pkts);
     // An empty burst may have rung again (`TxQueue::kick`).
     if sent > 0 || pkts.is_empty() {
-        if let Some(l) = handles(s.port_id).and_then(|p| p.lcore.as_ref()) {
+        if let Some(l) = handles(s.port_id).and_then(|p| p.handles.lcore.as_ref()) {
             l.after_tx(q.qid);
         }
     }
@@ -339,7 +337,7 @@ fn rx_plain(s: &RxSlot, q: &mut RxQ, out: &mut [Mbuf]) -> u16 {
 /// With the device run in the polling lcore: before the queue polls, the device delivers
 /// what waits at the port.
 fn rx_lcore(s: &RxSlot, q: &mut RxQ, out: &mut [Mbuf]) -> u16 {
-    if let Some(l) = handles(s.port_id).and_then(|p| p.lcore.as_ref()) {
+    if let Some(l) = handles(s.port_id).and_then(|p| p.handles.lcore.as_ref()) {
         l.before_rx();
     }
     rx_plain(s, q, out)
@@ -359,7 +357,7 @@ fn tx_cleanup(s: &TxSlot, q: &mut TxQ, free_cnt: u32) -> c_int {
 #[cold]
 fn recover_rxq(s: &RxSlot, q: &mut RxQ) {
     if let Some(p) = handles(s.port_id) {
-        q.recover(p.dev.as_ref());
+        q.recover(p.handles.dev.as_ref());
     }
 }
 
@@ -370,9 +368,9 @@ fn recover_rxq(s: &RxSlot, q: &mut RxQ) {
 #[cold]
 fn recover_txq(s: &TxSlot, q: &mut TxQ) {
     if let Some(p) = handles(s.port_id) {
-        if q.recover(p.dev.as_ref()) {
+        if q.recover(p.handles.dev.as_ref()) {
             s.set_qpn(q.qpn());
-            point_lcore(p.lcore.as_ref(), q, true);
+            point_lcore(p.handles.lcore.as_ref(), q, true);
         }
     }
 }

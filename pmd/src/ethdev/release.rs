@@ -14,7 +14,7 @@ use std::ffi::c_int;
 
 use dpdk_sys as sys;
 
-use super::eth::{ops, CMut, Eth};
+use super::eth::{ops, Eth};
 use super::stats::{self, QueueCounters};
 use super::{info, Error};
 
@@ -44,8 +44,8 @@ ops! {
 }
 
 #[cfg(not(dpdk = "25.11"))]
-fn stats_op(e: &Eth<'_>, st: CMut<'_, sys::rte_eth_stats>) -> Result<(), Error> {
-    let st = super::eth::given(st.get())?;
+fn stats_op(e: &Eth<'_>, st: Option<&mut sys::rte_eth_stats>) -> Result<(), Error> {
+    let st = super::eth::given(st)?;
     stats::fill_totals(e, st);
     stats::fill_queues(e, st);
     Ok(())
@@ -61,11 +61,11 @@ ops! {
 #[cfg(dpdk = "25.11")]
 fn stats_op(
     e: &Eth<'_>,
-    st: CMut<'_, sys::rte_eth_stats>,
-    qst: CMut<'_, sys::eth_queue_stats>,
+    st: Option<&mut sys::rte_eth_stats>,
+    qst: Option<&mut sys::eth_queue_stats>,
 ) -> Result<(), Error> {
-    stats::fill_totals(e, super::eth::given(st.get())?);
-    if let Some(q) = qst.get() {
+    stats::fill_totals(e, super::eth::given(st)?);
+    if let Some(q) = qst {
         stats::fill_queues(e, q);
     }
     Ok(())
@@ -90,9 +90,9 @@ ops! {
 }
 
 #[cfg(not(any(dpdk = "22.11", dpdk = "23.11")))]
-fn ptypes_op(e: &Eth<'_>, len: CMut<'_, usize>) -> *const u32 {
+fn ptypes_op(e: &Eth<'_>, len: Option<&mut usize>) -> *const u32 {
     let list = info::supported_ptypes(e);
-    if let Some(len) = len.get() {
+    if let Some(len) = len {
         *len = list.len() - 1;
     }
     list.as_ptr()

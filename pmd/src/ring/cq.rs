@@ -175,8 +175,8 @@ impl CqRing {
     /// Whether software owns the next CQE (one load and a compare).
     #[inline(always)]
     pub fn has_cqe(&self) -> bool {
-        // SAFETY: `next_owner` is an owner byte inside the CQE array (`seek`, `advance`,
-        // `take_ready`), which the device writes last, atomically.
+        // SAFETY: `next_owner` is an owner byte inside the CQE array (`seek`, `advance`, the
+        // pass), which the device writes last, atomically.
         let owner = unsafe { AtomicU8::from_ptr(self.next_owner.as_ptr()) }.load(Ordering::Acquire);
         owner & mlx4_prm::cqe_owner::OWNER == self.sw_owner
     }
@@ -200,60 +200,24 @@ impl CqRing {
         Some(Cqe::new_unchecked(cqe))
     }
 
-    /// [`CqRing::ready`] as a claim that [`CqRing::take_ready`] honours without reading the
-    /// owner bytes again: a burst counts its CQEs once, sizes its allocation with the count,
-    /// then walks them.
+    /// A pass over the CQEs software owns from the consumer on ([`Owned`]): each owner byte
+    /// is loaded once, as its CQE is taken, and the consumer counter moves past what was
+    /// taken when the pass ends. The caller bounds the pass; it cannot take more than the
+    /// ring holds, since past a whole ring the owner bits it expects are the other parity.
     #[inline(always)]
-    pub fn ready_run(&self, max: usize) -> Ready {
-        Ready {
-            ring: self.first.as_ptr() as usize,
-            ci: self.ci,
-            // A burst of one asks for the one owner byte only.
-            n: if max == 1 {
-                u32::from(self.has_cqe())
-            } else {
-                self.ready(max) as u32
-            },
+    pub fn owned(&mut self) -> Owned<'_> {
+        let cqe = self
+            .next_owner
+            .as_ptr()
+            .wrapping_sub(Cqe::<&[u8]>::OWNER_OFFSET);
+        Owned {
+            cqe,
+            end: self.first.as_ptr().wrapping_add(self.span()),
+            shift: self.entry_shift,
+            sw: self.sw_owner,
+            wrapped: false,
+            ring: self,
         }
-    }
-
-    /// Hands the CQEs `r` counted to `f` in order, read in place, and moves the consumer
-    /// counter past them once: one run to the ring's end and one from its start, with no
-    /// owner load or wrap test per CQE.
-    #[inline(always)]
-    pub fn take_ready(&mut self, r: Ready, mut f: impl FnMut(Cqe<&[u8]>)) {
-        assert!(
-            r.ring == self.first.as_ptr() as usize && r.ci == self.ci,
-            "a Ready of another CQ, or of an older consumer counter"
-        );
-        let (cnt, shift) = (self.cqe_cnt, self.entry_shift);
-        let idx = self.ci & (cnt - 1);
-        let head = r.n.min(cnt - idx);
-        // The run to the ring's end, then the one from its start: no wrap test per CQE.
-        for (from, len) in [((idx as usize) << shift, head), (0, r.n - head)] {
-            let mut at = from;
-            for _ in 0..len {
-                // SAFETY: `at` is an entry inside the array (`idx + i` below `cnt` in the
-                // first run, `i` below `n - head` in the second, and `ready` never counts
-                // more than `cnt`); software owns it, since `ready` saw its owner byte with
-                // acquire for this very consumer counter (asserted), and the device writes it
-                // again only after the consumer record passes it, which `update_ci` does
-                // after this call.
-                let cqe =
-                    unsafe { std::slice::from_raw_parts(self.first.as_ptr().add(at), CQE_SIZE) };
-                f(Cqe::new_unchecked(cqe));
-                at += 1 << shift;
-            }
-        }
-        // As `advance`, by n at once: `ready` never counts past one wrap.
-        self.ci = self.ci.wrapping_add(r.n);
-        let mut at = self.owner_offset() + ((r.n as usize) << shift);
-        if at >= self.span() {
-            at -= self.span();
-            self.sw_owner ^= mlx4_prm::cqe_owner::OWNER;
-        }
-        // SAFETY: reduced below the span: an owner byte inside the CQE array.
-        self.next_owner = unsafe { self.first.add(at) };
     }
 
     /// The consumer counter (free-running): what a CQ arm doorbell carries.
@@ -271,24 +235,85 @@ impl CqRing {
     }
 }
 
-/// CQEs software owns from a given consumer counter of one CQ ([`CqRing::ready_run`]).
-#[must_use]
-#[derive(Debug)]
-pub struct Ready {
-    ring: usize,
-    ci: u32,
-    n: u32,
+/// See [`CqRing::owned`].
+pub struct Owned<'r> {
+    /// The next entry.
+    cqe: *mut u8,
+    /// The ring's end.
+    end: *mut u8,
+    /// log2 of the entry size.
+    shift: u32,
+    /// The owner bit of a software-owned entry from `cqe` to the ring's end.
+    sw: u8,
+    /// `cqe` went past the ring's end and on from its start.
+    wrapped: bool,
+    ring: &'r mut CqRing,
 }
 
-impl Ready {
+impl<'r> Owned<'r> {
+    /// The next CQE, with the `owner_sr_opcode` byte its ownership was read from, if software
+    /// owns it.
     #[inline(always)]
-    pub fn len(&self) -> usize {
-        self.n as usize
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<(u8, Cqe<&'r [u8]>)> {
+        if self.cqe == self.end {
+            self.wrap();
+        }
+        // SAFETY: `cqe` is an entry inside the array: it starts at the consumer's, moves one
+        // entry at a time, and goes back to the first at the ring's end. The device writes the
+        // owner byte last, atomically; once it reads as software's (with acquire), the entry
+        // stays as the device wrote it until the consumer record passes it, which takes
+        // `&mut CqRing`, borrowed by this pass for `'r`.
+        let (op, bytes) = unsafe {
+            let op = AtomicU8::from_ptr(self.cqe.add(Cqe::<&[u8]>::OWNER_OFFSET))
+                .load(Ordering::Acquire);
+            (
+                op,
+                std::slice::from_raw_parts(self.cqe.cast_const(), CQE_SIZE),
+            )
+        };
+        if op & mlx4_prm::cqe_owner::OWNER != self.sw {
+            return None;
+        }
+        self.cqe = self.cqe.wrapping_add(1 << self.shift);
+        Some((op, Cqe::new_unchecked(bytes)))
     }
 
+    /// At the ring's end: on from its start, where software's entries have the other owner
+    /// bit.
+    #[cold]
+    fn wrap(&mut self) {
+        self.cqe = self.ring.first.as_ptr();
+        self.sw ^= mlx4_prm::cqe_owner::OWNER;
+        self.wrapped = true;
+    }
+}
+
+impl Drop for Owned<'_> {
+    /// Moves the consumer counter past the CQEs taken.
     #[inline(always)]
-    pub fn is_empty(&self) -> bool {
-        self.n == 0
+    fn drop(&mut self) {
+        let r = &mut *self.ring;
+        let cnt = r.cqe_cnt;
+        let from = r.ci & (cnt - 1);
+        let to = ((self.cqe as usize - r.first.as_ptr() as usize) >> self.shift) as u32;
+        let n = to + if self.wrapped { cnt } else { 0 } - from;
+        r.ci = r.ci.wrapping_add(n);
+        // SAFETY: `cqe` is an entry inside the array or the ring's end; either way its owner
+        // byte is then the first entry's, as `seek` would set it.
+        r.next_owner = unsafe {
+            NonNull::new_unchecked(if self.cqe == self.end {
+                r.first.as_ptr()
+            } else {
+                self.cqe
+            })
+            .add(Cqe::<&[u8]>::OWNER_OFFSET)
+        };
+        r.sw_owner = if self.cqe == self.end {
+            self.sw ^ mlx4_prm::cqe_owner::OWNER
+        } else {
+            self.sw
+        };
     }
 }
 

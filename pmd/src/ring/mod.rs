@@ -29,7 +29,7 @@ mod rq;
 mod sq;
 mod wqe_mut;
 
-pub use cq::{CqRing, Ready};
+pub use cq::CqRing;
 pub use poster::{Cursor, LastWqe, Posted, Poster};
 pub use rq::RqRing;
 pub use sq::SqRing;

@@ -151,7 +151,11 @@ impl<const TXBBS: usize> WqeMut<'_, TXBBS> {
             if n.wrapping_sub(16) <= 16 {
                 mov::<16>(d, s);
                 mov::<16>(d.add(n - 16), s.add(n - 16));
-            } else if n >= 32 {
+                return;
+            }
+            // Out of the straight line, so that the case above falls through to what follows.
+            std::hint::cold_path();
+            if n >= 32 {
                 mov::<32>(d, s);
                 mov::<32>(d.add(n - 32), s.add(n - 32));
             } else if n >= 16 {

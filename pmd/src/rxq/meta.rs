@@ -1,7 +1,7 @@
 //! What a received frame's CQE says in DPDK's terms: packet types and offload flags, decoded
 //! from the status word once per status at build time and looked up per frame.
 
-use mlx4_prm::rx_status;
+use mlx4_prm::{rx_status, Cqe};
 
 /// Offload results of one received frame, in DPDK's terms.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +157,30 @@ pub(super) fn rx_meta(table: &[(u32, u32); 512], status: u32, hash: u32, rss: bo
         m.rss_hash = hash;
     }
     m
+}
+
+/// What the second pass needs of a CQE, copied out by the first.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Seen {
+    /// The status word (high half) and the byte count (low half); in an error CQE's, the
+    /// syndrome and the vendor error (bits 15:8 and 7:0).
+    pub(super) status_len: u64,
+    /// `immed_rss_invalid` and `vlan_my_qpn`, copied only for queues that read them.
+    pub(super) hash: u32,
+    pub(super) vlan: u32,
+}
+
+impl Seen {
+    /// Everything the hand-up may read of `c`.
+    #[inline(always)]
+    pub(super) fn of(c: &Cqe<&[u8]>) -> Seen {
+        let (status, len) = c.status_byte_cnt();
+        Seen {
+            status_len: u64::from(status) << 32 | u64::from(len),
+            hash: c.immed_rss_invalid(),
+            vlan: c.vlan_my_qpn(),
+        }
+    }
 }
 
 #[cfg(test)]

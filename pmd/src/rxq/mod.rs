@@ -91,8 +91,10 @@ pub struct RxConfig {
     pub source: MemSource,
 }
 
-/// Frames handled per bulk allocation.
+/// Frames handled per bulk allocation (at most 64: a burst marks a chunk's error CQEs in a
+/// `u64`).
 pub(super) const CHUNK: usize = 64;
+const _: () = assert!(CHUNK <= 64);
 /// Buffers one chunk may need (a chunk is cut shorter on queues with many scatter entries).
 pub(super) const FRESH: usize = CHUNK * 4;
 
@@ -116,6 +118,8 @@ pub struct RxQueue<B: RxBuf> {
     /// Room for the replacement buffers of one chunk (kept here rather than set up on every
     /// burst).
     fresh: DmaArray<MaybeUninit<B>>,
+    /// What a burst's first pass copies out of each CQE of a chunk for the second.
+    seen: [meta::Seen; CHUNK],
     lkeys: Lkeys,
     /// Bytes each buffer takes (they all come from one pool).
     room: u32,
@@ -180,6 +184,7 @@ impl<B: RxBuf> RxQueue<B> {
             elts,
             released: false,
             fresh,
+            seen: [meta::Seen::default(); CHUNK],
             lkeys,
             room,
             qid,
@@ -292,7 +297,9 @@ impl<B: RxBuf> RxQueue<B> {
         }
     }
 
-    /// Writes scatter entry `i` for the buffer in `elts[i]`.
+    /// Writes scatter entry `i` for the buffer in `elts[i]`. Inlined into the burst loop,
+    /// whichever codegen unit each lands in.
+    #[inline]
     pub(super) fn post(&mut self, i: usize) -> bool {
         let (addr, room) = self.elts[i].data_area();
         let Some(lkey) = self.lkeys.lookup(addr, room as usize) else {

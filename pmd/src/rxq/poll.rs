@@ -2,11 +2,12 @@
 
 use std::mem::MaybeUninit;
 
-use mlx4_prm::{cqe_opcode, Cqe, DataSeg};
+use mlx4_prm::{cqe_opcode, cqe_owner, DataSeg};
 
-use super::meta::{parse_rx_cqe, rx_meta, with_tunnel, RX_META};
+use super::meta::{parse_rx_cqe, rx_meta, with_tunnel, Seen, RX_META};
 use super::{alloc_into, release, RxBuf, RxConfig, RxQueue, CHUNK, FRESH};
-use crate::mem::{Lkeys, Mr};
+use crate::mem::{DmaArray, Lkeys, Mr};
+use crate::ring::RqRing;
 use crate::stats::RxStats;
 
 impl<B: RxBuf> RxQueue<B> {
@@ -63,20 +64,12 @@ impl<B: RxBuf> RxQueue<B> {
             self.stats.nombuf += 1;
             return Some(0);
         };
+        let seen = Seen::of(&c);
         let len = c.byte_cnt();
-        let mut errors = 0;
-        // SAFETY: the refill writes only the slot of the completion consumed here, with
-        // a fresh buffer from the pool inside its region.
-        #[allow(unsafe_code)]
-        let entries = unsafe { self.rq.scatter_entries() };
-        let mut cx = Refill {
-            region: self.lkeys.cached(),
-            elts: &mut self.elts,
-            entries,
-            lkeys: &mut self.lkeys,
-            cfg: self.cfg,
-        };
-        *out = cx.frame(&c, len, slot, fresh, &mut errors);
+        let mut cx = Refill::new(&mut self.elts, &mut self.rq, &mut self.lkeys, self.cfg);
+        let (elt, entry) = (&mut cx.elts[slot], &mut cx.entries[slot]);
+        *out = frame::<B, false>(&cx.ctx, elt, entry, &seen, fresh, cx.lkeys, &mut cx.errors);
+        let errors = cx.errors;
         let st = &mut self.stats;
         st.packets += 1;
         st.bytes += u64::from(len);
@@ -84,120 +77,133 @@ impl<B: RxBuf> RxQueue<B> {
         Some(1)
     }
 
-    /// One buffer per frame (RX scatter off): no segment arithmetic, CQEs read in place.
+    /// One buffer per frame (RX scatter off), a chunk of CQEs at a time in two passes: the
+    /// first takes the CQEs, copying out what the second needs of each (the status word and
+    /// byte count in one load), which then hands up the frames and posts their
+    /// replacements, allocated in between with one bulk call for exactly the CQEs taken.
+    /// Neither pass reads a CQE twice, and each loop keeps its few values in registers.
     /// `PLAIN`: neither RSS nor tunnel reports (the queue's settings say so), compiled
-    /// without their tests per frame.
+    /// without their loads and tests per frame.
     fn burst_single<const PLAIN: bool>(&mut self, out: &mut [B]) -> usize {
         debug_assert_eq!(self.elts.len(), self.wqe_cnt as usize);
         debug_assert!(!PLAIN || !(self.cfg.rss || self.cfg.tunnel));
-        let (csum, port) = (self.cfg.csum, self.cfg.port_id);
-        let (rss, tunnel) = (!PLAIN && self.cfg.rss, !PLAIN && self.cfg.tunnel);
-        let table = &RX_META[usize::from(csum)];
-        let region = Region::new(self.lkeys.cached());
-        let (mut got, mut bytes, mut errors, mut nombuf) = (0usize, 0u64, 0u64, 0u64);
-        let (mut error_cqes, mut why) = (0u64, None);
-        let mut rq_ci = self.rq_ci;
-        // A burst of more than FRESH frames takes them a chunk at a time; each chunk ends the
+        let (mut got, mut nombuf, mut bytes) = (0usize, 0u64, 0u64);
+        let RxQueue {
+            cq,
+            rq,
+            elts,
+            lkeys,
+            cfg,
+            pool,
+            fresh,
+            seen,
+            stats,
+            error_seen,
+            rq_ci,
+            ..
+        } = self;
+        let mut cx = Refill::new(elts, rq, lkeys, *cfg);
+        // A burst of more than CHUNK frames takes them a chunk at a time; each chunk ends the
         // loop when the CQ had fewer than it asked for.
         while got < out.len() {
-            let want = (out.len() - got).min(FRESH);
-            let ready = self.cq.ready_run(want);
-            let n = ready.len();
+            let want = (out.len() - got).min(CHUNK);
+            // Bit i: the chunk's CQE i is an error one (too long for its buffer, or a bad
+            // one), whose slot keeps its buffer. Rare: counted after the pass, so that the
+            // loop calls nothing and keeps its values in registers.
+            let (mut n, mut errs, mut chunk_bytes) = (0, 0u64, 0u64);
+            let mut cqes = cq.owned();
+            while n < want {
+                let Some((op, c)) = cqes.next() else { break };
+                let s = &mut seen[n];
+                if op & cqe_owner::OPCODE_MASK == cqe_opcode::ERROR {
+                    errs |= 1 << n;
+                    s.status_len = u64::from(c.syndrome()) << 8 | u64::from(c.vendor_err());
+                } else {
+                    let (status, len) = c.status_byte_cnt();
+                    s.status_len = u64::from(status) << 32 | u64::from(len);
+                    chunk_bytes += u64::from(len);
+                    if !PLAIN {
+                        s.hash = c.immed_rss_invalid();
+                        s.vlan = c.vlan_my_qpn();
+                    }
+                }
+                n += 1;
+            }
+            drop(cqes);
             if n == 0 {
                 break;
             }
-            let mut fresh_room = std::mem::take(&mut self.fresh);
-            match alloc_into(self.pool, &mut fresh_room[..n]) {
-                None => {
-                    // The pool ran dry: the frames are dropped and counted, and their buffers
-                    // stay posted.
-                    self.cq.take_ready(ready, |c| {
-                        if c.opcode() == cqe_opcode::ERROR {
-                            errors += 1;
-                            error_cqes += 1;
-                            why = Some((c.syndrome(), c.vendor_err()));
-                        } else {
-                            nombuf += 1;
-                        }
-                    });
-                    rq_ci = rq_ci.wrapping_add(n as u32);
-                }
-                Some(fresh) => {
-                    let elts: &mut [B] = &mut self.elts;
-                    // SAFETY: only the slots of the CQEs taken are refilled, each with a fresh
-                    // buffer from the pool inside its region.
-                    #[allow(unsafe_code)]
-                    let entries = unsafe { self.rq.scatter_entries() };
-                    // One buffer and one entry per WQE: a slot masked by the ring's size is
-                    // inside both, which lets the loop index them unchecked.
-                    let entries = &mut entries[..elts.len()];
-                    let ring_mask = elts.len() - 1;
-                    let lkeys = &mut self.lkeys;
-                    let (stats, error_seen) = (&mut self.stats, &mut self.error_seen);
-                    let dst = &mut out[got..got + n];
-                    let mut used = 0;
-                    self.cq.take_ready(ready, |c| {
-                        let slot = rq_ci as usize & ring_mask;
-                        rq_ci = rq_ci.wrapping_add(1);
-                        if c.opcode() == cqe_opcode::ERROR {
-                            // Too long for its buffer, or a bad one: the slot keeps it. Rare,
-                            // so counted in place rather than in registers the loop needs.
-                            error_cqe(stats, error_seen, c.syndrome(), c.vendor_err());
-                            return;
-                        }
-                        let len = c.byte_cnt();
-                        let mut meta = rx_meta(table, c.status(), c.immed_rss_invalid(), rss);
-                        if tunnel {
-                            meta = with_tunnel(meta, c.vlan_my_qpn(), csum);
-                        }
-                        let mut head = elts[slot];
-                        head.set_single(len, port, &meta);
-                        dst[used] = head;
-                        bytes += u64::from(len);
-                        let b = fresh[used];
-                        used += 1;
-                        elts[slot] = b;
-                        let (addr, room) = b.data_area();
-                        let e = &mut entries[slot];
-                        let mut d = DataSeg::new_unchecked(&mut e[..]);
-                        let lkey = if region.covers(addr, room) {
-                            // The pool's region, looked up once per burst.
-                            Some(region.lkey)
-                        } else {
-                            lkeys.lookup(addr, room as usize)
-                        };
-                        match lkey {
-                            Some(lkey) => {
-                                d.set_addr(addr as u64);
-                                d.set_lkey(lkey);
-                                d.set_byte_count(room);
-                            }
-                            None => {
-                                // See Refill::frame.
-                                d.set_addr(0);
-                                d.set_lkey(mlx4_prm::INVALID_LKEY);
-                                d.set_byte_count(0);
-                                stats.errors += 1;
-                            }
-                        }
-                    });
-                    got += used;
-                    if used < n {
-                        release(&fresh[used..]);
-                    }
-                }
+            let taken = &seen[..n];
+            if errs != 0 {
+                error_cqes(stats, error_seen, taken, errs);
             }
-            self.fresh = fresh_room;
+            let ci = *rq_ci;
+            *rq_ci = ci.wrapping_add(n as u32);
+            // As many fresh buffers as CQEs taken, error ones included: all, or the frames
+            // are dropped and counted, and their buffers stay posted.
+            let Some(fresh) = alloc_into(*pool, &mut fresh[..n]) else {
+                nombuf += u64::from(n as u32 - errs.count_ones());
+                if n < want {
+                    break;
+                }
+                continue;
+            };
+            bytes += chunk_bytes;
+            let dst = &mut out[got..got + n];
+            let used = if errs == 0 {
+                // The chunk's slots in at most two runs, to the ring's end and on from its
+                // start, walked beside the CQEs, the frames and the fresh buffers.
+                let at = ci as usize & cx.ring_mask;
+                let head = n.min(cx.elts.len() - at);
+                for (from, k, len) in [(at, 0, head), (0, head, n - head)] {
+                    // Most chunks end before the ring does: no call for an empty run.
+                    if len == 0 {
+                        break;
+                    }
+                    let run = from..from + len;
+                    let (elts, entries) = (&mut cx.elts[run.clone()], &mut cx.entries[run]);
+                    let frames = k..k + len;
+                    hand_up::<B, PLAIN>(
+                        &cx.ctx,
+                        &taken[frames.clone()],
+                        &mut dst[frames.clone()],
+                        &fresh[frames],
+                        elts,
+                        entries,
+                        cx.lkeys,
+                        &mut cx.errors,
+                    );
+                }
+                n
+            } else {
+                let mut used = 0;
+                for (i, s) in taken.iter().enumerate() {
+                    if errs >> i & 1 != 0 {
+                        continue;
+                    }
+                    let slot = ci.wrapping_add(i as u32) as usize & cx.ring_mask;
+                    let (elt, entry) = (&mut cx.elts[slot], &mut cx.entries[slot]);
+                    dst[used] = frame::<B, PLAIN>(
+                        &cx.ctx,
+                        elt,
+                        entry,
+                        s,
+                        fresh[used],
+                        cx.lkeys,
+                        &mut cx.errors,
+                    );
+                    used += 1;
+                }
+                release(&fresh[used..]);
+                used
+            };
+            got += used;
             if n < want {
                 break;
             }
         }
-        self.rq_ci = rq_ci;
-        if let Some((syndrome, vendor_err)) = why {
-            self.stats.error_cqes += error_cqes - 1;
-            self.on_error_cqe(syndrome, vendor_err);
-        }
-        let st = &mut self.stats;
+        let errors = cx.errors;
+        let st = stats;
         st.packets += got as u64;
         st.bytes += bytes;
         st.errors += errors;
@@ -297,6 +303,23 @@ impl<B: RxBuf> RxQueue<B> {
     }
 }
 
+/// Counts the error CQEs of a chunk (bit i of `errs`: `seen[i]`, which holds its syndrome and
+/// vendor error) and notes the last for [`RxQueue::recover`].
+#[cold]
+#[inline(never)]
+fn error_cqes(stats: &mut RxStats, error_seen: &mut Option<(u8, u8)>, seen: &[Seen], errs: u64) {
+    for (i, s) in seen.iter().enumerate() {
+        if errs >> i & 1 != 0 {
+            error_cqe(
+                stats,
+                error_seen,
+                (s.status_len >> 8) as u8,
+                s.status_len as u8,
+            );
+        }
+    }
+}
+
 /// Counts an error CQE of a burst and notes it for [`RxQueue::recover`].
 #[cold]
 #[inline(never)]
@@ -339,59 +362,129 @@ impl Region {
     /// `start` wraps to an offset past any span.
     #[inline(always)]
     fn covers(&self, addr: usize, room: u32) -> bool {
+        // `room` first: a pool's buffers all have the same, so its test and `span - room`
+        // leave the loop.
         let off = addr.wrapping_sub(self.start);
-        off <= self.span && room as usize <= self.span - off
+        room as usize <= self.span && off <= self.span - room as usize
     }
 }
 
-/// What handing up one frame of a single-buffer queue touches, borrowed once per burst.
+/// What handing up frames of a single-buffer queue touches, borrowed once per burst, and the
+/// count of entries that could not point at their fresh buffer.
 struct Refill<'a, B: RxBuf> {
     elts: &'a mut [B],
     entries: &'a mut [[u8; mlx4_prm::DS_SIZE]],
+    ring_mask: usize,
     lkeys: &'a mut Lkeys,
+    ctx: FrameCtx,
+    errors: u64,
+}
+
+/// What [`frame`] reads, the same for every frame of a burst.
+struct FrameCtx {
     /// The pool's region, looked up once per burst.
-    region: Option<Mr>,
+    region: Region,
+    table: &'static [(u32, u32); 512],
     cfg: RxConfig,
 }
 
-impl<B: RxBuf> Refill<'_, B> {
-    /// Hands up the frame of CQE `c` (not an error one, `len` bytes) in `slot`'s buffer and posts `fresh`
-    /// in its place; an entry that cannot point at `fresh` is counted in `errors`.
+impl<'a, B: RxBuf> Refill<'a, B> {
+    /// Borrows what the hand-up touches of a queue.
     #[inline(always)]
-    fn frame(&mut self, c: &Cqe<&[u8]>, len: u32, slot: usize, fresh: B, errors: &mut u64) -> B {
-        let cfg = self.cfg;
-        let table = &RX_META[usize::from(cfg.csum)];
-        let mut meta = rx_meta(table, c.status(), c.immed_rss_invalid(), cfg.rss);
-        if cfg.tunnel {
-            meta = with_tunnel(meta, c.vlan_my_qpn(), cfg.csum);
+    fn new(
+        elts: &'a mut DmaArray<B>,
+        rq: &'a mut RqRing,
+        lkeys: &'a mut Lkeys,
+        cfg: RxConfig,
+    ) -> Refill<'a, B> {
+        let elts: &mut [B] = elts;
+        // SAFETY: the refill writes only the slots of the completions a burst consumed, each
+        // with a fresh buffer from the pool inside its region, or with an entry the device
+        // cannot use.
+        #[allow(unsafe_code)]
+        let entries = unsafe { rq.scatter_entries() };
+        // One buffer and one entry per WQE: a slot masked by the ring's size is inside both.
+        let entries = &mut entries[..elts.len()];
+        Refill {
+            ring_mask: elts.len() - 1,
+            elts,
+            entries,
+            ctx: FrameCtx {
+                region: Region::new(lkeys.cached()),
+                table: &RX_META[usize::from(cfg.csum)],
+                cfg,
+            },
+            lkeys,
+            errors: 0,
         }
-        let mut head = self.elts[slot];
-        head.set_single(len, cfg.port_id, &meta);
-        self.elts[slot] = fresh;
-        let (addr, room) = fresh.data_area();
-        let lkey = match self.region {
-            Some(mr) if mr.contains(addr, room as usize) => Some(mr.lkey),
-            _ => self.lkeys.lookup(addr, room as usize),
-        };
-        let mut d = DataSeg::new_unchecked(&mut self.entries[slot][..]);
-        match lkey {
-            Some(lkey) => {
-                d.set_addr(addr as u64);
-                d.set_lkey(lkey);
-                d.set_byte_count(room);
-            }
-            None => {
-                // A buffer outside registered memory (the pool grew into memory we never
-                // saw): the entry must no longer point at the buffer just handed up, so it
-                // becomes an empty one and its frames fail.
-                d.set_addr(0);
-                d.set_lkey(mlx4_prm::INVALID_LKEY);
-                d.set_byte_count(0);
-                *errors += 1;
-            }
-        }
-        head
     }
+}
+
+/// [`frame`] for a run of frames without error CQEs and the run of slots they came in: one
+/// call per run, so that the loop has the registers to itself.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn hand_up<B: RxBuf, const PLAIN: bool>(
+    cx: &FrameCtx,
+    taken: &[Seen],
+    dst: &mut [B],
+    fresh: &[B],
+    elts: &mut [B],
+    entries: &mut [[u8; mlx4_prm::DS_SIZE]],
+    lkeys: &mut Lkeys,
+    errors: &mut u64,
+) {
+    let frames = taken.iter().zip(dst).zip(fresh);
+    for (((s, d), &b), (elt, entry)) in frames.zip(elts.iter_mut().zip(entries)) {
+        *d = frame::<B, PLAIN>(cx, elt, entry, s, b, lkeys, errors);
+    }
+}
+
+/// Hands up the frame `s` describes (not an error one) in the buffer `elt` of a slot and
+/// posts `fresh` there, in `elt` and the slot's scatter entry; an entry that cannot point at
+/// `fresh` is counted in `errors`. `PLAIN` as for [`RxQueue::burst_single`].
+#[inline(always)]
+fn frame<B: RxBuf, const PLAIN: bool>(
+    cx: &FrameCtx,
+    elt: &mut B,
+    entry: &mut [u8; mlx4_prm::DS_SIZE],
+    s: &Seen,
+    fresh: B,
+    lkeys: &mut Lkeys,
+    errors: &mut u64,
+) -> B {
+    let cfg = cx.cfg;
+    let (status, len) = ((s.status_len >> 32) as u32, s.status_len as u32);
+    let mut meta = rx_meta(cx.table, status, s.hash, !PLAIN && cfg.rss);
+    if !PLAIN && cfg.tunnel {
+        meta = with_tunnel(meta, s.vlan, cfg.csum);
+    }
+    let mut head = std::mem::replace(elt, fresh);
+    head.set_single(len, cfg.port_id, &meta);
+    let (addr, room) = fresh.data_area();
+    let lkey = if cx.region.covers(addr, room) {
+        Some(cx.region.lkey)
+    } else {
+        lkeys.lookup(addr, room as usize)
+    };
+    let mut d = DataSeg::new_unchecked(&mut entry[..]);
+    match lkey {
+        Some(lkey) => {
+            d.set_addr(addr as u64);
+            d.set_lkey(lkey);
+            d.set_byte_count(room);
+        }
+        None => {
+            // A buffer outside registered memory (the pool grew into memory we never saw):
+            // the entry must no longer point at the buffer just handed up, so it becomes an
+            // empty one and its frames fail.
+            d.set_addr(0);
+            d.set_lkey(mlx4_prm::INVALID_LKEY);
+            d.set_byte_count(0);
+            *errors += 1;
+        }
+    }
+    head
 }
 
 #[cfg(test)]

@@ -328,7 +328,11 @@ impl<B: TxBuf> TxQueue<B> {
                 "the device's SQ limit ({max} TXBBs) is below the headroom"
             )));
         }
-        let comp_every = 64.min(elts_n / 4).max(1);
+        // A quarter of either ring between requests keeps one outstanding whenever a ring
+        // fills. Beyond that, the sparser the cheaper: the CQE poll, the walk of the marks and
+        // the release are paid once per completion, and 128 WQEs spread them over four bursts
+        // of 32 (the stamping is per TXBB whatever the cadence).
+        let comp_every = 128.min(elts_n / 4).max(1);
         let comp_txbbs = (txbb_cnt / 4).max(MAX_WQE_TXBBS);
         // At most one mark per comp_every WQEs or comp_txbbs TXBBs in flight, plus slack.
         let marks_n = (txbb_cnt / comp_every.min(comp_txbbs) + 4).next_power_of_two();

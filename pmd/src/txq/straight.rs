@@ -294,6 +294,10 @@ pub(super) fn inline_run<B: TxBuf, const HOIST: bool>(
 /// [`inline_run`]'s loop: how many packets it posted, their bytes, and why it stopped.
 /// `CHECK`: whether each WQE checks the room; without, the caller made sure of two TXBBs for
 /// every packet of `todo`.
+///
+/// The two-TXBB class comes first, as the loop's straight line: an Ethernet frame is at least
+/// 60 bytes, longer than the one-TXBB class's 44, so only runts take that branch. The index
+/// is derived from the iterator on the way out, not counted per packet.
 #[inline(always)]
 fn inline_loop<B: TxBuf, const CHECK: bool>(
     poster: &mut Cursor<'_, '_>,
@@ -301,7 +305,9 @@ fn inline_loop<B: TxBuf, const CHECK: bool>(
     max: usize,
 ) -> (usize, u64, Stop) {
     let mut sum = 0u64;
-    for (i, pkt) in todo.iter().enumerate() {
+    let base = todo.as_ptr() as usize;
+    for pkt in todo {
+        let i = (pkt as *const B as usize - base) / std::mem::size_of::<B>();
         let Some(data) = pkt.plain() else {
             return (i, sum, Stop::Other);
         };
@@ -316,10 +322,10 @@ fn inline_loop<B: TxBuf, const CHECK: bool>(
             std::hint::assert_unchecked(len <= wqe::PLAIN_INLINE_MAX)
         };
         // Each length class with its own constant WQE size.
-        if len <= wqe::FIRST_CHUNK {
+        if len > wqe::FIRST_CHUNK {
             let mut w = if CHECK {
-                let Some(w) = poster.take::<1>() else {
-                    return (i, sum, Stop::RunEnd(1));
+                let Some(w) = poster.take::<2>() else {
+                    return (i, sum, Stop::RunEnd(2));
                 };
                 w
             } else {
@@ -327,24 +333,25 @@ fn inline_loop<B: TxBuf, const CHECK: bool>(
                 // each packet takes at most two.
                 #[allow(unsafe_code)]
                 unsafe {
-                    poster.take_unchecked::<1>()
+                    poster.take_unchecked::<2>()
                 }
             };
-            wqe::write_plain_inline1(&mut w, data);
+            wqe::write_plain_inline2(&mut w, data);
         } else {
+            std::hint::cold_path();
             let mut w = if CHECK {
-                let Some(w) = poster.take::<2>() else {
-                    return (i, sum, Stop::RunEnd(2));
+                let Some(w) = poster.take::<1>() else {
+                    return (i, sum, Stop::RunEnd(1));
                 };
                 w
             } else {
                 // SAFETY: as above.
                 #[allow(unsafe_code)]
                 unsafe {
-                    poster.take_unchecked::<2>()
+                    poster.take_unchecked::<1>()
                 }
             };
-            wqe::write_plain_inline2(&mut w, data);
+            wqe::write_plain_inline1(&mut w, data);
         }
         sum += len as u64;
     }

@@ -21,16 +21,28 @@ impl DevState {
         for i in 0..self.uars.len() {
             work += self.poll_uar(i);
         }
-        for slot in 0..self.qps.len() {
-            if matches!(self.qps.get(slot), Some(Qp::Sq(_))) {
-                work += self.poll_sq_slot(slot);
+        // A charged doorbell keeps the device busy before it walks: the walks wait for the
+        // next poll, after the charge is spent.
+        // Whether a queue was looked at: a walk that does nothing may still count (a stall).
+        let mut looked = false;
+        if self.owed_ns == 0 {
+            for slot in 0..self.qps.len() {
+                if matches!(self.qps.get(slot), Some(Qp::Sq(sq)) if !sq.idle()) {
+                    looked = true;
+                    work += self.poll_sq_slot(slot);
+                }
             }
         }
         work += self.poll_rx();
         if work > 0 {
             self.wire.flush();
         }
-        self.publish();
+        // A poll that took nothing, looked at no queue and has no cable (whose far end counts
+        // drops here) changed no counter: the device thread's idle polls publish nothing. The
+        // control path publishes what it changes itself (`Hca::state`).
+        if work > 0 || looked || self.wire.cable().is_some() {
+            self.publish();
+        }
         work
     }
 
@@ -59,7 +71,9 @@ impl DevState {
             Some(i) => self.poll_uar(i),
             None => 0,
         };
-        work += self.poll_sq_slot(slot);
+        if self.owed_ns == 0 {
+            work += self.poll_sq_slot(slot);
+        }
         if work > 0 {
             self.wire.flush();
         }
@@ -204,18 +218,19 @@ impl DevState {
         work
     }
 
-    /// Spend what `n` UAR writes cost a card's device side, when the model is asked to
-    /// ([`crate::HcaConfig::doorbell_ns`]): a spin, not a sleep, since a card is busy for that
-    /// long, not idle.
+    /// Charge what `n` UAR writes cost a card's device side, when the model is asked to
+    /// ([`crate::HcaConfig::doorbell_ns`]). Spent by the caller with the lock released
+    /// ([`DevState::take_owed`]).
     #[inline]
-    fn charge_doorbells(&self, n: u64) {
-        if self.doorbell_ns == 0 || n == 0 {
-            return;
-        }
-        let until = Instant::now() + Duration::from_nanos(n * u64::from(self.doorbell_ns));
-        while Instant::now() < until {
-            std::hint::spin_loop();
-        }
+    fn charge_doorbells(&mut self, n: u64) {
+        self.owed_ns += n * u64::from(self.doorbell_ns);
+    }
+
+    /// The charge to spend now, with the lock released: a doorbell's before the walk it asked
+    /// for (the next poll), a BlueFlame burst's after the walk of its copy.
+    #[inline]
+    pub(crate) fn take_owed(&mut self) -> u64 {
+        std::mem::take(&mut self.owed_ns)
     }
 
     /// Injected link flaps: down after `link_flap_every` frames sent, up again after
@@ -372,6 +387,7 @@ impl DevState {
 
     /// Offer one frame to the port: flow rules, else the filters and the default RSS; the
     /// MTU; then its RQ.
+    #[inline(always)]
     pub(super) fn receive(&mut self, frame: &[u8]) -> Rx {
         // The headers are parsed once (or remembered from the last frame of the flow); the RSS
         // hash and the RQ's classification read what was found.
@@ -390,7 +406,7 @@ impl DevState {
                 return Rx::Done;
             }
             Some(v) => {
-                if !self.rx.mtu_passes(frame, &mut self.counters) {
+                if !self.rx.mtu_passes(heads.l3_len, &mut self.counters) {
                     return Rx::Done;
                 }
                 match v {
@@ -408,7 +424,7 @@ impl DevState {
             }
             None => {
                 if !self.rx.filters_pass(frame, &mut self.counters)
-                    || !self.rx.mtu_passes(frame, &mut self.counters)
+                    || !self.rx.mtu_passes(heads.l3_len, &mut self.counters)
                 {
                     return Rx::Done;
                 }

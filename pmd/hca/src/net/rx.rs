@@ -2,6 +2,7 @@
 //! remembered flow keeps, and the RSS hash.
 
 use super::*;
+use crate::counters::RxMac;
 
 /// RX classification: the CQE status word (doc/prm.md 6.3) and the value for the CQE checksum
 /// field.
@@ -19,16 +20,37 @@ pub(crate) fn rx_status_of(frame: &[u8], lay: Option<&Layout>) -> (u32, u16) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Headers {
     pub(crate) lay: Option<Layout>,
+    /// The L3 length, as the MTU counts it ([`l3_len`]).
+    pub(crate) l3_len: usize,
+    /// What the port counters count of the frame.
+    pub(crate) mac: RxMac,
     status: u32,
-    /// TCP or UDP, its span and the offset of its checksum field.
-    l4: Option<(u8, usize, usize, usize)>,
+    l4: Option<L4Check>,
+}
+
+/// A TCP or UDP checksum to verify, and what of it the headers fix: the span it covers and
+/// the pseudo-header's sum (addresses, protocol, length), so that a frame of a remembered
+/// flow sums its L4 bytes only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct L4Check {
+    /// The L4 header and payload: `[off, off + len)`.
+    off: usize,
+    len: usize,
+    /// Offset of the checksum field in the L4 header.
+    field: usize,
+    /// UDP over IPv4, where a zero checksum means none was computed.
+    zero_means_none: bool,
+    pseudo: u32,
 }
 
 /// The [`Headers`] of `frame` (`lay` is `parse(frame)`).
 pub(crate) fn headers(frame: &[u8], lay: Option<Layout>) -> Headers {
+    let (l3_len, mac) = (l3_len(frame), RxMac::of(frame));
     let Some(l) = lay else {
         return Headers {
             lay,
+            l3_len,
+            mac,
             status: 0,
             l4: None,
         };
@@ -63,11 +85,19 @@ pub(crate) fn headers(frame: &[u8], lay: Option<Layout>) -> Headers {
             } else {
                 rx_status::UDP
             };
-            l4 = Some((proto, off, len, field));
+            l4 = Some(L4Check {
+                off,
+                len,
+                field,
+                zero_means_none: proto == PROTO_UDP && matches!(l.l3, L3::V4 { .. }),
+                pseudo: pseudo_sum(frame, &l, proto, len),
+            });
         }
     }
     Headers {
         lay,
+        l3_len,
+        mac,
         status: st,
         l4,
     }
@@ -75,21 +105,18 @@ pub(crate) fn headers(frame: &[u8], lay: Option<Layout>) -> Headers {
 
 /// The CQE status word and checksum field of `frame`, whose headers are `h`: the L4 checksum,
 /// which covers the payload, is verified here.
+#[inline(always)]
 pub(crate) fn rx_status_with(frame: &[u8], h: &Headers) -> (u32, u16) {
     let mut st = h.status;
     let mut csum = 0;
-    if let (Some((proto, off, len, field)), Some(lay)) = (h.l4, h.lay.as_ref()) {
-        let stored = be16(frame, off + field);
-        let no_udp_csum = proto == PROTO_UDP && stored == 0 && matches!(lay.l3, L3::V4 { .. });
-        // Without a checksum there is nothing to verify: the verdict is OK either way.
-        if no_udp_csum
-            || fold(sum16(
-                pseudo_sum(frame, lay, proto, len),
-                &frame[off..off + len],
-            )) == 0xffff
-        {
-            st |= rx_status::TCP_UDP_CSUM_OK;
-            csum = 0xffff;
+    if let Some(c) = &h.l4 {
+        if let Some(data) = frame.get(c.off..c.off + c.len) {
+            let stored = be16(data, c.field);
+            // Without a checksum there is nothing to verify: the verdict is OK either way.
+            if (c.zero_means_none && stored == 0) || fold(sum16(c.pseudo, data)) == 0xffff {
+                st |= rx_status::TCP_UDP_CSUM_OK;
+                csum = 0xffff;
+            }
         }
     }
     (st, csum)
@@ -160,7 +187,7 @@ impl RxMemo {
         self.heads = headers(frame, parse(frame));
         self.hash = rss_hash_of(frame, self.heads.lay.as_ref(), key, fields);
         self.key_len = 0;
-        if let Some((_, off, _, _)) = self.heads.l4 {
+        if let Some(L4Check { off, .. }) = self.heads.l4 {
             let n = off + 4;
             if n <= MEMO_KEY {
                 self.key[..n].copy_from_slice(&frame[..n]);

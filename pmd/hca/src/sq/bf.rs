@@ -56,6 +56,14 @@ enum Taken {
 }
 
 impl Bf {
+    /// Neither half holds an arrival not yet taken.
+    #[inline]
+    pub(super) fn quiet(&self) -> bool {
+        self.halves
+            .iter()
+            .all(|h| h.load_bytes8(0).map_or(true, |q| q == [0; 8]))
+    }
+
     pub(super) fn has_pending(&self) -> bool {
         self.latch.iter().any(|l| l.counter.is_some())
     }

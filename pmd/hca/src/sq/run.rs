@@ -1,7 +1,12 @@
 //! The same-shape run: WQEs that share the layout of the last inline WQE (`shape.rs`) on a
 //! wire that wants no frame bytes are executed without being fetched or decoded.
 
+use super::span::Span;
 use super::*;
+use crate::shape::{Words, KEY_MASK};
+
+/// OWNER in byte 0 of the control segment.
+const OWNER_BYTE: u8 = (owner_opcode::OWNER >> 24) as u8;
 
 impl Sq {
     /// Execute the run of WQEs of the remembered shape from the consumer on, on a wire
@@ -9,8 +14,9 @@ impl Sq {
     /// and headers: nothing is fetched or decoded, and the run's counts are added once. The run
     /// ends before the first WQE that needs more (not yet owned, of another shape, marked by a
     /// BlueFlame write, reaching past the ring's end, its completion not fitting), which the
-    /// walk's per-WQE path then takes. Returns the WQEs executed, and whether the last was the
-    /// one the walk was to stop at.
+    /// walk's per-WQE path then takes. Returns the WQEs executed, whether the last was the
+    /// one the walk was to stop at, and whether the run ended at a WQE the device does not
+    /// own (which the walk need not look at again).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn run(
@@ -22,9 +28,9 @@ impl Sq {
         out: &Out,
         t: &mut Tally,
         cx: &mut TxCtx<'_>,
-    ) -> (usize, bool) {
+    ) -> (usize, bool, bool) {
         let Some(plan) = self.shape.plan(epoch) else {
-            return (0, false);
+            return (0, false, false);
         };
         let hit = plan.hit;
         let (slot_mask, shift, cnt) = (self.cnt - 1, self.txbb_shift, self.cnt);
@@ -35,7 +41,7 @@ impl Sq {
             Some(c) => {
                 let d = u32::from(c.wrapping_sub(self.ci as u16));
                 if d >= cnt {
-                    return (0, false);
+                    return (0, false, false);
                 }
                 (d / slots + 1, d % slots == 0)
             }
@@ -53,44 +59,91 @@ impl Sq {
             (cnt, 0)
         };
         let Some(last_slot) = (end << shift).checked_sub(hit.txbbs) else {
-            return (0, false);
+            return (0, false, false);
         };
         let last_slot = last_slot >> shift;
         let op = cqe_owner::SEND | hit.opcode;
+        let [key_lo, key_hi] = plan.key();
+        let words = plan.words();
         // In locals: the loop stores nothing to the queue until it ends.
         let (ring, qpn) = (self.ring.clone(), self.qpn);
+        let stride = (slots << shift) as usize * TXBB_SIZE;
         let mut ci = self.ci;
         let mut n = 0u32;
-        loop {
-            let slot = ci & slot_mask;
-            if n == max_n || slot > last_slot || slot < lowest {
+        let mut unowned = false;
+        // A stretch at a time: from the consumer to the last slot a whole WQE fits before, up
+        // to the ring's end (then on from its start, in the next pass's parity) or the first
+        // BlueFlame mark. Its bounds are checked once, and its ownership parity is one value.
+        'run: loop {
+            let first = ci & slot_mask;
+            if n == max_n || first > last_slot || first < lowest {
                 break;
             }
-            let off = (slot << shift) as usize * TXBB_SIZE;
-            // The control segment, its owner word acquire-loaded first.
-            let Some(ctrl) = ring.load_guarded::<DS_SIZE>(off) else {
+            let count = ((last_slot - first) / slots + 1).min(max_n - n);
+            let base = (first << shift) as usize * TXBB_SIZE;
+            let Some(span) = Span::new(&ring, base, stride, count as usize) else {
                 break;
             };
-            let dw0 = u32::from_be_bytes([ctrl[0], ctrl[1], ctrl[2], ctrl[3]]);
-            if (dw0 & owner_opcode::OWNER != 0) != (ci & cnt != 0)
-                || !plan.matches(&ring, off, &ctrl)
-            {
+            let parity = if ci & cnt != 0 { OWNER_BYTE } else { 0 };
+            for k in 0..count {
+                let w = k as usize;
+                // The owner word acquire-loaded first, the rest read only once it is the
+                // device's: a WQE the driver is still writing keeps its lines on the driver's
+                // core.
+                let dw0 = span.owner(w);
+                if dw0[0] & OWNER_BYTE != parity {
+                    ci = ci.wrapping_add(k * slots);
+                    n += k;
+                    unowned = true;
+                    break 'run;
+                }
+                let [lo, hi] = span.ctrl(w);
+                let lo = lo & !0xffff_ffff | u64::from(u32::from_le_bytes(dw0));
+                let heads = match words {
+                    Words::Two(_, ws) => ws.iter().all(|&(o, v)| span.word(w, usize::from(o)) == v),
+                    Words::Four(_, ws) => {
+                        ws.iter().all(|&(o, v)| span.word(w, usize::from(o)) == v)
+                    }
+                    Words::Heads => plan.heads_match(&ring, base + w * stride),
+                };
+                let same = lo & KEY_MASK[0] == key_lo && hi & KEY_MASK[1] == key_hi && heads;
+                // The span's reads against the checked loads of the full comparison, on every
+                // owned WQE of every debug run (the driver leaves an owned WQE alone).
+                debug_assert!(
+                    same == ring
+                        .load_guarded::<DS_SIZE>(base + w * stride)
+                        .is_some_and(|c| plan.matches(&ring, base + w * stride, &c)),
+                    "the run's comparison disagrees with the checked one at slot {}",
+                    first + k * slots
+                );
+                if !same {
+                    ci = ci.wrapping_add(k * slots);
+                    n += k;
+                    break 'run;
+                }
+                let flags = (hi >> 24) as u8;
+                if flags & CQ_UPDATE_BYTE == CQ_UPDATE_BYTE {
+                    if !credit.take(cx.cq) {
+                        ci = ci.wrapping_add(k * slots);
+                        n += k;
+                        break 'run;
+                    }
+                    // The plain write of `push_send_cqe`: runs are off while a fault loses or
+                    // repeats completions, and its fault checks here cost the loop registers.
+                    let solicited = flags & SOLICIT_BYTE != 0;
+                    let counter = ci.wrapping_add(k * slots) as u16;
+                    if cx.cq.push(tx_cqe(qpn, counter, op, 0, 0), solicited) {
+                        t.events += 1;
+                    }
+                    t.cqes += 1;
+                }
+            }
+            ci = ci.wrapping_add(count * slots);
+            n += count;
+            if bf_live {
+                // The stretch ended at a mark or the ring's end: the walk takes it from there.
                 break;
             }
-            if ctrl[11] & CQ_UPDATE_BYTE == CQ_UPDATE_BYTE {
-                if !credit.take(cx.cq) {
-                    break;
-                }
-                // The plain write of `push_send_cqe`: runs are off while a fault loses or
-                // repeats completions, and its fault checks here cost the loop registers.
-                let solicited = ctrl[11] & SOLICIT_BYTE != 0;
-                if cx.cq.push(tx_cqe(qpn, ci as u16, op, 0, 0), solicited) {
-                    t.events += 1;
-                }
-                t.cqes += 1;
-            }
-            ci = ci.wrapping_add(slots);
-            n += 1;
         }
         let at_stop = n == max_n && stops_on_last;
         self.ci = ci;
@@ -114,6 +167,6 @@ impl Sq {
                 }
             }
         }
-        (n as usize, at_stop)
+        (n as usize, at_stop, unowned)
     }
 }

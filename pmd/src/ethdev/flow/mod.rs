@@ -27,7 +27,7 @@ use std::sync::LazyLock;
 use dpdk_sys as sys;
 use parking_lot::Mutex;
 
-use super::eth::{given, ops, CMut, CRef, Eth, EthMut};
+use super::eth::{given, ops, Eth, EthMut, Raw};
 use super::Error;
 use crate::hw::flow::{FlowCounters, FlowRule};
 use crate::pmd_log;
@@ -55,17 +55,18 @@ ops! {
     fn create(attr: *const sys::rte_flow_attr, pattern: *const sys::rte_flow_item as Pattern,
         actions: *const sys::rte_flow_action as Actions, error: *mut sys::rte_flow_error)
         -> *mut sys::rte_flow = shared create_op, "flow create";
-    fn destroy(flow: *mut sys::rte_flow, error: *mut sys::rte_flow_error) -> c_int
+    fn destroy(flow: *mut sys::rte_flow as Raw<_>, error: *mut sys::rte_flow_error) -> c_int
         = shared destroy_op, "flow destroy";
     fn flush(error: *mut sys::rte_flow_error) -> c_int = shared flush_op, "flow flush";
-    fn query(flow: *mut sys::rte_flow, action: *const sys::rte_flow_action, data: *mut c_void,
-        error: *mut sys::rte_flow_error) -> c_int = shared query_op, "flow query";
+    fn query(flow: *mut sys::rte_flow as Raw<_>, action: *const sys::rte_flow_action,
+        data: *mut c_void as Raw<_>, error: *mut sys::rte_flow_error) -> c_int
+        = shared query_op, "flow query";
     fn isolate(on: c_int, error: *mut sys::rte_flow_error) -> c_int
         = shared isolate_op, "flow isolate";
 }
 
-fn ops_get(_e: &Eth<'_>, ops: CMut<'_, *const sys::rte_flow_ops>) -> Result<(), Error> {
-    *given(ops.get())? = &*FLOW_OPS;
+fn ops_get(_e: &Eth<'_>, ops: Option<&mut *const sys::rte_flow_ops>) -> Result<(), Error> {
+    *given(ops)? = &*FLOW_OPS;
     Ok(())
 }
 
@@ -95,7 +96,7 @@ static PORTS: Mutex<BTreeMap<u16, PortFlows>> = Mutex::new(BTreeMap::new());
 /// becomes the negative errno of the one mapping.
 fn flow_op<T>(
     e: &Eth<'_>,
-    error: CMut<'_, sys::rte_flow_error>,
+    error: Option<&mut sys::rte_flow_error>,
     what: &str,
     op: impl FnOnce(&Eth<'_>) -> Result<T, Refusal>,
 ) -> Result<T, c_int> {
@@ -108,17 +109,13 @@ fn flow_op<T>(
         Some(d) => pmd_log!(ERR, "{}: {what}: {msg}: {d}", e.port.name),
         None => pmd_log!(ERR, "{}: {what}: {msg}", e.port.name),
     }
-    // SAFETY: `error` is NULL or writable (ethdev's contract); rte_flow_error_set keeps the
-    // pointers, which are static or the application's own (cause).
-    Err(unsafe {
-        sys::rte_flow_error_set(
-            error.as_ptr(),
-            -r.err.errno(),
-            r.etype,
-            r.cause,
-            r.msg.as_ptr(),
-        )
-    })
+    Err(crate::eal::flow_error_set(
+        error,
+        -r.err.errno(),
+        r.etype,
+        r.cause,
+        r.msg,
+    ))
 }
 
 /// Gives `f` to the device, with its queues' current device numbers.
@@ -198,10 +195,10 @@ pub(super) fn port_closed(port_id: u16) {
 
 fn validate_op(
     e: &Eth<'_>,
-    attr: CRef<'_, sys::rte_flow_attr>,
+    attr: Option<&sys::rte_flow_attr>,
     pattern: Pattern<'_>,
     actions: Actions<'_>,
-    error: CMut<'_, sys::rte_flow_error>,
+    error: Option<&mut sys::rte_flow_error>,
 ) -> c_int {
     flow_op(e, error, "flow validate", |e| {
         parse(e, attr, pattern, actions).map(|_| 0)
@@ -211,10 +208,10 @@ fn validate_op(
 
 fn create_op(
     e: &Eth<'_>,
-    attr: CRef<'_, sys::rte_flow_attr>,
+    attr: Option<&sys::rte_flow_attr>,
     pattern: Pattern<'_>,
     actions: Actions<'_>,
-    error: CMut<'_, sys::rte_flow_error>,
+    error: Option<&mut sys::rte_flow_error>,
 ) -> *mut sys::rte_flow {
     flow_op(e, error, "flow create", |e| {
         let conf = parse(e, attr, pattern, actions)?;
@@ -261,10 +258,10 @@ fn no_such_flow(flow: *const sys::rte_flow) -> Refusal {
 /// The handle is only compared, never followed.
 fn destroy_op(
     e: &Eth<'_>,
-    flow: CMut<'_, sys::rte_flow>,
-    error: CMut<'_, sys::rte_flow_error>,
+    flow: Raw<sys::rte_flow>,
+    error: Option<&mut sys::rte_flow_error>,
 ) -> c_int {
-    let flow = flow.as_ptr();
+    let flow = flow.0;
     flow_op(e, error, "flow destroy", |e| {
         let mut ports = PORTS.lock();
         let flows = &mut ports.entry(e.conf.port_id).or_default().flows;
@@ -279,7 +276,7 @@ fn destroy_op(
     .unwrap_or_else(|rc| rc)
 }
 
-fn flush_op(e: &Eth<'_>, error: CMut<'_, sys::rte_flow_error>) -> c_int {
+fn flush_op(e: &Eth<'_>, error: Option<&mut sys::rte_flow_error>) -> c_int {
     flow_op(e, error, "flow flush", |e| {
         let flows = PORTS
             .lock()
@@ -298,18 +295,17 @@ fn flush_op(e: &Eth<'_>, error: CMut<'_, sys::rte_flow_error>) -> c_int {
 /// is only compared.
 fn query_op(
     e: &Eth<'_>,
-    flow: CMut<'_, sys::rte_flow>,
-    action: CRef<'_, sys::rte_flow_action>,
-    data: CMut<'_, c_void>,
-    error: CMut<'_, sys::rte_flow_error>,
+    flow: Raw<sys::rte_flow>,
+    action: Option<&sys::rte_flow_action>,
+    data: Raw<c_void>,
+    error: Option<&mut sys::rte_flow_error>,
 ) -> c_int {
-    let flow = flow.as_ptr();
-    let cause = action.as_ptr().cast::<c_void>();
+    let flow = flow.0;
+    let cause = action.map_or(ptr::null(), |a| ptr::from_ref(a).cast::<c_void>());
     flow_op(e, error, "flow query", |e| {
-        let counting = action
-            .get()
-            .is_some_and(|a| a.type_ == sys::rte_flow_action_type_RTE_FLOW_ACTION_TYPE_COUNT);
-        if !counting || data.as_ptr().is_null() {
+        let counting =
+            action.is_some_and(|a| a.type_ == sys::rte_flow_action_type_RTE_FLOW_ACTION_TYPE_COUNT);
+        if !counting || data.0.is_null() {
             return Err(unsupported(E_ACTION, cause, c"only count can be queried"));
         }
         let mut ports = PORTS.lock();
@@ -329,7 +325,7 @@ fn query_op(
             None => FlowCounters::default(),
         };
         // SAFETY: a COUNT query's data, checked above to be there.
-        let out = unsafe { &mut *data.as_ptr().cast::<sys::rte_flow_query_count>() };
+        let out = unsafe { &mut *data.0.cast::<sys::rte_flow_query_count>() };
         out.hits = f.base.frames + now.frames;
         out.bytes = f.base.bytes + now.bytes;
         out.set_hits_set(1);
@@ -345,7 +341,7 @@ fn query_op(
     .unwrap_or_else(|rc| rc)
 }
 
-fn isolate_op(e: &Eth<'_>, on: c_int, error: CMut<'_, sys::rte_flow_error>) -> c_int {
+fn isolate_op(e: &Eth<'_>, on: c_int, error: Option<&mut sys::rte_flow_error>) -> c_int {
     flow_op(e, error, "flow isolate", |e| {
         e.dev.set_flow_isolate(on != 0)?;
         PORTS.lock().entry(e.conf.port_id).or_default().isolated = on != 0;

@@ -8,7 +8,7 @@ use std::ptr;
 
 use dpdk_sys as sys;
 
-use super::super::eth::{CRef, Eth, FromC};
+use super::super::eth::{Eth, FromC};
 use super::super::Error;
 use crate::hw::flow::{FlowFate, FlowPattern, Ipv4Match, L4Match, L4Proto, Masked};
 use crate::hw::RSS_KEY_LEN;
@@ -579,12 +579,12 @@ fn rss_fate(
 /// actions ending with END, specs and confs of the structures their types name.
 pub(super) fn parse(
     e: &Eth<'_>,
-    attr: CRef<'_, sys::rte_flow_attr>,
+    attr: Option<&sys::rte_flow_attr>,
     pattern: Pattern<'_>,
     actions: Actions<'_>,
 ) -> Result<Conf, Refusal> {
     let nul = ptr::null();
-    let Some(attr) = attr.get() else {
+    let Some(attr) = attr else {
         return Err(bad(
             sys::rte_flow_error_type_RTE_FLOW_ERROR_TYPE_ATTR,
             nul,
