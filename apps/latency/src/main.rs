@@ -1,8 +1,10 @@
 //! latency: ping-pong with one packet per burst over a looped `net_mlx4rs` wire, per TX path
 //! and message size, in the shape of `ib_write_lat`'s table, beside the bus cost model's
-//! figure for the same per-packet counts. The driver is linked as an rlib.
+//! figure for the same per-packet counts; or a stream at burst 1 with each packet's TX-to-RX
+//! latency ([`stream`]). The driver is linked as an rlib.
 
 mod opts;
+mod stream;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -50,7 +52,26 @@ struct Row {
     lat: Option<LatSummary>,
     lost: u32,
     counts: PerPacket,
+    avoid: AvoidCounts,
     frame: usize,
+}
+
+/// Per transmitted packet: what doorbell avoidance did, and the completions it asked for.
+#[derive(Clone, Copy, Default)]
+struct AvoidCounts {
+    avoided: f64,
+    completions: f64,
+    rerings: f64,
+}
+
+/// One stream on one path.
+struct StreamRow {
+    path: Path,
+    size: u16,
+    s: stream::Stream,
+    lat: Option<LatSummary>,
+    counts: PerPacket,
+    avoid: AvoidCounts,
 }
 
 /// A frame of `size` message bytes: broadcast Ethernet header, local experimental EtherType,
@@ -165,6 +186,9 @@ const XSTATS: &[&str] = &[
     "hca_bf_pieces",
     "hca_wqe_fetched",
     "tx_good_packets",
+    "tx_doorbells_avoided",
+    "tx_completions",
+    "tx_doorbell_rerings",
 ];
 
 fn xs(port: u16) -> HashMap<String, u64> {
@@ -183,9 +207,11 @@ fn run(o: &Opts) -> Result<i32, String> {
         for (name, wire) in port_names(o.wire, i) {
             eal_args.push("--vdev".into());
             eal_args.push(format!(
-                // The device on a thread of its own, as these figures were always taken.
-                "{name},{wire},busy_poll={},device_loop=port,{}",
+                "{name},{wire},busy_poll={},device_loop={},doorbell_ns={},tx_db_avoid={},{}",
                 u8::from(o.busy_poll),
+                o.device_loop.name(),
+                o.doorbell_ns,
+                u8::from(o.db_avoid),
                 p.devargs()
             ));
         }
@@ -219,6 +245,7 @@ fn measure(o: &Opts, t_start: Instant) -> Result<i32, String> {
     let model = Model::mlx4rs();
     let mut prog = Progress::new(o.paths.len() * o.sizes.len(), o.quiet);
     let mut rows = Vec::new();
+    let mut srows = Vec::new();
     let mut no_rx = false;
     'paths: for (i, &path) in o.paths.iter().enumerate() {
         let mut ports = Vec::new();
@@ -234,20 +261,43 @@ fn measure(o: &Opts, t_start: Instant) -> Result<i32, String> {
             Some(&p) => Some(FastPath::of(p)?),
             None => None,
         };
-        // Counts over every port of the path: per transmitted packet, both directions.
-        let sum = |k: &str, x: &[HashMap<String, u64>]| -> u64 {
-            x.iter().map(|m| m.get(k).copied().unwrap_or(0)).sum()
-        };
         for &size in &o.sizes {
             if progress::interrupted() {
                 stop_all(&ports);
                 break 'paths;
             }
             let x0: Vec<_> = ports.iter().map(|&p| xs(p)).collect();
+            if o.stream {
+                let s = eal::on_worker(|| stream::stream(fa, pool, o, size, hz));
+                let x1: Vec<_> = ports.iter().map(|&p| xs(p)).collect();
+                let (counts, avoid) = per_packet(&x0, &x1);
+                let row = StreamRow {
+                    path,
+                    size,
+                    lat: summarize(&s.us),
+                    s,
+                    counts,
+                    avoid,
+                };
+                prog.step(&match &row.lat {
+                    Some(l) => format!(
+                        "{:<8} {:>4} B stream: median {:.2} p99 {:.2} us, {:.3} Mpps, lost {}, avoided {:.3}/pkt",
+                        path.name(), size, l.typical, l.p99, row.s.pps / 1e6, row.s.lost(), avoid.avoided
+                    ),
+                    None => format!("{:<8} {:>4} B stream: nothing came back ({} lost)", path.name(), size, row.s.lost()),
+                });
+                let empty = row.lat.is_none() && !progress::interrupted();
+                srows.push(row);
+                if empty {
+                    no_rx = true;
+                    stop_all(&ports);
+                    break 'paths;
+                }
+                continue;
+            }
             let s = eal::on_worker(|| ping(fa, fb, pool, o, size, hz));
             let x1: Vec<_> = ports.iter().map(|&p| xs(p)).collect();
-            let sent = (sum("tx_good_packets", &x1) - sum("tx_good_packets", &x0)).max(1) as f64;
-            let pp = |k: &str| (sum(k, &x1) - sum(k, &x0)) as f64 / sent;
+            let (counts, avoid) = per_packet(&x0, &x1);
             let mut buf = Vec::new();
             frame(size, 0, &mut buf);
             let row = Row {
@@ -255,13 +305,8 @@ fn measure(o: &Opts, t_start: Instant) -> Result<i32, String> {
                 size,
                 lat: summarize(&s.us),
                 lost: s.lost + s.wrong,
-                counts: PerPacket {
-                    doorbells: pp("tx_doorbells"),
-                    bf_writes: pp("tx_bf_writes"),
-                    torn_pieces: pp("hca_bf_pieces"),
-                    wqe_fetches: pp("hca_wqe_fetched"),
-                    gathers: pp("tx_gather_packets"),
-                },
+                counts,
+                avoid,
                 frame: buf.len(),
             };
             let modeled = model.latency_us(&row.counts, row.frame);
@@ -283,7 +328,11 @@ fn measure(o: &Opts, t_start: Instant) -> Result<i32, String> {
         stop_all(&ports);
     }
     let interrupted = progress::interrupted();
-    let md = write_report(o, &rows, &model, hz, interrupted, no_rx, t_start)?;
+    let md = if o.stream {
+        write_stream_report(o, &srows, hz, interrupted, no_rx, t_start)?
+    } else {
+        write_report(o, &rows, &model, hz, interrupted, no_rx, t_start)?
+    };
     println!("{md}");
     Ok(if no_rx {
         NO_RX
@@ -292,6 +341,44 @@ fn measure(o: &Opts, t_start: Instant) -> Result<i32, String> {
     } else {
         0
     })
+}
+
+/// The xstats deltas from `x0` to `x1`, summed over every port of a path, per transmitted
+/// packet (both directions over a peer cable).
+fn per_packet(
+    x0: &[HashMap<String, u64>],
+    x1: &[HashMap<String, u64>],
+) -> (PerPacket, AvoidCounts) {
+    let sum = |k: &str, x: &[HashMap<String, u64>]| -> u64 {
+        x.iter().map(|m| m.get(k).copied().unwrap_or(0)).sum()
+    };
+    let sent = (sum("tx_good_packets", x1) - sum("tx_good_packets", x0)).max(1) as f64;
+    let pp = |k: &str| (sum(k, x1) - sum(k, x0)) as f64 / sent;
+    (
+        PerPacket {
+            doorbells: pp("tx_doorbells"),
+            bf_writes: pp("tx_bf_writes"),
+            torn_pieces: pp("hca_bf_pieces"),
+            wqe_fetches: pp("hca_wqe_fetched"),
+            gathers: pp("tx_gather_packets"),
+        },
+        AvoidCounts {
+            avoided: pp("tx_doorbells_avoided"),
+            completions: pp("tx_completions"),
+            rerings: pp("tx_doorbell_rerings"),
+        },
+    )
+}
+
+/// The device settings a run used, as devargs, for the reports.
+fn settings(o: &Opts) -> String {
+    format!(
+        "`device_loop={}`, `doorbell_ns={}`, `tx_db_avoid={}`, `busy_poll={}`",
+        o.device_loop.name(),
+        o.doorbell_ns,
+        u8::from(o.db_avoid),
+        u8::from(o.busy_poll)
+    )
 }
 
 /// The `ib_write_lat` table for one path, plus the modeled column.
@@ -350,14 +437,13 @@ fn write_report(
     };
     let _ = writeln!(
         md,
-        "Machine: {}. TSC {:.3} GHz. {how}. The software HCA's device threads share the 2 \
-         cores with the application (which runs on the worker lcore); device busy_poll={}. {} samples per size \
-         after {} warm-up; {:.0} s in all. Message sizes are bytes after the 14-byte Ethernet \
+        "Machine: {}. TSC {:.3} GHz. {how}. The application runs on the worker lcore; the \
+         software HCA runs with {}. {} samples per size after {} warm-up; {:.0} s in all. Message sizes are bytes after the 14-byte Ethernet \
          header, frames padded to 60 bytes. **modeled[usec]** is the bus cost model's \
          hardware latency of one pass for the same per-packet counts, not a measurement.\n",
         report::machine(),
         hz / 1e9,
-        u8::from(o.busy_poll),
+        settings(o),
         o.iters,
         o.warmup,
         t_start.elapsed().as_secs_f64()
@@ -380,6 +466,8 @@ fn write_report(
         "WQE fetches/pkt",
         "torn pieces/pkt",
         "gathers/pkt",
+        "doorbells avoided/pkt",
+        "completions/pkt",
     ]);
     for r in rows {
         let c = &r.counts;
@@ -392,6 +480,8 @@ fn write_report(
             format!("{:.3}", c.wqe_fetches),
             format!("{:.2}", c.torn_pieces),
             format!("{:.3}", c.gathers),
+            format!("{:.3}", r.avoid.avoided),
+            format!("{:.3}", r.avoid.completions),
         ]);
     }
     if !t.is_empty() {
@@ -399,15 +489,16 @@ fn write_report(
         md += &t.markdown();
         md += "\n";
     }
-    let mut csv =
-        String::from("path,size,n,t_min,t_max,t_typical,t_avg,t_stdev,p99,p999,lost,modeled_us\n");
+    let mut csv = String::from(
+        "path,size,n,t_min,t_max,t_typical,t_avg,t_stdev,p99,p999,lost,modeled_us,doorbells_pkt,avoided_pkt\n",
+    );
     for r in rows {
         let m = model.latency_us(&r.counts, r.frame);
         match &r.lat {
             Some(l) => {
                 let _ = writeln!(
                     csv,
-                    "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{:.3}",
+                    "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{:.3},{:.4},{:.4}",
                     r.path.name(),
                     r.size,
                     l.n,
@@ -419,17 +510,21 @@ fn write_report(
                     l.p99,
                     l.p999,
                     r.lost,
-                    m
+                    m,
+                    r.counts.doorbells + r.counts.bf_writes,
+                    r.avoid.avoided
                 );
             }
             None => {
                 let _ = writeln!(
                     csv,
-                    "{},{},0,,,,,,,,{},{:.3}",
+                    "{},{},0,,,,,,,,{},{:.3},{:.4},{:.4}",
                     r.path.name(),
                     r.size,
                     r.lost,
-                    m
+                    m,
+                    r.counts.doorbells + r.counts.bf_writes,
+                    r.avoid.avoided
                 );
             }
         }
@@ -480,6 +575,129 @@ fn write_report(
     std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
     eprintln!(
         "latency: report in {} (latency.md, latency.csv, PNG)",
+        o.out.display()
+    );
+    Ok(md)
+}
+
+/// The streaming report: one row per path and size.
+fn write_stream_report(
+    o: &Opts,
+    rows: &[StreamRow],
+    hz: f64,
+    interrupted: bool,
+    no_rx: bool,
+    t_start: Instant,
+) -> Result<String, String> {
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
+    let mut md = String::from("## Streaming latency (latency --stream)\n\n");
+    if interrupted {
+        md += "**Interrupted: partial results.**\n\n";
+    }
+    if no_rx {
+        md += "**No packet came back over the looped wire: the receive path (rx_burst) returned \
+               nothing, so there is no latency to report.**\n\n";
+    }
+    let window = match o.window {
+        0 => "as many in flight as the ring takes".to_owned(),
+        w => format!("at most {w} in flight"),
+    };
+    let gap = match o.gap_ns {
+        0 => "back to back".to_owned(),
+        g => format!("at least {g} ns apart"),
+    };
+    let _ = writeln!(
+        md,
+        "Machine: {}. TSC {:.3} GHz. Packets at burst 1 over `wire=loop`, {gap}, {window}; each \
+         frame carries its sequence number and the TSC read just before the `tx_burst` that \
+         took it, and a sample is the time from there until the `rx_burst` that returned it \
+         (the loop polls RX once per send). The application runs on the worker lcore; the \
+         software HCA runs with {}. {} packets after {} warm-up per row; {:.0} s in all. \
+         Mpps: packets back per second from the first measured TX to the last arrival.\n",
+        report::machine(),
+        hz / 1e9,
+        settings(o),
+        o.iters,
+        o.warmup,
+        t_start.elapsed().as_secs_f64()
+    );
+    let mut t = Table::new(&[
+        "path",
+        "size",
+        "sent",
+        "back",
+        "lost",
+        "reordered",
+        "duplicates",
+        "median us",
+        "p99 us",
+        "p99.9 us",
+        "max us",
+        "Mpps",
+        "doorbells or BF/pkt",
+        "doorbells avoided/pkt",
+        "completions/pkt",
+        "rerings/pkt",
+    ]);
+    let mut csv = String::from(
+        "path,size,sent,received,lost,reordered,duplicates,foreign,n,t_min,median,p99,p999,t_max,mpps,doorbells_pkt,avoided_pkt,completions_pkt,rerings_pkt\n",
+    );
+    for r in rows {
+        let l = r.lat;
+        let f = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
+        let rung = r.counts.doorbells + r.counts.bf_writes;
+        t.row(vec![
+            r.path.name().into(),
+            r.size.to_string(),
+            r.s.sent.to_string(),
+            r.s.received.to_string(),
+            r.s.lost().to_string(),
+            r.s.reordered.to_string(),
+            r.s.duplicates.to_string(),
+            f(l.map(|l| l.typical)),
+            f(l.map(|l| l.p99)),
+            f(l.map(|l| l.p999)),
+            f(l.map(|l| l.max)),
+            format!("{:.3}", r.s.pps / 1e6),
+            format!("{rung:.3}"),
+            format!("{:.3}", r.avoid.avoided),
+            format!("{:.3}", r.avoid.completions),
+            format!("{:.4}", r.avoid.rerings),
+        ]);
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4}",
+            r.path.name(),
+            r.size,
+            r.s.sent,
+            r.s.received,
+            r.s.lost(),
+            r.s.reordered,
+            r.s.duplicates,
+            r.s.foreign,
+            l.map_or(0, |l| l.n),
+            f(l.map(|l| l.min)),
+            f(l.map(|l| l.typical)),
+            f(l.map(|l| l.p99)),
+            f(l.map(|l| l.p999)),
+            f(l.map(|l| l.max)),
+            r.s.pps / 1e6,
+            rung,
+            r.avoid.avoided,
+            r.avoid.completions,
+            r.avoid.rerings
+        );
+    }
+    if !t.is_empty() {
+        md += &t.markdown();
+        md += "\n";
+    }
+    let csv_path = o.out.join("latency_stream.csv");
+    std::fs::write(&csv_path, csv).map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    let md_path = o.out.join("latency_stream.md");
+    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    eprintln!(
+        "latency: report in {} (latency_stream.md, latency_stream.csv)",
         o.out.display()
     );
     Ok(md)

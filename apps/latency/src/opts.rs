@@ -14,9 +14,38 @@ pub enum Wire {
     Peer,
 }
 
+/// Where the software HCA's device loop runs (devarg `device_loop`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceLoop {
+    Lcore,
+    Port,
+    Process,
+}
+
+impl DeviceLoop {
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceLoop::Lcore => "lcore",
+            DeviceLoop::Port => "port",
+            DeviceLoop::Process => "process",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Opts {
     pub wire: Wire,
+    /// Stream at burst 1 back to back instead of one packet in flight.
+    pub stream: bool,
+    /// Streaming: most packets in flight (0: as many as the ring takes).
+    pub window: u32,
+    /// Streaming: nanoseconds from one send to the next, at least (0: back to back).
+    pub gap_ns: u64,
+    pub device_loop: DeviceLoop,
+    /// Devarg `doorbell_ns`: what the software HCA spends on each doorbell or BlueFlame copy.
+    pub doorbell_ns: u32,
+    /// Devarg `tx_db_avoid`: doorbell avoidance.
+    pub db_avoid: bool,
     /// The device threads spin (`busy_poll=1`) instead of backing off when idle.
     pub busy_poll: bool,
     pub paths: Vec<Path>,
@@ -41,21 +70,30 @@ pub enum Mode {
 pub const USAGE: &str = "\
 usage: latency [--short] [--wire loop|peer] [--out DIR] [--paths LIST] [--sizes LIST]
                [--iters N] [--warmup N] [--timeout-ms MS] [--busy-poll 0|1] [--no-plots]
-               [--quiet] [--eal ARG]...
+               [--device-loop lcore|port|process] [--doorbell-ns NS] [--db-avoid 0|1]
+               [--stream [--window N] [--gap-ns NS]] [--quiet] [--eal ARG]...
 
 Ping-pong with one packet per burst, per TX path and message size, printed in the shape of
-ib_write_lat's table.
+ib_write_lat's table; or (--stream) a stream at burst 1 with each packet's TX-to-RX latency.
   --wire loop        (default) one port, wire=loop: a sample is the time from handing the packet
                      to tx_burst until rx_burst returns it on the same port
   --wire peer        two ports cabled together (wire=peer:<other>); the second sends every packet
                      straight back: a sample is half the round trip, as ib_write_lat reports
+  --stream           send at burst 1 back to back, each frame carrying its sequence number and
+                     TX time, and match every frame on RX: latency per packet while the ring is
+                     busy, and packets per second (--wire loop only; default size 64)
+  --window N         streaming: at most N packets in flight (default 0: what the ring takes)
+  --gap-ns NS        streaming: at least NS ns from one send to the next (default 0)
+  --device-loop L    the software HCA's device_loop devarg (default port)
+  --doorbell-ns NS   the software HCA's doorbell_ns devarg, 0..100000 (default 0)
+  --db-avoid 0|1     the driver's tx_db_avoid devarg (default 0)
   --short            fewer sizes and iterations (a few seconds)
   --busy-poll 0|1    the software HCA's device threads spin when idle (default 1; with
                      --wire peer two spinning device threads share one core: use 0)
   --out DIR          report directory (default target/bench-report)
   --paths LIST       bf-wc,bf-nowc,doorbell (default all)
   --sizes LIST       message sizes, 2..1024 (default 2,4,8,...,1024; short 2,64,256,1024)
-  --iters N          samples per size (default 10000, short 1000)
+  --iters N          samples per size (default 10000, short 1000; streaming 100000, short 20000)
   --warmup N         unrecorded round trips first (default 100, short 20)
   --timeout-ms MS    a packet not back by then is lost (default 100)
   --no-plots         Markdown only
@@ -68,6 +106,12 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
     let mut short = false;
     let mut o = Opts {
         wire: Wire::Loop,
+        stream: false,
+        window: 0,
+        gap_ns: 0,
+        device_loop: DeviceLoop::Port,
+        doorbell_ns: 0,
+        db_avoid: false,
         busy_poll: true,
         paths: Path::ALL.to_vec(),
         sizes: Vec::new(),
@@ -86,6 +130,26 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
                 a.flag(&k)?;
                 short = true;
             }
+            "--stream" => {
+                a.flag(&k)?;
+                o.stream = true;
+            }
+            "--window" => o.window = num_list(&k, &a.value(&k)?, 0, 1_000_000)?[0],
+            "--gap-ns" => o.gap_ns = num_list(&k, &a.value(&k)?, 0, 1_000_000_000)?[0],
+            "--doorbell-ns" => o.doorbell_ns = num_list(&k, &a.value(&k)?, 0, 100_000)?[0],
+            "--db-avoid" => o.db_avoid = zero_one(&k, &a.value(&k)?)?,
+            "--device-loop" => {
+                o.device_loop = match a.value(&k)?.as_str() {
+                    "lcore" => DeviceLoop::Lcore,
+                    "port" => DeviceLoop::Port,
+                    "process" => DeviceLoop::Process,
+                    v => {
+                        return Err(format!(
+                            "--device-loop: `{v}` is not lcore, port or process"
+                        ))
+                    }
+                }
+            }
             "--no-plots" => {
                 a.flag(&k)?;
                 o.plots = false;
@@ -95,13 +159,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
                 o.quiet = true;
             }
             "--out" => o.out = PathBuf::from(a.value(&k)?),
-            "--busy-poll" => {
-                o.busy_poll = match a.value(&k)?.as_str() {
-                    "0" => false,
-                    "1" => true,
-                    v => return Err(format!("--busy-poll: `{v}` is not 0 or 1")),
-                }
-            }
+            "--busy-poll" => o.busy_poll = zero_one(&k, &a.value(&k)?)?,
             "--wire" => {
                 o.wire = match a.value(&k)?.as_str() {
                     "loop" => Wire::Loop,
@@ -118,6 +176,15 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
             _ => return Err(format!("unknown option {k}\n\n{USAGE}")),
         }
     }
+    if o.stream && o.wire != Wire::Loop {
+        return Err("--stream runs over --wire loop only".into());
+    }
+    if o.sizes.is_empty() && o.stream {
+        o.sizes = vec![64];
+    }
+    if o.iters == 0 && o.stream {
+        o.iters = if short { 20_000 } else { 100_000 };
+    }
     if o.sizes.is_empty() {
         o.sizes = if short {
             vec![2, 64, 256, 1024]
@@ -132,6 +199,14 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Mode, String> {
         o.warmup = if short { 20 } else { 100 };
     }
     Ok(Mode::Run(o))
+}
+
+fn zero_one(k: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        v => Err(format!("{k}: `{v}` is not 0 or 1")),
+    }
 }
 
 #[cfg(test)]
@@ -160,6 +235,38 @@ mod tests {
         assert_eq!(run(&["--wire=peer"]).wire, Wire::Peer);
         assert!(o.busy_poll);
         assert!(!run(&["--busy-poll", "0"]).busy_poll);
+        assert!(!o.stream && !o.db_avoid);
+        assert_eq!((o.device_loop, o.doorbell_ns), (DeviceLoop::Port, 0));
+    }
+
+    #[test]
+    fn stream_and_device_settings() {
+        let o = run(&["--stream"]);
+        assert!(o.stream);
+        assert_eq!(
+            (o.sizes.as_slice(), o.iters, o.window),
+            (&[64][..], 100_000, 0)
+        );
+        assert_eq!(run(&["--stream", "--short"]).iters, 20_000);
+        let o = run(&[
+            "--stream",
+            "--sizes=128",
+            "--window=8",
+            "--gap-ns=500",
+            "--device-loop=lcore",
+            "--doorbell-ns=177",
+            "--db-avoid=1",
+        ]);
+        assert_eq!(
+            (o.sizes.as_slice(), o.window, o.gap_ns),
+            (&[128][..], 8, 500)
+        );
+        assert_eq!((o.device_loop, o.doorbell_ns), (DeviceLoop::Lcore, 177));
+        assert!(o.db_avoid);
+        assert!(err(&["--stream", "--wire=peer"]).contains("loop only"));
+        assert!(err(&["--device-loop=thread"]).contains("lcore, port or process"));
+        assert!(err(&["--doorbell-ns=100001"]).contains("outside"));
+        assert!(err(&["--db-avoid=yes"]).contains("not 0 or 1"));
     }
 
     #[test]

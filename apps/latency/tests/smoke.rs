@@ -72,6 +72,9 @@ fn bad_arguments_exit_2_with_the_reason() {
         (&["--sizes", "1"][..], "outside 2..=1024"),
         (&["--paths", "bf"][..], "unknown TX path"),
         (&["--bursts", "4"][..], "unknown option"),
+        (&["--stream", "--wire=peer"][..], "loop only"),
+        (&["--device-loop", "thread"][..], "lcore, port or process"),
+        (&["--db-avoid", "yes"][..], "not 0 or 1"),
     ] {
         let o = Command::new(env!("CARGO_BIN_EXE_latency"))
             .current_dir(&d)
@@ -147,4 +150,71 @@ fn peer_cable_echoes_back() {
     // Both ports transmit once per sample: still one doorbell per packet on that path.
     assert!(md.contains("| doorbell | 2 | 0 | 1.000 | 0.000 |"), "{md}");
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// One stream's CSV row by column name.
+fn stream_row(csv: &str) -> std::collections::HashMap<String, String> {
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row: Vec<&str> = lines.next().expect("a stream row").split(',').collect();
+    assert_eq!(head.len(), row.len(), "{csv}");
+    head.iter()
+        .zip(row)
+        .map(|(h, v)| (h.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn stream_brings_every_packet_back_once() {
+    // Avoidance on with the device on its own thread: skipped doorbells must still be rung
+    // for, or the stream stalls and counts the rest lost. Then the device in the lcore.
+    for (device_loop, avoid) in [("port", "1"), ("lcore", "0")] {
+        let d = scratch(&format!("stream-{device_loop}"));
+        let out = d.join("report");
+        let o = Command::new(env!("CARGO_BIN_EXE_latency"))
+            .current_dir(&d)
+            .args([
+                "--stream",
+                "--paths=doorbell",
+                "--iters=3000",
+                "--warmup=50",
+                "--window=16",
+                "--doorbell-ns=177",
+                "--no-plots",
+            ])
+            .arg(format!("--device-loop={device_loop}"))
+            .arg(format!("--db-avoid={avoid}"))
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let all = text(&o);
+        assert!(o.status.success(), "{all}");
+        let csv = std::fs::read_to_string(out.join("latency_stream.csv")).unwrap();
+        let r = stream_row(&csv);
+        let num = |k: &str| -> f64 { r[k].parse().unwrap_or_else(|_| panic!("{k}: {csv}")) };
+        assert_eq!(num("sent"), 3050.0, "{csv}");
+        assert_eq!(num("received"), 3050.0, "{csv}");
+        for k in ["lost", "duplicates", "foreign"] {
+            assert_eq!(num(k), 0.0, "{k}: {csv}");
+        }
+        assert_eq!(num("n"), 3000.0, "{csv}");
+        let (min, median, p99, max) = (num("t_min"), num("median"), num("p99"), num("t_max"));
+        assert!(
+            0.0 < min && min <= median && median <= p99 && p99 <= max,
+            "{csv}"
+        );
+        assert!(num("mpps") > 0.0, "{csv}");
+        // Each packet's burst either rang or skipped its doorbell; a later call rings for the
+        // skipped ones (the rerings, and the ringing bursts that cover them).
+        let (rung, avoided) = (num("doorbells_pkt"), num("avoided_pkt"));
+        if avoid == "0" {
+            assert_eq!((rung, avoided), (1.0, 0.0), "{csv}");
+        } else {
+            let rerings = num("rerings_pkt");
+            assert!(avoided >= 0.0 && rung > 0.0, "{csv}");
+            assert!((rung + avoided - 1.0).abs() <= 0.001 + rerings, "{csv}");
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }
