@@ -37,17 +37,37 @@ impl<B: TxBuf> TxQueue<B> {
         } else {
             wqe::write_plain_inline2(&mut self.hw.sq.wqe_fixed::<2>(start), data);
         }
-        let end = start.wrapping_add(txbbs);
         let last = LastWqe {
             start,
             txbbs,
             send_be: self.hw.sq.owner_word(start, opcode::SEND).to_be(),
         };
+        // The end of the burst, `end_burst`'s for one WQE that asks for no completion and
+        // decides no doorbell skip: no call on the way, so no register to save. The others go
+        // out of line.
+        let p = &mut self.prod;
+        let (since, since_txbbs) = (p.since_comp + 1, p.txbbs_since_comp + txbbs);
+        if AVOID || since >= self.comp_every || since_txbbs >= self.comp_txbbs {
+            return self.end_one::<AVOID>(last, pkts, len);
+        }
+        (p.since_comp, p.txbbs_since_comp) = (since, since_txbbs);
+        p.prod = start.wrapping_add(txbbs);
+        p.stats.bytes += len as u64;
+        self.ring_for(last);
+        release(pkts, self.cfg.fast_free);
+        self.prod.stats.packets += 1;
+        1
+    }
+
+    /// [`TxQueue::post_one`]'s end when its WQE asks for a completion or doorbell avoidance
+    /// is on: the end of any burst.
+    #[inline(never)]
+    fn end_one<const AVOID: bool>(&mut self, last: LastWqe, pkts: &[B], len: usize) -> usize {
         let posted = Posted {
-            end,
+            end: last.start.wrapping_add(last.txbbs),
             last: Some(last),
         };
-        self.end_burst::<AVOID>(posted, start, pkts, Tally::straight(1, len as u64))
+        self.end_burst::<AVOID>(posted, last.start, pkts, Tally::straight(1, len as u64))
     }
 
     /// The burst proper, with `room` TXBBs (more than none) to fill. A burst of plain packets
@@ -55,22 +75,73 @@ impl<B: TxBuf> TxQueue<B> {
     /// in [`post_rest`].
     #[inline(never)]
     pub(super) fn post<const AVOID: bool>(&mut self, pkts: &[B], room: u32) -> usize {
+        self.post_from::<AVOID, false>(pkts, room)
+    }
+
+    /// A burst whose first packet is above the inline threshold (of large frames, the common
+    /// other burst): a straight-line gather run first, without the inline loop's set-up and
+    /// `post_rest`'s for packets they would only hand on.
+    #[inline(never)]
+    fn post_gather<const AVOID: bool>(&mut self, pkts: &[B], room: u32) -> usize {
+        self.post_from::<AVOID, true>(pkts, room)
+    }
+
+    /// [`TxQueue::post`] and [`TxQueue::post_gather`]: `GATHER`, which run comes first.
+    #[inline(always)]
+    fn post_from<const AVOID: bool, const GATHER: bool>(&mut self, pkts: &[B], room: u32) -> usize {
+        let inline_max = usize::from(self.cfg.inline_max);
+        if !GATHER && matches!(pkts[0].plain(), Some(d) if d.len() > inline_max) {
+            return self.post_gather::<AVOID>(pkts, room);
+        }
         let start = self.prod.prod;
         let sink = AtomicU32::new(0);
         let mut poster = self.hw.sq.poster(start, start.wrapping_add(room), &sink);
         let (mut n, mut bytes) = (0, 0);
-        let stop =
-            inline_run::<B, true>(&mut poster, pkts, &mut n, self.plain_inline_max, &mut bytes);
-        if stop == Stop::End {
-            // Every packet went the straight-line way: the tally is two registers, and the
-            // end of the burst a copy of its own with the rest folded away.
-            let posted = poster.finish();
-            return self.end_burst::<AVOID>(posted, start, pkts, Tally::straight(n, bytes));
-        }
+        let (stop, t) = if GATHER {
+            let stop = gather_run(
+                &mut poster,
+                pkts,
+                &mut n,
+                inline_max,
+                &self.prod.lkeys,
+                &mut self.elts,
+                &mut bytes,
+            );
+            let mut t = Tally::gathered(n, bytes);
+            if stop == Stop::End {
+                self.prod.stats.gather_packets += n as u64;
+                let posted = poster.finish();
+                return self.end_burst::<AVOID>(posted, start, pkts, t);
+            }
+            // What `post_rest` does after a gather run: the packet that stopped it is for
+            // the inline run or the general path, and the inline run comes first.
+            let stop = match stop {
+                Stop::Other => inline_run::<B, false>(
+                    &mut poster,
+                    pkts,
+                    &mut t.n,
+                    self.plain_inline_max,
+                    &mut t.bytes,
+                ),
+                s => s,
+            };
+            (stop, t)
+        } else {
+            let stop =
+                inline_run::<B, true>(&mut poster, pkts, &mut n, self.plain_inline_max, &mut bytes);
+            if stop == Stop::End {
+                // Every packet went the straight-line way: the tally is two registers, and
+                // the end of the burst a copy of its own with the rest folded away.
+                let posted = poster.finish();
+                return self.end_burst::<AVOID>(posted, start, pkts, Tally::straight(n, bytes));
+            }
+            (stop, Tally::straight(n, bytes))
+        };
         let rest = Rest {
-            inline_max: usize::from(self.cfg.inline_max),
+            inline_max,
             plain_inline_max: self.plain_inline_max,
-            elts_room: self.elts.capacity() - self.elts.len(),
+            // Gather packets already in the tally are held already: the room subtracts them.
+            elts_room: self.elts.capacity() - self.elts.len() + t.gathers,
             fast_free: self.cfg.fast_free,
             prod: &mut self.prod,
             elts: &mut self.elts,
@@ -79,7 +150,7 @@ impl<B: TxBuf> TxQueue<B> {
         };
         // The poster goes in and out by value, so that it need not live in memory on the
         // straight-line path.
-        let (poster, t) = post_rest(poster, pkts, stop, Tally::straight(n, bytes), rest);
+        let (poster, t) = post_rest(poster, pkts, stop, t, rest);
         let posted = poster.finish();
         let taken = self.end_burst::<AVOID>(posted, start, pkts, t);
         if t.last && taken < pkts.len() {
@@ -107,6 +178,9 @@ impl<B: TxBuf> TxQueue<B> {
         let end = posted.end;
         let p = &mut self.prod;
         p.prod = end;
+        // Apart from `packets` (below, past the doorbell's branches): two adjacent counters
+        // added together are merged into one vector add, which costs three instructions more.
+        p.stats.bytes += t.bytes;
         if let Some(last) = posted.last {
             let posted_n = (t.n as u32) - t.errors;
             // Before the completion request, which it may force.
@@ -131,9 +205,7 @@ impl<B: TxBuf> TxQueue<B> {
             stash(&mut self.done, &pkts[t.kept..t.n], fast);
             release(self.done.take(), fast);
         }
-        let p = &mut self.prod;
-        p.stats.packets += (t.n - t.errors as usize) as u64;
-        p.stats.bytes += t.bytes;
+        self.prod.stats.packets += (t.n - t.errors as usize) as u64;
         t.n
     }
 
@@ -144,9 +216,17 @@ impl<B: TxBuf> TxQueue<B> {
         let p = &mut self.prod;
         p.since_comp += n;
         p.txbbs_since_comp += end.wrapping_sub(start);
-        if (p.since_comp >= self.comp_every || p.txbbs_since_comp >= self.comp_txbbs)
-            && p.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32
-        {
+        if p.since_comp >= self.comp_every || p.txbbs_since_comp >= self.comp_txbbs {
+            self.ask_completion_for(last, end);
+        }
+    }
+
+    /// [`TxQueue::ask_if_due`]'s request, if the bookkeeping has room: out of line, as it is
+    /// made once per many WQEs, and its registers would otherwise be saved on every burst.
+    #[inline(never)]
+    pub(super) fn ask_completion_for(&mut self, last: LastWqe, end: u32) {
+        let p = &mut self.prod;
+        if p.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32 {
             wqe::set_signaled(&mut self.hw.sq.wqe_mut(last.start, last.txbbs));
             let mask = self.marks.len() as u32 - 1;
             self.marks[(p.marks_head & mask) as usize] = CompMark {
@@ -432,7 +512,8 @@ fn gather_loop<B: TxBuf, const CHECK: bool>(
             return (at(&it), sum, Stop::Other);
         };
         let (addr, len) = (data.as_ptr() as usize, data.len());
-        if len <= inline_max || !mr.contains(addr, len) {
+        // `Mr::contains` without its saturation: a slice's end never wraps the address space.
+        if len <= inline_max || addr < mr.start || addr + len > mr.end {
             return (at(&it), sum, Stop::Other);
         }
         if held.is_full() {
@@ -490,6 +571,17 @@ impl Tally {
             single_seg: true,
             full: false,
             last: false,
+        }
+    }
+
+    /// `n` packets of `bytes` in all, every one a gather WQE of the straight-line path,
+    /// held until its completion.
+    #[inline(always)]
+    fn gathered(n: usize, bytes: u64) -> Tally {
+        Tally {
+            gathers: n as u32,
+            kept: n,
+            ..Tally::straight(n, bytes)
         }
     }
 }
