@@ -477,11 +477,13 @@ fn gather_run_out<B: TxBuf>(
     let Some(mr) = lkeys.cached() else {
         return Stop::Other;
     };
+    let free = (elts.capacity() - elts.len()) as usize;
     let mut poster = poster.cursor();
     let mut held = elts.pusher();
     let todo = &pkts[*n..];
-    // One TXBB a packet: with room for all of them, the WQEs need no room check each.
-    let (i, sum, stop) = if poster.room() >= todo.len() {
+    // One TXBB and one held slot a packet: with room for all of them in both rings, the WQEs
+    // need no check of either each.
+    let (i, sum, stop) = if poster.room() >= todo.len() && free >= todo.len() {
         gather_loop::<B, false>(&mut poster, &mut held, todo, inline_max, mr)
     } else {
         gather_loop::<B, true>(&mut poster, &mut held, todo, inline_max, mr)
@@ -492,8 +494,8 @@ fn gather_run_out<B: TxBuf>(
 }
 
 /// [`gather_run`]'s loop: how many packets it posted, their bytes, and why it stopped.
-/// `CHECK`: whether each WQE checks the room; without, the caller made sure of one TXBB for
-/// every packet of `todo`.
+/// `CHECK`: whether each WQE checks the room and the held slots; without, the caller made
+/// sure of one TXBB and one free slot for every packet of `todo`.
 #[inline(always)]
 fn gather_loop<B: TxBuf, const CHECK: bool>(
     poster: &mut Cursor<'_, '_>,
@@ -503,25 +505,21 @@ fn gather_loop<B: TxBuf, const CHECK: bool>(
     mr: Mr,
 ) -> (usize, u64, Stop) {
     let mut sum = 0u64;
-    let mut it = todo.iter();
-    // The index of the packet in hand, derived from the iterator only where the loop stops
-    // (an index kept beside the iterator costs a register and an increment a packet).
-    let at = |it: &std::slice::Iter<'_, B>| todo.len() - it.len() - 1;
-    while let Some(&pkt) = it.next() {
+    for (i, &pkt) in todo.iter().enumerate() {
         let Some(data) = pkt.plain() else {
-            return (at(&it), sum, Stop::Other);
+            return (i, sum, Stop::Other);
         };
         let (addr, len) = (data.as_ptr() as usize, data.len());
         // `Mr::contains` without its saturation: a slice's end never wraps the address space.
         if len <= inline_max || addr < mr.start || addr + len > mr.end {
-            return (at(&it), sum, Stop::Other);
+            return (i, sum, Stop::Other);
         }
-        if held.is_full() {
-            return (at(&it), sum, Stop::Full);
+        if CHECK && held.is_full() {
+            return (i, sum, Stop::Full);
         }
         let mut w = if CHECK {
             let Some(w) = poster.take::<1>() else {
-                return (at(&it), sum, Stop::RunEnd(1));
+                return (i, sum, Stop::RunEnd(1));
             };
             w
         } else {
@@ -533,7 +531,12 @@ fn gather_loop<B: TxBuf, const CHECK: bool>(
             }
         };
         wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
-        held.push(pkt);
+        // SAFETY: with CHECK the test above found a free slot; without, the caller found one
+        // per packet of `todo`.
+        #[allow(unsafe_code)]
+        unsafe {
+            held.push_unchecked(pkt)
+        };
         sum += len as u64;
     }
     (todo.len(), sum, Stop::End)
