@@ -48,7 +48,7 @@ impl<B: TxBuf> TxQueue<B> {
         let p = &mut self.prod;
         let (since, since_txbbs) = (p.since_comp + 1, p.txbbs_since_comp + txbbs);
         if AVOID || since >= self.comp_every || since_txbbs >= self.comp_txbbs {
-            return self.end_one::<AVOID>(last, pkts, len);
+            return self.end_one::<AVOID>(pkts, len);
         }
         (p.since_comp, p.txbbs_since_comp) = (since, since_txbbs);
         p.prod = start.wrapping_add(txbbs);
@@ -60,14 +60,22 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     /// [`TxQueue::post_one`]'s end when its WQE asks for a completion or doorbell avoidance
-    /// is on: the end of any burst.
+    /// is on: the end of any burst. The WQE is derived again from the producer and the
+    /// length, so that the call takes few enough arguments to be a jump.
     #[inline(never)]
-    fn end_one<const AVOID: bool>(&mut self, last: LastWqe, pkts: &[B], len: usize) -> usize {
+    fn end_one<const AVOID: bool>(&mut self, pkts: &[B], len: usize) -> usize {
+        let start = self.prod.prod;
+        let txbbs = wqe::plain_inline_txbbs(len);
+        let last = LastWqe {
+            start,
+            txbbs,
+            send_be: self.hw.sq.owner_word(start, opcode::SEND).to_be(),
+        };
         let posted = Posted {
-            end: last.start.wrapping_add(last.txbbs),
+            end: start.wrapping_add(txbbs),
             last: Some(last),
         };
-        self.end_burst::<AVOID>(posted, last.start, pkts, Tally::straight(1, len as u64))
+        self.end_burst::<AVOID>(posted, start, pkts, Tally::straight(1, len as u64))
     }
 
     /// The burst proper, with `room` TXBBs (more than none) to fill. A burst of plain packets
