@@ -512,6 +512,9 @@ fn gather_loop<B: TxBuf, const CHECK: bool>(
     inline_max: usize,
     mr: Mr,
 ) -> (usize, u64, Stop) {
+    if !CHECK {
+        return gather_loop_unchecked(poster, held, todo, inline_max, mr);
+    }
     let mut sum = 0u64;
     for (i, &pkt) in todo.iter().enumerate() {
         let Some(data) = pkt.plain() else {
@@ -548,6 +551,66 @@ fn gather_loop<B: TxBuf, const CHECK: bool>(
         sum += len as u64;
     }
     (todo.len(), sum, Stop::End)
+}
+
+/// [`gather_loop`] without checks of the rings, which the caller made for every packet of
+/// `todo`: the first WQE publishes the pending one of the poster, each later one the WQE in
+/// the TXBB before it, so that no WQE pointer is carried from one packet to the next.
+#[inline(always)]
+fn gather_loop_unchecked<B: TxBuf>(
+    poster: &mut Cursor<'_, '_>,
+    held: &mut Pusher<'_, B>,
+    todo: &[B],
+    inline_max: usize,
+    mr: Mr,
+) -> (usize, u64, Stop) {
+    // The packet's buffer if it is for this run.
+    let fits = |pkt: &B| {
+        let data = pkt.plain()?;
+        let (addr, len) = (data.as_ptr() as usize, data.len());
+        // `Mr::contains` without its saturation: a slice's end never wraps the address space.
+        (len > inline_max && addr >= mr.start && addr + len <= mr.end).then_some((addr, len))
+    };
+    let Some(&first) = todo.first() else {
+        return (0, 0, Stop::End);
+    };
+    let Some((addr, len)) = fits(&first) else {
+        return (0, 0, Stop::Other);
+    };
+    // SAFETY: the caller found room for one TXBB per packet of `todo`.
+    #[allow(unsafe_code)]
+    let mut w = unsafe { poster.take_unchecked::<1>() };
+    wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
+    // SAFETY: the caller found a free slot per packet of `todo`.
+    #[allow(unsafe_code)]
+    unsafe {
+        held.push_unchecked(first)
+    };
+    let mut sum = len as u64;
+    let mut stop = (todo.len(), Stop::End);
+    for (i, &pkt) in todo.iter().enumerate().skip(1) {
+        let Some((addr, len)) = fits(&pkt) else {
+            stop = (i, Stop::Other);
+            break;
+        };
+        // SAFETY: room for one TXBB per packet of `todo`; the TXBB before the cursor is the
+        // WQE of the packet before, of one TXBB, taken from this cursor and not published.
+        #[allow(unsafe_code)]
+        let mut w = unsafe { poster.take_after_one_unchecked() };
+        wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
+        // SAFETY: as for the first.
+        #[allow(unsafe_code)]
+        unsafe {
+            held.push_unchecked(pkt)
+        };
+        sum += len as u64;
+    }
+    // SAFETY: the first WQE came from `take_unchecked`, every one is of one TXBB.
+    #[allow(unsafe_code)]
+    unsafe {
+        poster.last_is_pending()
+    };
+    (stop.0, sum, stop.1)
 }
 
 /// What a burst came to.
