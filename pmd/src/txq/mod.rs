@@ -249,8 +249,8 @@ struct HwQueue {
     doorbell: SendDoorbell,
     /// The BF register, only if the BlueFlame path is live.
     bf: Option<BfReg>,
-    /// Bytes 4-7 of a BF copy less the size byte: the QPN in bytes 4-6 (host order).
-    bf_qpn: u32,
+    /// Bytes 4-7 of a BF copy less the size byte, as stored: the QPN in bytes 4-6.
+    bf_qpn_be: u32,
 }
 
 /// What the error and lost-doorbell paths keep: cold, off the burst's cache lines.
@@ -684,7 +684,7 @@ fn create_hw(
     Ok(HwQueue {
         doorbell: sq.doorbell(),
         bf,
-        bf_qpn: (qpn & 0x00ff_ffff) << 8,
+        bf_qpn_be: ((qpn & 0x00ff_ffff) << 8).to_be(),
         sq,
         cq,
     })

@@ -256,15 +256,17 @@ impl<B: TxBuf> TxQueue<B> {
         let hw = &mut self.hw;
         match hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
             Some(half) => {
-                let dword1 = hw.sq.ctrl_dword1(last.start);
+                // As stored (big-endian), so that neither it nor the head is swapped.
+                let dword1_be = hw.sq.ctrl_dword1(last.start).to_be();
                 // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its
                 // tag: such a WQE never goes through BF. The ring keeps a plain WQE for a
                 // device that falls back to fetching it.
-                if (dword1 >> 8) & 0xff == 0 {
+                if dword1_be & (0xff_u32 << 8).to_be() == 0 {
                     let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
                     let mut head = [0u8; 8];
                     head[..4].copy_from_slice(&word.to_be_bytes());
-                    head[4..].copy_from_slice(&(hw.bf_qpn | (dword1 & 0xff)).to_be_bytes());
+                    let size_be = dword1_be & 0xff_u32.to_be();
+                    head[4..].copy_from_slice(&(hw.bf_qpn_be | size_be).to_ne_bytes());
                     half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
                     p.stats.bf_writes += 1;
                 } else {
