@@ -23,15 +23,16 @@ impl<B: TxBuf> TxQueue<B> {
         // then fold away (a one-TXBB WQE in the last slot is rare, and `post` takes it).
         let cnt = self.hw.sq.txbb_cnt();
         let slot = start & (cnt - 1);
-        // `len > PLAIN_INLINE_MAX` is implied by the first test (the threshold is clamped to
-        // it); said again so that the compiler knows the second chunk's size.
-        if len.wrapping_sub(1) >= self.plain_inline_max
-            || len > wqe::PLAIN_INLINE_MAX
-            || txbbs > room
-            || slot + 2 > cnt
-        {
+        if len.wrapping_sub(1) >= self.plain_inline_max || txbbs > room || slot + 2 > cnt {
             return self.post::<AVOID>(pkts, room);
         }
+        // SAFETY: 1 <= len <= plain_inline_max <= PLAIN_INLINE_MAX, from the compare above and
+        // the clamp at setup; the hint tells the compiler the second chunk's size, in place of
+        // a compare.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::hint::assert_unchecked(len <= wqe::PLAIN_INLINE_MAX)
+        };
         if len <= wqe::FIRST_CHUNK {
             wqe::write_plain_inline1(&mut self.hw.sq.wqe_fixed::<1>(start), data);
         } else {
