@@ -395,6 +395,9 @@ fn inline_loop<B: TxBuf, const CHECK: bool>(
     todo: &[B],
     max: usize,
 ) -> (usize, u64, Stop) {
+    if !CHECK {
+        return inline_loop_hoisted(poster, todo, max);
+    }
     let mut sum = 0u64;
     let base = todo.as_ptr() as usize;
     for pkt in todo {
@@ -445,6 +448,86 @@ fn inline_loop<B: TxBuf, const CHECK: bool>(
             wqe::write_plain_inline1(&mut w, data);
         }
         sum += len as u64;
+    }
+    (todo.len(), sum, Stop::End)
+}
+
+/// [`inline_loop`] without a room check, which the caller made for two TXBBs per packet of
+/// `todo`. A run of two-TXBB WQEs (every frame of 45 to 104 bytes) publishes each WQE where
+/// it is, the two TXBBs before the next one, so that no WQE pointer is carried from one
+/// packet to the next; a runt's one-TXBB WQE breaks the run, and the next starts another.
+#[inline(always)]
+fn inline_loop_hoisted<B: TxBuf>(
+    poster: &mut Cursor<'_, '_>,
+    todo: &[B],
+    max: usize,
+) -> (usize, u64, Stop) {
+    // The packet's bytes if it is for this loop, its length bounded for the writers.
+    #[inline(always)]
+    fn fits<B: TxBuf>(pkt: &B, max: usize) -> Option<&[u8]> {
+        let data = pkt.plain()?;
+        let len = data.len();
+        if len.wrapping_sub(1) >= max {
+            return None;
+        }
+        // SAFETY: 1 <= len <= max <= PLAIN_INLINE_MAX, from the compare above and the clamp;
+        // the hint lets the writers' own clamps and table bounds fold away.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::hint::assert_unchecked(len <= wqe::PLAIN_INLINE_MAX)
+        };
+        Some(data)
+    }
+    let mut sum = 0u64;
+    let mut i = 0;
+    while let Some(pkt) = todo.get(i) {
+        let Some(data) = fits(pkt, max) else {
+            return (i, sum, Stop::Other);
+        };
+        if data.len() <= wqe::FIRST_CHUNK {
+            std::hint::cold_path();
+            // SAFETY: the caller found room for two TXBBs per packet of `todo`.
+            #[allow(unsafe_code)]
+            let mut w = unsafe { poster.take_unchecked::<1>() };
+            wqe::write_plain_inline1(&mut w, data);
+            sum += data.len() as u64;
+            i += 1;
+            continue;
+        }
+        // SAFETY: as above.
+        #[allow(unsafe_code)]
+        let mut w = unsafe { poster.take_unchecked::<2>() };
+        wqe::write_plain_inline2(&mut w, data);
+        sum += data.len() as u64;
+        i += 1;
+        // The run of two-TXBB WQEs after it.
+        let mut stop = None;
+        while let Some(pkt) = todo.get(i) {
+            let Some(data) = fits(pkt, max) else {
+                stop = Some(Stop::Other);
+                break;
+            };
+            if data.len() <= wqe::FIRST_CHUNK {
+                // The outer loop takes it.
+                break;
+            }
+            // SAFETY: room for two TXBBs per packet of `todo`; the two TXBBs before the
+            // cursor are the WQE of the packet before, taken from this cursor and not
+            // published.
+            #[allow(unsafe_code)]
+            let mut w = unsafe { poster.take_after_unchecked::<2>() };
+            wqe::write_plain_inline2(&mut w, data);
+            sum += data.len() as u64;
+            i += 1;
+        }
+        // SAFETY: the run's first WQE came from `take_unchecked`, every one is of two TXBBs.
+        #[allow(unsafe_code)]
+        unsafe {
+            poster.last_is_pending::<2>()
+        };
+        if let Some(stop) = stop {
+            return (i, sum, stop);
+        }
     }
     (todo.len(), sum, Stop::End)
 }
@@ -599,7 +682,7 @@ fn gather_loop_unchecked<B: TxBuf>(
         // SAFETY: room for one TXBB per packet of `todo`; the TXBB before the cursor is the
         // WQE of the packet before, of one TXBB, taken from this cursor and not published.
         #[allow(unsafe_code)]
-        let mut w = unsafe { poster.take_after_one_unchecked() };
+        let mut w = unsafe { poster.take_after_unchecked::<1>() };
         wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
         // SAFETY: as for the first.
         #[allow(unsafe_code)]
@@ -611,7 +694,7 @@ fn gather_loop_unchecked<B: TxBuf>(
     // SAFETY: the first WQE came from `take_unchecked`, every one is of one TXBB.
     #[allow(unsafe_code)]
     unsafe {
-        poster.last_is_pending()
+        poster.last_is_pending::<1>()
     };
     (stop.0, sum, stop.1)
 }
