@@ -54,11 +54,8 @@ fn full_ring_rings_again(path: TxPath, avoid: bool) {
     let next = [pkts[taken]];
     let call = |q: &mut TxQueue<Pkt>| {
         // SAFETY: a packet the queue refuses stays the caller's, and is offered again.
-        assert_eq!(
-            unsafe { q.burst(&next) },
-            0,
-            "{path:?}: a full ring takes nothing"
-        );
+        let n = unsafe { q.burst(&next) };
+        assert_eq!(n, 0, "{path:?}: a full ring takes nothing");
     };
     // Up to the first ring again: the looks that filling made are not known here.
     let st = q.stats();
