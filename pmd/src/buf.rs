@@ -122,6 +122,24 @@ impl<B: Copy> Pusher<'_, B> {
         true
     }
 
+    /// As [`Pusher::push`] without the test for a free slot, for a loop that counted them
+    /// once for all its pushes.
+    ///
+    /// # Safety
+    /// A slot is free: fewer buffers were pushed since the pusher was made than the ring had
+    /// free slots then.
+    #[inline(always)]
+    pub unsafe fn push_unchecked(&mut self, b: B) {
+        debug_assert!(!self.is_full());
+        // SAFETY: as in `push`; the slot is free by the caller's contract.
+        unsafe {
+            self.slots
+                .add((self.head & self.mask) as usize)
+                .write(MaybeUninit::new(b))
+        };
+        self.head = self.head.wrapping_add(1);
+    }
+
     /// Whether every slot is taken.
     #[inline(always)]
     pub fn is_full(&self) -> bool {

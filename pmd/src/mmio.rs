@@ -225,6 +225,8 @@ pub fn cpu_has_pat() -> bool {
 pub struct BfReg {
     base: *mut u8,
     half: usize,
+    /// TXBBs one BF write can carry: `half / TXBB_SIZE`, for [`BfReg::reserve`]'s one compare.
+    max_txbbs: u32,
     offset: usize,
     copy: Copy64,
 }
@@ -240,6 +242,7 @@ impl BfReg {
         BfReg {
             base,
             half,
+            max_txbbs: (half / TXBB_SIZE).min(u32::MAX as usize) as u32,
             offset: 0,
             copy: if copy.available() {
                 copy
@@ -272,7 +275,8 @@ impl BfReg {
     /// registers.
     #[inline(always)]
     pub fn reserve(&mut self, txbbs: u32) -> Option<BfHalf<'_>> {
-        if txbbs == 0 || (txbbs as usize) * TXBB_SIZE > self.half {
+        // `txbbs == 0` wraps past any size.
+        if txbbs.wrapping_sub(1) >= self.max_txbbs {
             return None;
         }
         Some(BfHalf { reg: self, txbbs })

@@ -272,6 +272,44 @@ impl<'a> Cursor<'_, 'a> {
     }
 }
 
+impl<'a> Cursor<'_, 'a> {
+    /// The next WQE of `TXBBS` TXBBs in a run of WQEs of that size, publishing the one before
+    /// it where it is, the `TXBBS` TXBBs before the cursor: the store and a pointer's step per
+    /// WQE, no WQE kept pending. The WQE before stays the cursor's pending one, already
+    /// published, until [`Cursor::last_is_pending`] ends the run.
+    ///
+    /// # Safety
+    /// `TXBBS` TXBBs fit before the run's end (as for [`Cursor::take_unchecked`]), and the
+    /// `TXBBS` TXBBs before the cursor are a WQE this cursor handed out (by
+    /// [`Cursor::take_unchecked`] or this), finished and not yet published.
+    #[inline(always)]
+    pub unsafe fn take_after_unchecked<const TXBBS: usize>(&mut self) -> WqeMut<'a, TXBBS> {
+        const { assert!(TXBBS > 0) };
+        let len = TXBBS << TXBB_SHIFT;
+        debug_assert!(self.room() >= TXBBS);
+        let at = self.at;
+        // SAFETY: the WQE before `at` is one of this run (the caller's contract): inside the
+        // ring, 4-byte aligned, reached only atomically.
+        unsafe { AtomicU32::from_ptr(at.sub(len).cast()) }.store(self.send_be, Ordering::Release);
+        // SAFETY: `len` bytes fit before the run's end (the caller's contract).
+        self.at = unsafe { at.add(len) };
+        WqeMut::new(at, len)
+    }
+
+    /// Ends a run of [`Cursor::take_after_unchecked`]: the WQE before the cursor, of
+    /// `TXBBS` TXBBs, is the pending one again (the last, still unpublished).
+    ///
+    /// # Safety
+    /// The run took at least one WQE, each of `TXBBS` TXBBs, the first by
+    /// [`Cursor::take_unchecked`].
+    #[inline(always)]
+    pub unsafe fn last_is_pending<const TXBBS: usize>(&mut self) {
+        // SAFETY: the last WQE taken is the `TXBBS` TXBBs before the cursor (the caller's
+        // contract).
+        self.pending = unsafe { self.at.sub(TXBBS << TXBB_SHIFT) }.cast();
+    }
+}
+
 impl Drop for Cursor<'_, '_> {
     #[inline(always)]
     fn drop(&mut self) {

@@ -182,7 +182,7 @@ impl SqRing {
     /// Stamps the TXBBs in `[from, to)` (counters) after their completion: each first dword
     /// becomes `0x7fffffff` with bit 31 = the parity of the pass just consumed, so the slot is
     /// invalid for the next pass until a new WQE is published there. One value per run up to
-    /// the ring's end, stored by a loop unrolled by 8.
+    /// the ring's end, stored by loops unrolled by 32, then 8.
     pub fn stamp(&self, from: u32, to: u32) {
         let mut c = from;
         while c != to {
@@ -198,8 +198,18 @@ impl SqRing {
                 unsafe { AtomicU32::from_ptr(p.add(i << TXBB_SHIFT).cast()) }
                     .store(value, Ordering::Relaxed)
             };
+            // SAFETY: whole groups of 32 TXBBs from `p`, inside the run.
+            let end32 = unsafe { p.add((run & !31) << TXBB_SHIFT) };
+            while p != end32 {
+                for i in 0..32 {
+                    store(p, i);
+                }
+                // SAFETY: at most `end32`, inside the run.
+                p = unsafe { p.add(32 << TXBB_SHIFT) };
+            }
+            // What is left, by 8 while 8 fit.
             // SAFETY: whole groups of 8 TXBBs from `p`, inside the run.
-            let end8 = unsafe { p.add((run & !7) << TXBB_SHIFT) };
+            let end8 = unsafe { p.add((run & 31 & !7) << TXBB_SHIFT) };
             while p != end8 {
                 for i in 0..8 {
                     store(p, i);

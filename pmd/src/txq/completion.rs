@@ -54,8 +54,9 @@ impl<B: TxBuf> TxQueue<B> {
         let Some(m) = end else { return 0 };
         self.hw.sq.stamp(self.comp.cons, m.txbb_end);
         self.comp.cons = m.txbb_end;
+        self.sync_front();
         // Progress: the next look without room starts the count over, and is not counted.
-        self.comp.full_left = FULL_PATIENCE + 1;
+        self.set_full_left(FULL_PATIENCE + 1);
         self.free_elts(m.elts_end)
     }
 
@@ -80,7 +81,7 @@ impl<B: TxBuf> TxQueue<B> {
     #[inline(never)]
     pub(super) fn on_error_cqe(&mut self, syndrome: u8, vendor_err: u8, wqe_index: u16) {
         self.prod.stats.error_cqes += 1;
-        self.comp.detour |= FAILED;
+        self.set_detour(self.comp.detour | FAILED);
         self.recovery.error_wqe = wqe_index;
         if !self.comp.error_logged {
             self.comp.error_logged = true;
@@ -178,10 +179,10 @@ impl<B: TxBuf> TxQueue<B> {
         self.prod.txbbs_since_comp = 0;
         (self.prod.bell, self.prod.unrung) = (0, 0);
         (self.comp.cons, self.comp.marks_tail) = (0, 0);
-        self.comp.detour &= !FAILED;
         let r = &mut self.recovery;
         (r.nop_at, r.kick_cons) = (None, 0);
-        self.comp.full_left = FULL_PATIENCE;
+        self.set_full_left(FULL_PATIENCE);
+        self.set_detour(self.comp.detour & !FAILED);
     }
 
     /// Packets in the WQEs from the failed one up to the producer: what the device of a queue
@@ -225,8 +226,9 @@ impl<B: TxBuf> TxQueue<B> {
     /// moves, so that a look is one decrement and its test.
     #[inline(always)]
     pub(super) fn look_without_room(&mut self) {
-        self.comp.full_left -= 1;
-        if self.comp.full_left == 0 {
+        let left = self.looks_left();
+        *left -= 1;
+        if *left == 0 {
             self.ring_again();
         }
     }
@@ -253,7 +255,7 @@ impl<B: TxBuf> TxQueue<B> {
             || self.failed()
             || cons == self.prod.prod
         {
-            self.comp.full_left = FULL_PATIENCE;
+            self.set_full_left(FULL_PATIENCE);
             return false;
         }
         self.ring_again();
@@ -266,7 +268,7 @@ impl<B: TxBuf> TxQueue<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn ring_again(&mut self) {
-        self.comp.full_left = FULL_PATIENCE;
+        self.set_full_left(FULL_PATIENCE);
         self.prod.stats.doorbell_rerings += 1;
         if self.recovery.nop_at != Some(self.prod.prod) && self.ask_completion_even_if_signaled() {
             self.recovery.nop_at = Some(self.prod.prod);

@@ -208,10 +208,18 @@ struct Completion {
     cons: u32,
     marks_tail: u32,
     error_logged: bool,
+    /// The last TXBB counter the queue may fill (`cons` plus the TXBBs it may have in flight,
+    /// less one), or `cons - 1` while `detour` is set: the front's room less one is this less
+    /// the producer, whose sign says full (one load, a subtraction, a sign test), and a
+    /// detour reads as no room, so that the front tests neither `cons` nor `detour`.
+    room_last: u32,
     /// Looks without room left before one rings again for a lost doorbell
     /// ([`TxQueue::look_without_room`]): [`FULL_PATIENCE`] looks in a row that saw `cons`
-    /// unchanged with WQEs outstanding.
+    /// unchanged with WQEs outstanding. While `detour` is set it stays at 1, so that the
+    /// front's one decrement and test on a full ring also catches a detour, and the count is
+    /// `detour_left`'s.
     full_left: u32,
+    detour_left: u32,
     /// Why a burst leaves the front for [`TxQueue::burst_detour`], as bits ([`FAILED`],
     /// [`AVOIDING`]) tested as one byte, so that doorbell avoidance costs the bursts of a
     /// queue without it nothing.
@@ -241,8 +249,8 @@ struct HwQueue {
     doorbell: SendDoorbell,
     /// The BF register, only if the BlueFlame path is live.
     bf: Option<BfReg>,
-    /// Bytes 4-7 of a BF copy less the size byte: the QPN in bytes 4-6 (host order).
-    bf_qpn: u32,
+    /// Bytes 4-7 of a BF copy less the size byte, as stored: the QPN in bytes 4-6.
+    bf_qpn_be: u32,
 }
 
 /// What the error and lost-doorbell paths keep: cold, off the burst's cache lines.
@@ -348,6 +356,7 @@ impl<B: TxBuf> TxQueue<B> {
                 ..Producer::default()
             },
             comp: Completion {
+                room_last: txbb_cnt - headroom - 1,
                 full_left: FULL_PATIENCE,
                 ..Completion::default()
             },
@@ -383,10 +392,48 @@ impl<B: TxBuf> TxQueue<B> {
             Some(a) => (a.packets.max(1), a.cycles),
             None => (0, 0),
         };
-        self.comp.detour = match avoid {
+        self.set_detour(match avoid {
             Some(_) => self.comp.detour | AVOIDING,
             None => self.comp.detour & !AVOIDING,
-        };
+        });
+    }
+
+    /// Sets `detour` to `bits`, and what the front reads with it: `room_last`, and
+    /// `full_left` held at 1 while a detour is set (see [`Completion::full_left`]).
+    #[inline(always)]
+    fn set_detour(&mut self, bits: u8) {
+        let c = &mut self.comp;
+        match (c.detour != 0, bits != 0) {
+            (false, true) => (c.detour_left, c.full_left) = (c.full_left, 1),
+            (true, false) => c.full_left = c.detour_left,
+            _ => {}
+        }
+        c.detour = bits;
+        self.sync_front();
+    }
+
+    /// Derives `room_last` from `cons` and `detour`, after either changed.
+    #[inline(always)]
+    fn sync_front(&mut self) {
+        let c = &mut self.comp;
+        let usable = if c.detour != 0 { 0 } else { self.usable };
+        c.room_last = c.cons.wrapping_add(usable).wrapping_sub(1);
+    }
+
+    /// The count of looks without room left ([`Completion::full_left`]).
+    #[inline(always)]
+    fn looks_left(&mut self) -> &mut u32 {
+        if self.comp.detour != 0 {
+            &mut self.comp.detour_left
+        } else {
+            &mut self.comp.full_left
+        }
+    }
+
+    /// Sets the count of looks without room left.
+    #[inline(always)]
+    fn set_full_left(&mut self, n: u32) {
+        *self.looks_left() = n;
     }
 
     /// The bounds doorbell avoidance runs with, if on.
@@ -526,15 +573,40 @@ impl<B: TxBuf> TxQueue<B> {
         }
         // Completions make the room, so they come first. With none waiting and the queue
         // healthy this is one load and a compare, and the front calls nothing but `post`.
-        if self.hw.cq.has_cqe() || self.comp.detour != 0 {
+        if self.hw.cq.has_cqe() {
             return self.burst_detour(pkts);
         }
-        // `room()` spelled out: one subtraction whose flags say full.
-        let used = self.prod.prod.wrapping_sub(self.comp.cons);
-        if used >= self.usable {
-            return self.full();
+        // No room, or a failed queue, or doorbell avoidance on (`room_last`).
+        let room_less_one = self.comp.room_last.wrapping_sub(self.prod.prod);
+        if (room_less_one as i32) < 0 {
+            return self.full_front(pkts);
         }
-        self.post_any::<false>(pkts, self.usable - used)
+        self.post_any::<false>(pkts, room_less_one + 1)
+    }
+
+    /// The front on no room: [`TxQueue::full`] with its look's countdown tested first (one
+    /// decrement and its test), which a detour makes run out at once
+    /// ([`Completion::full_left`]).
+    #[inline(always)]
+    fn full_front(&mut self, pkts: &[B]) -> usize {
+        self.comp.full_left -= 1;
+        if self.comp.full_left == 0 {
+            return self.full_cold(pkts);
+        }
+        self.prod.stats.ring_full += 1;
+        0
+    }
+
+    /// The countdown ran out, or a detour is set: the front's decrement undone, then the
+    /// detour, or the look in full (which rings).
+    #[cold]
+    #[inline(never)]
+    fn full_cold(&mut self, pkts: &[B]) -> usize {
+        self.comp.full_left += 1;
+        if self.comp.detour != 0 {
+            return self.burst_detour(pkts);
+        }
+        self.full()
     }
 
     /// The front's way out: completions waiting, a failed queue, or doorbell avoidance on.
@@ -612,7 +684,7 @@ fn create_hw(
     Ok(HwQueue {
         doorbell: sq.doorbell(),
         bf,
-        bf_qpn: (qpn & 0x00ff_ffff) << 8,
+        bf_qpn_be: ((qpn & 0x00ff_ffff) << 8).to_be(),
         sq,
         cq,
     })

@@ -23,28 +23,57 @@ impl<B: TxBuf> TxQueue<B> {
         // then fold away (a one-TXBB WQE in the last slot is rare, and `post` takes it).
         let cnt = self.hw.sq.txbb_cnt();
         let slot = start & (cnt - 1);
-        // `len > PLAIN_INLINE_MAX` is implied by the first test (the threshold is clamped to
-        // it); said again so that the compiler knows the second chunk's size.
-        if len.wrapping_sub(1) >= self.plain_inline_max
-            || len > wqe::PLAIN_INLINE_MAX
-            || txbbs > room
-            || slot + 2 > cnt
-        {
+        if len.wrapping_sub(1) >= self.plain_inline_max || txbbs > room || slot + 2 > cnt {
             return self.post::<AVOID>(pkts, room);
         }
+        // SAFETY: 1 <= len <= plain_inline_max <= PLAIN_INLINE_MAX, from the compare above and
+        // the clamp at setup; the hint tells the compiler the second chunk's size, in place of
+        // a compare.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::hint::assert_unchecked(len <= wqe::PLAIN_INLINE_MAX)
+        };
         if len <= wqe::FIRST_CHUNK {
             wqe::write_plain_inline1(&mut self.hw.sq.wqe_fixed::<1>(start), data);
         } else {
             wqe::write_plain_inline2(&mut self.hw.sq.wqe_fixed::<2>(start), data);
         }
-        let end = start.wrapping_add(txbbs);
+        let last = LastWqe {
+            start,
+            txbbs,
+            send_be: self.hw.sq.owner_word(start, opcode::SEND).to_be(),
+        };
+        // The end of the burst, `end_burst`'s for one WQE that asks for no completion and
+        // decides no doorbell skip: no call on the way, so no register to save. The others go
+        // out of line.
+        let p = &mut self.prod;
+        let (since, since_txbbs) = (p.since_comp + 1, p.txbbs_since_comp + txbbs);
+        if AVOID || since >= self.comp_every || since_txbbs >= self.comp_txbbs {
+            return self.end_one::<AVOID>(pkts, len);
+        }
+        (p.since_comp, p.txbbs_since_comp) = (since, since_txbbs);
+        p.prod = start.wrapping_add(txbbs);
+        p.stats.bytes += len as u64;
+        self.ring_for(last);
+        release(pkts, self.cfg.fast_free);
+        self.prod.stats.packets += 1;
+        1
+    }
+
+    /// [`TxQueue::post_one`]'s end when its WQE asks for a completion or doorbell avoidance
+    /// is on: the end of any burst. The WQE is derived again from the producer and the
+    /// length, so that the call takes few enough arguments to be a jump.
+    #[inline(never)]
+    fn end_one<const AVOID: bool>(&mut self, pkts: &[B], len: usize) -> usize {
+        let start = self.prod.prod;
+        let txbbs = wqe::plain_inline_txbbs(len);
         let last = LastWqe {
             start,
             txbbs,
             send_be: self.hw.sq.owner_word(start, opcode::SEND).to_be(),
         };
         let posted = Posted {
-            end,
+            end: start.wrapping_add(txbbs),
             last: Some(last),
         };
         self.end_burst::<AVOID>(posted, start, pkts, Tally::straight(1, len as u64))
@@ -55,22 +84,73 @@ impl<B: TxBuf> TxQueue<B> {
     /// in [`post_rest`].
     #[inline(never)]
     pub(super) fn post<const AVOID: bool>(&mut self, pkts: &[B], room: u32) -> usize {
+        self.post_from::<AVOID, false>(pkts, room)
+    }
+
+    /// A burst whose first packet is above the inline threshold (of large frames, the common
+    /// other burst): a straight-line gather run first, without the inline loop's set-up and
+    /// `post_rest`'s for packets they would only hand on.
+    #[inline(never)]
+    fn post_gather<const AVOID: bool>(&mut self, pkts: &[B], room: u32) -> usize {
+        self.post_from::<AVOID, true>(pkts, room)
+    }
+
+    /// [`TxQueue::post`] and [`TxQueue::post_gather`]: `GATHER`, which run comes first.
+    #[inline(always)]
+    fn post_from<const AVOID: bool, const GATHER: bool>(&mut self, pkts: &[B], room: u32) -> usize {
+        let inline_max = usize::from(self.cfg.inline_max);
+        if !GATHER && matches!(pkts[0].plain(), Some(d) if d.len() > inline_max) {
+            return self.post_gather::<AVOID>(pkts, room);
+        }
         let start = self.prod.prod;
         let sink = AtomicU32::new(0);
         let mut poster = self.hw.sq.poster(start, start.wrapping_add(room), &sink);
         let (mut n, mut bytes) = (0, 0);
-        let stop =
-            inline_run::<B, true>(&mut poster, pkts, &mut n, self.plain_inline_max, &mut bytes);
-        if stop == Stop::End {
-            // Every packet went the straight-line way: the tally is two registers, and the
-            // end of the burst a copy of its own with the rest folded away.
-            let posted = poster.finish();
-            return self.end_burst::<AVOID>(posted, start, pkts, Tally::straight(n, bytes));
-        }
+        let (stop, t) = if GATHER {
+            let stop = gather_run(
+                &mut poster,
+                pkts,
+                &mut n,
+                inline_max,
+                &self.prod.lkeys,
+                &mut self.elts,
+                &mut bytes,
+            );
+            let mut t = Tally::gathered(n, bytes);
+            if stop == Stop::End {
+                self.prod.stats.gather_packets += n as u64;
+                let posted = poster.finish();
+                return self.end_burst::<AVOID>(posted, start, pkts, t);
+            }
+            // What `post_rest` does after a gather run: the packet that stopped it is for
+            // the inline run or the general path, and the inline run comes first.
+            let stop = match stop {
+                Stop::Other => inline_run::<B, false>(
+                    &mut poster,
+                    pkts,
+                    &mut t.n,
+                    self.plain_inline_max,
+                    &mut t.bytes,
+                ),
+                s => s,
+            };
+            (stop, t)
+        } else {
+            let stop =
+                inline_run::<B, true>(&mut poster, pkts, &mut n, self.plain_inline_max, &mut bytes);
+            if stop == Stop::End {
+                // Every packet went the straight-line way: the tally is two registers, and
+                // the end of the burst a copy of its own with the rest folded away.
+                let posted = poster.finish();
+                return self.end_burst::<AVOID>(posted, start, pkts, Tally::straight(n, bytes));
+            }
+            (stop, Tally::straight(n, bytes))
+        };
         let rest = Rest {
-            inline_max: usize::from(self.cfg.inline_max),
+            inline_max,
             plain_inline_max: self.plain_inline_max,
-            elts_room: self.elts.capacity() - self.elts.len(),
+            // Gather packets already in the tally are held already: the room subtracts them.
+            elts_room: self.elts.capacity() - self.elts.len() + t.gathers,
             fast_free: self.cfg.fast_free,
             prod: &mut self.prod,
             elts: &mut self.elts,
@@ -79,7 +159,7 @@ impl<B: TxBuf> TxQueue<B> {
         };
         // The poster goes in and out by value, so that it need not live in memory on the
         // straight-line path.
-        let (poster, t) = post_rest(poster, pkts, stop, Tally::straight(n, bytes), rest);
+        let (poster, t) = post_rest(poster, pkts, stop, t, rest);
         let posted = poster.finish();
         let taken = self.end_burst::<AVOID>(posted, start, pkts, t);
         if t.last && taken < pkts.len() {
@@ -107,6 +187,9 @@ impl<B: TxBuf> TxQueue<B> {
         let end = posted.end;
         let p = &mut self.prod;
         p.prod = end;
+        // Apart from `packets` (below, past the doorbell's branches): two adjacent counters
+        // added together are merged into one vector add, which costs three instructions more.
+        p.stats.bytes += t.bytes;
         if let Some(last) = posted.last {
             let posted_n = (t.n as u32) - t.errors;
             // Before the completion request, which it may force.
@@ -131,9 +214,7 @@ impl<B: TxBuf> TxQueue<B> {
             stash(&mut self.done, &pkts[t.kept..t.n], fast);
             release(self.done.take(), fast);
         }
-        let p = &mut self.prod;
-        p.stats.packets += (t.n - t.errors as usize) as u64;
-        p.stats.bytes += t.bytes;
+        self.prod.stats.packets += (t.n - t.errors as usize) as u64;
         t.n
     }
 
@@ -144,9 +225,17 @@ impl<B: TxBuf> TxQueue<B> {
         let p = &mut self.prod;
         p.since_comp += n;
         p.txbbs_since_comp += end.wrapping_sub(start);
-        if (p.since_comp >= self.comp_every || p.txbbs_since_comp >= self.comp_txbbs)
-            && p.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32
-        {
+        if p.since_comp >= self.comp_every || p.txbbs_since_comp >= self.comp_txbbs {
+            self.ask_completion_for(last, end);
+        }
+    }
+
+    /// [`TxQueue::ask_if_due`]'s request, if the bookkeeping has room: out of line, as it is
+    /// made once per many WQEs, and its registers would otherwise be saved on every burst.
+    #[inline(never)]
+    pub(super) fn ask_completion_for(&mut self, last: LastWqe, end: u32) {
+        let p = &mut self.prod;
+        if p.marks_head.wrapping_sub(self.comp.marks_tail) < self.marks.len() as u32 {
             wqe::set_signaled(&mut self.hw.sq.wqe_mut(last.start, last.txbbs));
             let mask = self.marks.len() as u32 - 1;
             self.marks[(p.marks_head & mask) as usize] = CompMark {
@@ -168,15 +257,17 @@ impl<B: TxBuf> TxQueue<B> {
         let hw = &mut self.hw;
         match hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
             Some(half) => {
-                let dword1 = hw.sq.ctrl_dword1(last.start);
+                // As stored (big-endian), so that neither it nor the head is swapped.
+                let dword1_be = hw.sq.ctrl_dword1(last.start).to_be();
                 // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its
                 // tag: such a WQE never goes through BF. The ring keeps a plain WQE for a
                 // device that falls back to fetching it.
-                if (dword1 >> 8) & 0xff == 0 {
+                if dword1_be & (0xff_u32 << 8).to_be() == 0 {
                     let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
                     let mut head = [0u8; 8];
                     head[..4].copy_from_slice(&word.to_be_bytes());
-                    head[4..].copy_from_slice(&(hw.bf_qpn | (dword1 & 0xff)).to_be_bytes());
+                    let size_be = dword1_be & 0xff_u32.to_be();
+                    head[4..].copy_from_slice(&(hw.bf_qpn_be | size_be).to_ne_bytes());
                     half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
                     p.stats.bf_writes += 1;
                 } else {
@@ -304,6 +395,9 @@ fn inline_loop<B: TxBuf, const CHECK: bool>(
     todo: &[B],
     max: usize,
 ) -> (usize, u64, Stop) {
+    if !CHECK {
+        return inline_loop_hoisted(poster, todo, max);
+    }
     let mut sum = 0u64;
     let base = todo.as_ptr() as usize;
     for pkt in todo {
@@ -358,6 +452,86 @@ fn inline_loop<B: TxBuf, const CHECK: bool>(
     (todo.len(), sum, Stop::End)
 }
 
+/// [`inline_loop`] without a room check, which the caller made for two TXBBs per packet of
+/// `todo`. A run of two-TXBB WQEs (every frame of 45 to 104 bytes) publishes each WQE where
+/// it is, the two TXBBs before the next one, so that no WQE pointer is carried from one
+/// packet to the next; a runt's one-TXBB WQE breaks the run, and the next starts another.
+#[inline(always)]
+fn inline_loop_hoisted<B: TxBuf>(
+    poster: &mut Cursor<'_, '_>,
+    todo: &[B],
+    max: usize,
+) -> (usize, u64, Stop) {
+    // The packet's bytes if it is for this loop, its length bounded for the writers.
+    #[inline(always)]
+    fn fits<B: TxBuf>(pkt: &B, max: usize) -> Option<&[u8]> {
+        let data = pkt.plain()?;
+        let len = data.len();
+        if len.wrapping_sub(1) >= max {
+            return None;
+        }
+        // SAFETY: 1 <= len <= max <= PLAIN_INLINE_MAX, from the compare above and the clamp;
+        // the hint lets the writers' own clamps and table bounds fold away.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::hint::assert_unchecked(len <= wqe::PLAIN_INLINE_MAX)
+        };
+        Some(data)
+    }
+    let mut sum = 0u64;
+    let mut i = 0;
+    while let Some(pkt) = todo.get(i) {
+        let Some(data) = fits(pkt, max) else {
+            return (i, sum, Stop::Other);
+        };
+        if data.len() <= wqe::FIRST_CHUNK {
+            std::hint::cold_path();
+            // SAFETY: the caller found room for two TXBBs per packet of `todo`.
+            #[allow(unsafe_code)]
+            let mut w = unsafe { poster.take_unchecked::<1>() };
+            wqe::write_plain_inline1(&mut w, data);
+            sum += data.len() as u64;
+            i += 1;
+            continue;
+        }
+        // SAFETY: as above.
+        #[allow(unsafe_code)]
+        let mut w = unsafe { poster.take_unchecked::<2>() };
+        wqe::write_plain_inline2(&mut w, data);
+        sum += data.len() as u64;
+        i += 1;
+        // The run of two-TXBB WQEs after it.
+        let mut stop = None;
+        while let Some(pkt) = todo.get(i) {
+            let Some(data) = fits(pkt, max) else {
+                stop = Some(Stop::Other);
+                break;
+            };
+            if data.len() <= wqe::FIRST_CHUNK {
+                // The outer loop takes it.
+                break;
+            }
+            // SAFETY: room for two TXBBs per packet of `todo`; the two TXBBs before the
+            // cursor are the WQE of the packet before, taken from this cursor and not
+            // published.
+            #[allow(unsafe_code)]
+            let mut w = unsafe { poster.take_after_unchecked::<2>() };
+            wqe::write_plain_inline2(&mut w, data);
+            sum += data.len() as u64;
+            i += 1;
+        }
+        // SAFETY: the run's first WQE came from `take_unchecked`, every one is of two TXBBs.
+        #[allow(unsafe_code)]
+        unsafe {
+            poster.last_is_pending::<2>()
+        };
+        if let Some(stop) = stop {
+            return (i, sum, stop);
+        }
+    }
+    (todo.len(), sum, Stop::End)
+}
+
 /// Posts plain packets above the inline threshold whose buffer lies in the lkey cache's
 /// region, as gather WQEs of one data segment, from `pkts[*n]` on, holding each in `elts`;
 /// adds their bytes to `bytes`. The loop is out of line ([`gather_run_out`]): inside
@@ -397,11 +571,13 @@ fn gather_run_out<B: TxBuf>(
     let Some(mr) = lkeys.cached() else {
         return Stop::Other;
     };
+    let free = (elts.capacity() - elts.len()) as usize;
     let mut poster = poster.cursor();
     let mut held = elts.pusher();
     let todo = &pkts[*n..];
-    // One TXBB a packet: with room for all of them, the WQEs need no room check each.
-    let (i, sum, stop) = if poster.room() >= todo.len() {
+    // One TXBB and one held slot a packet: with room for all of them in both rings, the WQEs
+    // need no check of either each.
+    let (i, sum, stop) = if poster.room() >= todo.len() && free >= todo.len() {
         gather_loop::<B, false>(&mut poster, &mut held, todo, inline_max, mr)
     } else {
         gather_loop::<B, true>(&mut poster, &mut held, todo, inline_max, mr)
@@ -412,8 +588,8 @@ fn gather_run_out<B: TxBuf>(
 }
 
 /// [`gather_run`]'s loop: how many packets it posted, their bytes, and why it stopped.
-/// `CHECK`: whether each WQE checks the room; without, the caller made sure of one TXBB for
-/// every packet of `todo`.
+/// `CHECK`: whether each WQE checks the room and the held slots; without, the caller made
+/// sure of one TXBB and one free slot for every packet of `todo`.
 #[inline(always)]
 fn gather_loop<B: TxBuf, const CHECK: bool>(
     poster: &mut Cursor<'_, '_>,
@@ -422,25 +598,25 @@ fn gather_loop<B: TxBuf, const CHECK: bool>(
     inline_max: usize,
     mr: Mr,
 ) -> (usize, u64, Stop) {
+    if !CHECK {
+        return gather_loop_unchecked(poster, held, todo, inline_max, mr);
+    }
     let mut sum = 0u64;
-    let mut it = todo.iter();
-    // The index of the packet in hand, derived from the iterator only where the loop stops
-    // (an index kept beside the iterator costs a register and an increment a packet).
-    let at = |it: &std::slice::Iter<'_, B>| todo.len() - it.len() - 1;
-    while let Some(&pkt) = it.next() {
+    for (i, &pkt) in todo.iter().enumerate() {
         let Some(data) = pkt.plain() else {
-            return (at(&it), sum, Stop::Other);
+            return (i, sum, Stop::Other);
         };
         let (addr, len) = (data.as_ptr() as usize, data.len());
-        if len <= inline_max || !mr.contains(addr, len) {
-            return (at(&it), sum, Stop::Other);
+        // `Mr::contains` without its saturation: a slice's end never wraps the address space.
+        if len <= inline_max || addr < mr.start || addr + len > mr.end {
+            return (i, sum, Stop::Other);
         }
-        if held.is_full() {
-            return (at(&it), sum, Stop::Full);
+        if CHECK && held.is_full() {
+            return (i, sum, Stop::Full);
         }
         let mut w = if CHECK {
             let Some(w) = poster.take::<1>() else {
-                return (at(&it), sum, Stop::RunEnd(1));
+                return (i, sum, Stop::RunEnd(1));
             };
             w
         } else {
@@ -452,10 +628,75 @@ fn gather_loop<B: TxBuf, const CHECK: bool>(
             }
         };
         wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
-        held.push(pkt);
+        // SAFETY: with CHECK the test above found a free slot; without, the caller found one
+        // per packet of `todo`.
+        #[allow(unsafe_code)]
+        unsafe {
+            held.push_unchecked(pkt)
+        };
         sum += len as u64;
     }
     (todo.len(), sum, Stop::End)
+}
+
+/// [`gather_loop`] without checks of the rings, which the caller made for every packet of
+/// `todo`: the first WQE publishes the pending one of the poster, each later one the WQE in
+/// the TXBB before it, so that no WQE pointer is carried from one packet to the next.
+#[inline(always)]
+fn gather_loop_unchecked<B: TxBuf>(
+    poster: &mut Cursor<'_, '_>,
+    held: &mut Pusher<'_, B>,
+    todo: &[B],
+    inline_max: usize,
+    mr: Mr,
+) -> (usize, u64, Stop) {
+    // The packet's buffer if it is for this run.
+    let fits = |pkt: &B| {
+        let data = pkt.plain()?;
+        let (addr, len) = (data.as_ptr() as usize, data.len());
+        // `Mr::contains` without its saturation: a slice's end never wraps the address space.
+        (len > inline_max && addr >= mr.start && addr + len <= mr.end).then_some((addr, len))
+    };
+    let Some(&first) = todo.first() else {
+        return (0, 0, Stop::End);
+    };
+    let Some((addr, len)) = fits(&first) else {
+        return (0, 0, Stop::Other);
+    };
+    // SAFETY: the caller found room for one TXBB per packet of `todo`.
+    #[allow(unsafe_code)]
+    let mut w = unsafe { poster.take_unchecked::<1>() };
+    wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
+    // SAFETY: the caller found a free slot per packet of `todo`.
+    #[allow(unsafe_code)]
+    unsafe {
+        held.push_unchecked(first)
+    };
+    let mut sum = len as u64;
+    let mut stop = (todo.len(), Stop::End);
+    for (i, &pkt) in todo.iter().enumerate().skip(1) {
+        let Some((addr, len)) = fits(&pkt) else {
+            stop = (i, Stop::Other);
+            break;
+        };
+        // SAFETY: room for one TXBB per packet of `todo`; the TXBB before the cursor is the
+        // WQE of the packet before, of one TXBB, taken from this cursor and not published.
+        #[allow(unsafe_code)]
+        let mut w = unsafe { poster.take_after_unchecked::<1>() };
+        wqe::write_plain_gather(&mut w, addr as u64, len as u32, mr.lkey);
+        // SAFETY: as for the first.
+        #[allow(unsafe_code)]
+        unsafe {
+            held.push_unchecked(pkt)
+        };
+        sum += len as u64;
+    }
+    // SAFETY: the first WQE came from `take_unchecked`, every one is of one TXBB.
+    #[allow(unsafe_code)]
+    unsafe {
+        poster.last_is_pending::<1>()
+    };
+    (stop.0, sum, stop.1)
 }
 
 /// What a burst came to.
@@ -490,6 +731,17 @@ impl Tally {
             single_seg: true,
             full: false,
             last: false,
+        }
+    }
+
+    /// `n` packets of `bytes` in all, every one a gather WQE of the straight-line path,
+    /// held until its completion.
+    #[inline(always)]
+    fn gathered(n: usize, bytes: u64) -> Tally {
+        Tally {
+            gathers: n as u32,
+            kept: n,
+            ..Tally::straight(n, bytes)
         }
     }
 }

@@ -1,0 +1,115 @@
+//! Calls on a full ring with the device held: each takes nothing and is counted in
+//! `ring_full`, and every 64th in a row without progress rings again for a lost doorbell, on
+//! a healthy queue and with doorbell avoidance on (where the burst's front takes its detour
+//! from the full ring's path). Once the device runs, every frame taken is on the wire, in
+//! order, byte for byte.
+
+mod traffic;
+
+use mlx4rs::txq::{DbAvoid, TxPath, TxQueue};
+use mlx4rs::wqe::TxOffloads;
+use traffic::*;
+
+/// Calls on a full ring without progress between two rings again (the queue's patience).
+const PATIENCE: u64 = 64;
+
+fn full_ring_rings_again(path: TxPath, avoid: bool) {
+    let mut r = rig(true);
+    let mut rng = Rng(0xfa11 + avoid as u64);
+    let mut q: TxQueue<Pkt> =
+        // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+        unsafe { TxQueue::new(&r.dev, "tx_patience", 0, 64, tx_config(path, 104), &[r.mr]) }
+            .unwrap();
+    if avoid {
+        // The deadline never fires here: the skips are bounded by the packet count.
+        q.set_db_avoid(Some(DbAvoid {
+            cycles: u64::MAX / 4,
+            ..DbAvoid::default_bound()
+        }));
+    }
+    // 64-byte packets take two TXBBs; the ring holds far fewer than these.
+    let cases: Vec<Case> = (0..4096)
+        .map(|_| Case {
+            bytes: (0..64).map(|_| rng.next() as u8).collect(),
+            cuts: vec![],
+            off: TxOffloads::default(),
+        })
+        .collect();
+    let mut segtab = Vec::new();
+    let mut arena = std::mem::take(&mut r.arena);
+    let pkts = build(&mut arena, &cases, &mut segtab, 0);
+    r.arena = arena;
+    let wire_before = r.wire.lock().unwrap().len();
+    // Fill with the device held: bursts of 32 until one is cut short.
+    let mut taken = 0;
+    loop {
+        // SAFETY: test buffers, each handed over once; their release only records it.
+        let n = unsafe { q.burst(&pkts[taken..taken + 32]) };
+        taken += n;
+        if n < 32 {
+            break;
+        }
+        assert!(taken + 32 <= pkts.len(), "{path:?}: the ring never filled");
+    }
+    let next = [pkts[taken]];
+    let call = |q: &mut TxQueue<Pkt>| {
+        // SAFETY: a packet the queue refuses stays the caller's, and is offered again.
+        let n = unsafe { q.burst(&next) };
+        assert_eq!(n, 0, "{path:?}: a full ring takes nothing");
+    };
+    // Up to the first ring again: the looks that filling made are not known here.
+    let st = q.stats();
+    let mut calls = 0;
+    while q.stats().doorbell_rerings == st.doorbell_rerings {
+        call(&mut q);
+        calls += 1;
+        assert!(
+            calls <= PATIENCE,
+            "{path:?} avoid {avoid}: no ring again in {calls} calls"
+        );
+    }
+    // From there, exactly the patience between two, each call counted.
+    let st = q.stats();
+    for i in 1..=2 * PATIENCE {
+        call(&mut q);
+        let now = q.stats();
+        assert_eq!(now.ring_full, st.ring_full + i, "{path:?} avoid {avoid}");
+        assert_eq!(
+            now.doorbell_rerings,
+            st.doorbell_rerings + i / PATIENCE,
+            "{path:?} avoid {avoid}: call {i}"
+        );
+    }
+    assert_eq!(q.stats().packets, taken as u64);
+    // Whatever avoidance left unrung, a ring again covered: the device sends it all.
+    r.hca.step();
+    q.complete();
+    let wire = r.wire.lock().unwrap()[wire_before..].to_vec();
+    assert_eq!(
+        wire.len(),
+        taken,
+        "{path:?} avoid {avoid}: frames on the wire"
+    );
+    for (i, (w, c)) in wire.iter().zip(&cases).enumerate() {
+        assert!(*w == c.bytes, "{path:?} avoid {avoid}: frame {i} differs");
+    }
+    // Room again: the packet refused is taken now.
+    // SAFETY: as above.
+    assert_eq!(unsafe { q.burst(&next) }, 1, "{path:?} avoid {avoid}");
+    r.hca.step();
+    q.complete();
+    assert_eq!(r.wire.lock().unwrap().last(), Some(&cases[taken].bytes));
+    q.destroy(&r.dev);
+}
+
+#[test]
+fn a_full_ring_rings_again_after_its_patience() {
+    full_ring_rings_again(TxPath::Doorbell, false);
+    full_ring_rings_again(TxPath::BlueFlame, false);
+}
+
+#[test]
+fn a_full_ring_with_doorbell_avoidance_rings_again_after_its_patience() {
+    full_ring_rings_again(TxPath::Doorbell, true);
+    full_ring_rings_again(TxPath::BlueFlame, true);
+}
