@@ -70,6 +70,10 @@ pub(crate) struct DevState {
     faults: FaultState,
     /// What device memory shows.
     published: Counters,
+    /// Polls that changed counters since they were last published.
+    unpublished: u32,
+    /// Polls in a row that changed nothing, since the last one that did.
+    quiet: u32,
     scratch: Box<Scratch>,
     /// Time charged per doorbell and BlueFlame burst taken ([`crate::HcaConfig::doorbell_ns`]).
     doorbell_ns: u32,
@@ -122,6 +126,8 @@ impl DevState {
             counters: Counters::default(),
             faults: FaultState::default(),
             published: Counters::default(),
+            unpublished: 0,
+            quiet: 0,
             scratch: Scratch::new(),
             doorbell_ns,
             owed_ns: 0,
