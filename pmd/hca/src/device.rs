@@ -36,7 +36,23 @@ enum Qp {
 /// A UAR page in use, as the device polls it: its doorbell words and the send queues on it.
 struct ActiveUar {
     page: UarPage,
+    /// The doorbell write count ([`crate::UAR_DB_WRITES_OFFSET`]).
+    writes: HostMem,
+    /// Whether a writer of this page counts its doorbells: until one does, a taken doorbell is
+    /// one write, as no more can be known of a plain store.
+    counted: bool,
     sqs: Vec<u32>,
+}
+
+impl ActiveUar {
+    fn new(page: UarPage, bar: &Bar) -> ActiveUar {
+        ActiveUar {
+            writes: bar.uar_view(page.index, crate::UAR_DB_WRITES_OFFSET, 4),
+            counted: false,
+            page,
+            sqs: Vec::new(),
+        }
+    }
 }
 
 pub(crate) struct DevState {
@@ -210,10 +226,8 @@ impl DevState {
             Some(i) => self.pages.share_uar(i as usize),
             None => {
                 let page = self.pages.alloc_uar(false)?;
-                self.uars.push(ActiveUar {
-                    page: page.clone(),
-                    sqs: Vec::new(),
-                });
+                self.uars
+                    .push(ActiveUar::new(page.clone(), &self.pages.bar));
                 Ok(page)
             }
         }
@@ -238,10 +252,7 @@ impl DevState {
             page: self.pages.bar.uar_ptr(page.index),
             bf_page: self.pages.bf_page_ptr(page.index),
         };
-        self.uars.push(ActiveUar {
-            page,
-            sqs: Vec::new(),
-        });
+        self.uars.push(ActiveUar::new(page, &self.pages.bar));
         Ok(uar)
     }
 

@@ -181,8 +181,18 @@ impl DevState {
             return 0;
         }
         let v = db.take_be32(0).unwrap_or(0);
-        self.counters.doorbells += 1;
-        self.charge_doorbells(1);
+        // A card takes every UAR write (each a posted write of its own); a plain store that
+        // lands on a word not yet taken merges with it here. A writer that counts its writes
+        // (it bumps the count before its store) is charged each of them, conserved across
+        // takes; a page no writer counts on is charged one write per doorbell taken.
+        let a = &mut self.uars[i];
+        // The count is a native-endian word bumped atomically: undo the byte order the
+        // big-endian swap applies.
+        let n = a.writes.take_be32(0).map_or(0, u32::to_be);
+        a.counted |= n != 0;
+        let writes = if a.counted { u64::from(n) } else { 1 };
+        self.counters.doorbells += writes;
+        self.charge_doorbells(writes);
         if self.faults.doorbell.tick() {
             // An injected fault: the write never reached the device.
             self.counters.inj_doorbells_dropped += 1;
