@@ -9,7 +9,7 @@ mod port;
 
 use std::sync::Arc;
 
-use crate::bar::Bar;
+use crate::bar::{Bar, UarWords};
 use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::dma::HostMem;
@@ -36,8 +36,8 @@ enum Qp {
 /// A UAR page in use, as the device polls it: its doorbell words and the send queues on it.
 struct ActiveUar {
     page: UarPage,
-    /// The doorbell write count ([`crate::UAR_DB_WRITES_OFFSET`]).
-    writes: HostMem,
+    /// Its doorbell words, as each poll reads them.
+    words: UarWords,
     /// Whether a writer of this page counts its doorbells: until one does, a taken doorbell is
     /// one write, as no more can be known of a plain store.
     counted: bool,
@@ -47,7 +47,7 @@ struct ActiveUar {
 impl ActiveUar {
     fn new(page: UarPage, bar: &Bar) -> ActiveUar {
         ActiveUar {
-            writes: bar.uar_view(page.index, crate::UAR_DB_WRITES_OFFSET, 4),
+            words: bar.uar_words(page.index),
             counted: false,
             page,
             sqs: Vec::new(),

@@ -144,18 +144,27 @@ impl DevState {
     /// first, so the driver's cache line is not stolen while none is there) and routed by the
     /// QPN it names to that queue, whichever page it landed on (doc/prm.md 3.2: the device routes
     /// by QPN).
+    #[inline(always)]
     fn poll_uar(&mut self, i: usize) -> usize {
-        self.poll_cq_db(i) + self.poll_send_db(i)
+        let Some(a) = self.uars.get(i) else {
+            return 0;
+        };
+        // Two loads decide an idle page.
+        let (cq, send) = (a.words.cq(), a.words.send_pending());
+        let mut work = 0;
+        if cq != [0; 8] {
+            work += self.poll_cq_db(i, cq);
+        }
+        if send {
+            work += self.poll_send_db(i);
+        }
+        work
     }
 
     /// A CQ arm doorbell on the `i`th UAR page in use: the 64-bit BE store of
     /// `(sn << 28 | cmd | cqn) << 32 | ci` (doc/prm.md 5.3), taken whole with a swap.
-    fn poll_cq_db(&mut self, i: usize) -> usize {
-        let db = &self.uars[i].page.cq_db;
-        let Some(q) = db.load_bytes8(0) else {
-            return 0;
-        };
-        if q == [0; 8] || !db.clear_bytes8_if(0, q) {
+    fn poll_cq_db(&mut self, i: usize, q: [u8; 8]) -> usize {
+        if !self.uars[i].words.clear_cq_if(q) {
             return 0;
         }
         let v = u64::from_be_bytes(q);
@@ -174,50 +183,48 @@ impl DevState {
         1
     }
 
-    /// The send doorbell word of the `i`th UAR page in use.
+    /// The send doorbell word of the `i`th UAR page in use, which holds one.
     fn poll_send_db(&mut self, i: usize) -> usize {
-        let db = &self.uars[i].page.db;
-        if db.load_be32(0).unwrap_or(0) == 0 {
-            return 0;
-        }
-        let v = db.take_be32(0).unwrap_or(0);
+        let DevState {
+            uars,
+            qps,
+            counters,
+            faults,
+            owed_ns,
+            doorbell_ns,
+            ..
+        } = self;
+        let a = &mut uars[i];
+        let v = a.words.take_send();
         // A card takes every UAR write (each a posted write of its own); a plain store that
         // lands on a word not yet taken merges with it here. A writer that counts its writes
         // (it bumps the count before its store) is charged each of them, conserved across
         // takes; a page no writer counts on is charged one write per doorbell taken.
-        let a = &mut self.uars[i];
-        // The count is a native-endian word bumped atomically: undo the byte order the
-        // big-endian swap applies.
-        let n = a.writes.take_be32(0).map_or(0, u32::to_be);
+        let n = a.words.take_writes();
         a.counted |= n != 0;
         let writes = if a.counted { u64::from(n) } else { 1 };
-        self.counters.doorbells += writes;
-        self.charge_doorbells(writes);
-        if self.faults.doorbell.tick() {
+        counters.doorbells += writes;
+        *owed_ns += writes * u64::from(*doorbell_ns);
+        if faults.doorbell.tick() {
             // An injected fault: the write never reached the device.
-            self.counters.inj_doorbells_dropped += 1;
+            counters.inj_doorbells_dropped += 1;
             return 1;
         }
-        let qpn = mlx4_prm::doorbell_qpn(v.to_be_bytes());
-        match self.qps.get_mut(qp_slot(qpn)) {
+        let qpn = mlx4_prm::doorbell_qpn(v);
+        match qps.get_mut(qp_slot(qpn)) {
             Some(Qp::Sq(sq)) if sq.qpn == qpn => {
-                sq.doorbell(false, &mut self.counters);
+                sq.doorbell(false, counters);
             }
             _ => {
-                self.counters.doorbells_bad_qpn += 1;
+                counters.doorbells_bad_qpn += 1;
                 return 1;
             }
         }
         // On a shared page this doorbell may have overwritten another queue's.
-        let a = &self.uars[i];
         if a.sqs.len() > 1 {
-            for k in 0..a.sqs.len() {
-                let other = self.uars[i].sqs[k];
-                if other == qpn {
-                    continue;
-                }
-                if let Some(Qp::Sq(sq)) = self.qps.get_mut(qp_slot(other)) {
-                    sq.doorbell(true, &mut self.counters);
+            for &other in a.sqs.iter().filter(|&&q| q != qpn) {
+                if let Some(Qp::Sq(sq)) = qps.get_mut(qp_slot(other)) {
+                    sq.doorbell(true, counters);
                 }
             }
         }
