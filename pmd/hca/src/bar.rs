@@ -353,7 +353,8 @@ impl Bar {
     }
 
     /// The counters of the adapter this device memory belongs to, read from the memory alone:
-    /// what `Hca::counters` returns, as of the device's last pass.
+    /// what `Hca::counters` returned last, or what the device loop published since (it does
+    /// after 64 polls that changed them, or 64 quiet ones, so they may lag that much).
     pub fn counters(&self) -> Counters {
         let v: Vec<u64> = self
             .counter_words()
