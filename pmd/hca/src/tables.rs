@@ -218,16 +218,6 @@ impl<T> Slots<T> {
         self.items.get_mut(slot)?.take()
     }
 
-    /// Take an item out to work on it next to the rest of the table; [`Slots::put_back`]
-    /// returns it.
-    pub(crate) fn take(&mut self, slot: usize) -> Option<T> {
-        self.remove(slot)
-    }
-
-    pub(crate) fn put_back(&mut self, slot: usize, item: T) {
-        self.items[slot] = Some(item);
-    }
-
     pub(crate) fn len(&self) -> usize {
         self.items.len()
     }

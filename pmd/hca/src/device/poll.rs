@@ -232,31 +232,45 @@ impl DevState {
     }
 
     fn poll_sq_slot(&mut self, slot: usize) -> usize {
-        let Some(Qp::Sq(mut sq)) = self.qps.take(slot) else {
+        // The queue is worked on in place, beside the tables it needs: borrowing each field
+        // apart, not moving the queue out of its slot and back.
+        let DevState {
+            qps,
+            cqs,
+            counters,
+            wc,
+            caps,
+            mrs,
+            wire,
+            port,
+            scratch,
+            faults,
+            ..
+        } = self;
+        let Some(Qp::Sq(sq)) = qps.get_mut(slot) else {
             unreachable!("the caller checked the slot")
         };
-        let before = (self.counters.tx_frames, self.counters.tx_drops_wire);
-        let bf_before = self.counters.bf_bursts;
-        let work = match self.cqs.get_mut(cq_slot(sq.cqn)) {
+        let before = (counters.tx_frames, counters.tx_drops_wire);
+        let bf_before = counters.bf_bursts;
+        let work = match cqs.get_mut(cq_slot(sq.cqn)) {
             Some(cq) => {
                 let work = sq.poll(&mut TxCtx {
-                    wc: self.wc,
-                    pro: self.caps.tunnel_offloads,
-                    max_wqe_size: self.caps.max_wqe_size as usize,
-                    mrs: &self.mrs,
+                    wc: *wc,
+                    pro: caps.tunnel_offloads,
+                    max_wqe_size: caps.max_wqe_size as usize,
+                    mrs,
                     cq,
-                    wire: &mut self.wire,
-                    port: &self.port,
-                    counters: &mut self.counters,
-                    scratch: &mut self.scratch,
-                    faults: &mut self.faults,
+                    wire,
+                    port,
+                    counters,
+                    scratch,
+                    faults,
                 });
                 cq.flush();
                 work
             }
             None => 0,
         };
-        self.qps.put_back(slot, Qp::Sq(sq));
         self.charge_doorbells(self.counters.bf_bursts - bf_before);
         if self.faults.cfg.link_flap_every != 0 {
             let sent = self.counters.tx_frames - before.0;
