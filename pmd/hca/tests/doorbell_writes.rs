@@ -138,3 +138,39 @@ fn a_counting_writer_is_counted_exactly_without_a_charge_too() {
     assert_eq!((c.doorbells, c.tx_frames), (15, 15), "{c:?}");
     s.check_sent();
 }
+
+#[test]
+fn against_the_device_thread_every_counted_write_is_counted_once() {
+    // The device thread takes doorbells while they are written: some land between its polls
+    // and merge, some are taken alone, and a bump may be swapped out before its store lands.
+    let hca = Hca::open(HcaConfig {
+        busy_poll: true,
+        ..HcaConfig::default()
+    })
+    .unwrap();
+    let frames = sink(&hca);
+    const N: u64 = 200;
+    // Room for every WQE (two TXBBs each) and every completion: nothing waits for the driver.
+    let mut cq = TestCq::new(&hca, 256);
+    let mut sq = TestSq::new(&hca, 512, cq.cqn);
+    hca.start().unwrap();
+    for i in 0..N {
+        sq.write(SEND, &inline_tail(&frame(i as u8)));
+        counted_doorbell(&sq);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let c = hca.counters();
+        if c.tx_frames == N && c.doorbells == N {
+            break;
+        }
+        assert!(c.doorbells <= N, "more doorbells than writes: {c:?}");
+        assert!(Instant::now() < deadline, "not all taken: {c:?}");
+        std::thread::yield_now();
+    }
+    hca.stop();
+    let c = hca.counters();
+    assert_eq!((c.doorbells, c.tx_frames), (N, N), "{c:?}");
+    assert_eq!(frames.lock().len() as u64, N);
+    assert_eq!(cq.drain().len() as u64, N);
+}
