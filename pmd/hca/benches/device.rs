@@ -8,7 +8,9 @@
 //! doorbell per burst, against the device thread (`port-*`, spinning, both pinned with
 //! `--pin`; `--secs S`, `--doorbell-ns N`), or against `Hca::step` called per burst in the
 //! same thread (`step-*`, the device thread's work per doorbell, for callgrind:
-//! `--toggle-collect='*device_step*'`).
+//! `--toggle-collect='*device_step*'`). `lcore-burst1` (or `lcore-burst32`) runs the queue's
+//! and the receive side's runners after each burst instead, as the polling lcore does in
+//! `device_loop=lcore` (`--toggle-collect='*device_lcore*'`).
 //!
 //! The rings are filled before the clock starts (by the hand-rolled driver of the tests), one
 //! doorbell announces a whole ring, and only `Hca::step` is timed: the device fetches, decodes
@@ -311,7 +313,10 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .cloned();
     if let Some(o) = only.as_deref() {
-        if o.starts_with("port-burst") || o.starts_with("step-burst") {
+        if o.starts_with("port-burst")
+            || o.starts_with("step-burst")
+            || o.starts_with("lcore-burst")
+        {
             println!("load average before: {}", loadavg());
             per_burst(o, &args);
             println!("load average after: {}", loadavg());
@@ -499,6 +504,45 @@ fn device_step(hca: &Hca) -> usize {
     hca.step()
 }
 
+/// The device's work per doorbell as the polling lcore pays it in `device_loop=lcore`: after
+/// each burst the burst glue runs the queue's runner, then the receive side's (before
+/// `rx_burst`). Under callgrind (`--toggle-collect='*device_lcore*'`) the collected count
+/// over `n_wqes` is what the lcore spends in the model per WQE at that burst.
+fn lcore(burst: u32, n_wqes: u32) {
+    let hca = Hca::open(HcaConfig {
+        threaded: false,
+        ..HcaConfig::default()
+    })
+    .expect("open the HCA");
+    let mut p = Producer::new(&hca);
+    let sq = hca.sq_runner(p.sq.info.qpn).expect("the SQ's runner");
+    let rx = hca.rx_runner();
+    while p.wqes() < u64::from(n_wqes) {
+        if !p.burst(burst.min(n_wqes - p.wqes() as u32)) {
+            panic!("a run device leaves no WQE behind");
+        }
+        assert!(device_lcore(&sq, &rx) > 0);
+        p.reap();
+    }
+    let c = hca.counters();
+    assert_eq!(c.tx_frames, u64::from(n_wqes), "frames on the wire");
+    assert_eq!(
+        c.doorbells,
+        u64::from(n_wqes.div_ceil(burst)),
+        "doorbells taken"
+    );
+    println!(
+        "lcore-burst{burst}: {n_wqes} WQEs, {} doorbells",
+        c.doorbells
+    );
+}
+
+/// The runners of one burst, out of line for callgrind (`--toggle-collect='*device_lcore*'`).
+#[inline(never)]
+fn device_lcore(sq: &mlx4_hca::SqRunner, rx: &mlx4_hca::RxRunner) -> usize {
+    sq.run() + rx.run()
+}
+
 struct Threaded {
     burst: u32,
     secs: f64,
@@ -632,5 +676,7 @@ fn per_burst(o: &str, args: &[String]) {
         threaded(&cfg);
     } else if let Some(b) = burst("step-burst") {
         stepped(b, flag("--wqes").unwrap_or(30_720.0) as u32);
+    } else if let Some(b) = burst("lcore-burst") {
+        lcore(b, flag("--wqes").unwrap_or(30_720.0) as u32);
     }
 }

@@ -23,7 +23,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mlx4_prm::UAR_PAGE_SIZE;
+use mlx4_prm::{CQ_DOORBELL_OFFSET, SEND_DOORBELL_OFFSET, UAR_PAGE_SIZE};
 
 use crate::counters::Counters;
 use crate::dma::{HostMem, Region};
@@ -353,7 +353,8 @@ impl Bar {
     }
 
     /// The counters of the adapter this device memory belongs to, read from the memory alone:
-    /// what `Hca::counters` returns, as of the device's last pass.
+    /// what `Hca::counters` returned last, or what the device loop published since (it does
+    /// after 64 polls that changed them, or 64 quiet ones, so they may lag that much).
     pub fn counters(&self) -> Counters {
         let v: Vec<u64> = self
             .counter_words()
@@ -398,6 +399,15 @@ impl Bar {
     pub(crate) fn uar_view(&self, i: usize, off: usize, len: usize) -> HostMem {
         assert!(i < self.layout.uars && off + len <= PAGE);
         self.view(self.layout.uar_off(i) + off, len)
+    }
+
+    /// UAR page `i`'s doorbell words, as the device polls them.
+    pub(crate) fn uar_words(&self, i: usize) -> UarWords {
+        assert!(i < self.layout.uars);
+        UarWords {
+            page: self.base().wrapping_add(self.layout.uar_off(i)),
+            _region: self.region.clone(),
+        }
     }
 
     /// The address of UAR page `i`.
@@ -466,6 +476,85 @@ fn counter_bytes(c: &Counters) -> &[u8] {
             (c as *const Counters).cast::<u8>(),
             std::mem::size_of::<Counters>(),
         )
+    }
+}
+
+/// A UAR page's doorbell words as the device polls them: the send doorbell (0x14), the
+/// doorbell write count ([`crate::UAR_DB_WRITES_OFFSET`]) and the CQ doorbell (0x20). The
+/// page is a page of the region, which this value keeps alive, so each poll is one atomic
+/// access per word, with no range or alignment check.
+pub(crate) struct UarWords {
+    page: *mut u8,
+    _region: Arc<Region>,
+}
+
+// SAFETY: the words are reached only through atomics, and the region they lie in lives as long
+// as this value (it holds a reference).
+unsafe impl Send for UarWords {}
+// SAFETY: as for `Send`: shared access is atomic access.
+unsafe impl Sync for UarWords {}
+
+const _: () = assert!(
+    SEND_DOORBELL_OFFSET % 4 == 0
+        && crate::types::UAR_DB_WRITES_OFFSET % 4 == 0
+        && CQ_DOORBELL_OFFSET % 8 == 0
+        && CQ_DOORBELL_OFFSET + 8 <= PAGE
+);
+
+impl UarWords {
+    #[inline(always)]
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: `off` is one of the 4-aligned word offsets asserted above, inside the page,
+        // which is 4 KiB aligned (the region is, and pages are whole pages of it) and lives as
+        // long as `self`; the driver's stores to it are atomic 32-bit stores.
+        unsafe { AtomicU32::from_ptr(self.page.add(off).cast()) }
+    }
+
+    #[inline(always)]
+    fn cq_word(&self) -> &AtomicU64 {
+        // SAFETY: as in `u32_at`, at the 8-aligned CQ doorbell.
+        unsafe { AtomicU64::from_ptr(self.page.add(CQ_DOORBELL_OFFSET).cast()) }
+    }
+
+    /// Whether a send doorbell waits: a load, so that the driver's line is not taken while
+    /// none is there.
+    #[inline(always)]
+    pub(crate) fn send_pending(&self) -> bool {
+        self.u32_at(SEND_DOORBELL_OFFSET).load(Ordering::Acquire) != 0
+    }
+
+    /// Take the send doorbell (its four bytes as stored), leaving zero.
+    #[inline(always)]
+    pub(crate) fn take_send(&self) -> [u8; 4] {
+        self.u32_at(SEND_DOORBELL_OFFSET)
+            .swap(0, Ordering::AcqRel)
+            .to_ne_bytes()
+    }
+
+    /// Take the doorbell write count (native-endian), leaving zero.
+    #[inline(always)]
+    pub(crate) fn take_writes(&self) -> u32 {
+        self.u32_at(crate::types::UAR_DB_WRITES_OFFSET)
+            .swap(0, Ordering::AcqRel)
+    }
+
+    /// The CQ doorbell's eight bytes in memory order (zero: none).
+    #[inline(always)]
+    pub(crate) fn cq(&self) -> [u8; 8] {
+        self.cq_word().load(Ordering::Acquire).to_ne_bytes()
+    }
+
+    /// Clear the CQ doorbell if it still holds `q`; false if another store came meanwhile.
+    #[inline(always)]
+    pub(crate) fn clear_cq_if(&self, q: [u8; 8]) -> bool {
+        self.cq_word()
+            .compare_exchange(
+                u64::from_ne_bytes(q),
+                0,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
     }
 }
 

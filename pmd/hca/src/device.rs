@@ -9,7 +9,7 @@ mod port;
 
 use std::sync::Arc;
 
-use crate::bar::Bar;
+use crate::bar::{Bar, UarWords};
 use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::dma::HostMem;
@@ -36,7 +36,23 @@ enum Qp {
 /// A UAR page in use, as the device polls it: its doorbell words and the send queues on it.
 struct ActiveUar {
     page: UarPage,
+    /// Its doorbell words, as each poll reads them.
+    words: UarWords,
+    /// Whether a writer of this page counts its doorbells: until one does, a taken doorbell is
+    /// one write, as no more can be known of a plain store.
+    counted: bool,
     sqs: Vec<u32>,
+}
+
+impl ActiveUar {
+    fn new(page: UarPage, bar: &Bar) -> ActiveUar {
+        ActiveUar {
+            words: bar.uar_words(page.index),
+            counted: false,
+            page,
+            sqs: Vec::new(),
+        }
+    }
 }
 
 pub(crate) struct DevState {
@@ -70,6 +86,10 @@ pub(crate) struct DevState {
     faults: FaultState,
     /// What device memory shows.
     published: Counters,
+    /// Polls that changed counters since they were last published.
+    unpublished: u32,
+    /// Polls in a row that changed nothing, since the last one that did.
+    quiet: u32,
     scratch: Box<Scratch>,
     /// Time charged per doorbell and BlueFlame burst taken ([`crate::HcaConfig::doorbell_ns`]).
     doorbell_ns: u32,
@@ -122,6 +142,8 @@ impl DevState {
             counters: Counters::default(),
             faults: FaultState::default(),
             published: Counters::default(),
+            unpublished: 0,
+            quiet: 0,
             scratch: Scratch::new(),
             doorbell_ns,
             owed_ns: 0,
@@ -204,10 +226,8 @@ impl DevState {
             Some(i) => self.pages.share_uar(i as usize),
             None => {
                 let page = self.pages.alloc_uar(false)?;
-                self.uars.push(ActiveUar {
-                    page: page.clone(),
-                    sqs: Vec::new(),
-                });
+                self.uars
+                    .push(ActiveUar::new(page.clone(), &self.pages.bar));
                 Ok(page)
             }
         }
@@ -232,10 +252,7 @@ impl DevState {
             page: self.pages.bar.uar_ptr(page.index),
             bf_page: self.pages.bf_page_ptr(page.index),
         };
-        self.uars.push(ActiveUar {
-            page,
-            sqs: Vec::new(),
-        });
+        self.uars.push(ActiveUar::new(page, &self.pages.bar));
         Ok(uar)
     }
 

@@ -157,18 +157,6 @@ impl HostMem {
         })
     }
 
-    /// Take the 4 bytes at `off`, leaving zero: a doorbell is consumed exactly once even when the
-    /// driver rings again while we look.
-    pub(crate) fn take_be32(&self, off: usize) -> Option<u32> {
-        let p = self.check(off, 4)?;
-        if p as usize % 4 != 0 {
-            return None;
-        }
-        // SAFETY: as in `load_be32`; the swap is the device's single write to the word.
-        let v = unsafe { AtomicU32::from_ptr(p as *mut u32) }.swap(0, Ordering::AcqRel);
-        Some(u32::from_be(v))
-    }
-
     /// Acquire-load the 8 bytes at `off` in memory order (as a byte array).
     pub(crate) fn load_bytes8(&self, off: usize) -> Option<[u8; 8]> {
         let p = self.check(off, 8)?;
@@ -463,8 +451,6 @@ mod tests {
         assert!(m.write(0, &[1, 2, 3, 4]));
         assert_eq!(m.load_be32(0), Some(0x0102_0304));
         assert_eq!(m.load_be32(2), None);
-        assert_eq!(m.take_be32(0), Some(0x0102_0304));
-        assert_eq!(m.load_be32(0), Some(0));
         assert!(m.write_publish_last(32, &[9; 32]));
         assert!(!m.write_publish_last(33, &[9; 32]));
         assert_eq!(m.load_bytes8(40), Some([9; 8]));

@@ -159,7 +159,7 @@ pub use runner::{RxRunner, SqRunner};
 pub use rx::{FlowControl, RxFilter, MAX_MAC_ADDRS, MAX_MC_ADDRS};
 pub use types::{
     BfReg, Caps, CqAttr, HcaConfig, QueueState, RqAttr, RqOptions, SqAttr, SqInfo, SqOptions, Uar,
-    FW_VERSION, PART_CX3, PART_CX3_PRO, UAR_WRITE_NS,
+    FW_VERSION, PART_CX3, PART_CX3_PRO, UAR_DB_WRITES_OFFSET, UAR_WRITE_NS,
 };
 pub use wire::{FrameSink, Wire};
 

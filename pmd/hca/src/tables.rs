@@ -1,7 +1,7 @@
 //! Resource tables the firmware would keep: memory regions, CQ and QP numbers, and the device
 //! pages (UAR and BlueFlame) handed to send queues.
 
-use mlx4_prm::{CQ_DOORBELL_OFFSET, INVALID_LKEY, SEND_DOORBELL_OFFSET, UAR_PAGE_SIZE};
+use mlx4_prm::{INVALID_LKEY, SEND_DOORBELL_OFFSET, UAR_PAGE_SIZE};
 
 use crate::bar::Bar;
 use crate::dma::HostMem;
@@ -218,16 +218,6 @@ impl<T> Slots<T> {
         self.items.get_mut(slot)?.take()
     }
 
-    /// Take an item out to work on it next to the rest of the table; [`Slots::put_back`]
-    /// returns it.
-    pub(crate) fn take(&mut self, slot: usize) -> Option<T> {
-        self.remove(slot)
-    }
-
-    pub(crate) fn put_back(&mut self, slot: usize, item: T) {
-        self.items[slot] = Some(item);
-    }
-
     pub(crate) fn len(&self) -> usize {
         self.items.len()
     }
@@ -252,14 +242,12 @@ pub(crate) struct Pages {
     uses: Vec<Option<UarUse>>,
 }
 
-/// A UAR page in use: its index, doorbell views and address.
+/// A UAR page in use: its index and send doorbell view.
 #[derive(Clone)]
 pub(crate) struct UarPage {
     pub(crate) index: usize,
     /// The send doorbell word (0x14).
     pub(crate) db: HostMem,
-    /// The CQ doorbell qword (0x20).
-    pub(crate) cq_db: HostMem,
 }
 
 impl Pages {
@@ -276,7 +264,6 @@ impl Pages {
         UarPage {
             index: i,
             db: self.bar.uar_view(i, SEND_DOORBELL_OFFSET, 4),
-            cq_db: self.bar.uar_view(i, CQ_DOORBELL_OFFSET, 8),
         }
     }
 

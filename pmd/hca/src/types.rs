@@ -63,6 +63,14 @@ pub struct HcaConfig {
 /// mlx4 at 40GbE, gives 177.3 ns per doorbell.
 pub const UAR_WRITE_NS: u32 = 177;
 
+/// Offset in a UAR page of the doorbell write count: a native-endian 32-bit word, reserved on a
+/// card, that a writer of the send doorbell may bump atomically before each store to 0x14. A
+/// card takes every UAR write, each a posted write, while the model reads the doorbell word
+/// only when it polls, so stores between two polls merge; with the count, the device counts
+/// and charges ([`HcaConfig::doorbell_ns`]) each write. A page nobody counts on counts one
+/// write per doorbell taken.
+pub const UAR_DB_WRITES_OFFSET: usize = 0x18;
+
 impl Default for HcaConfig {
     fn default() -> Self {
         HcaConfig {

@@ -9,6 +9,12 @@ const RX_BUDGET: usize = 64;
 /// (or error) completion, or for the next completion.
 const ARM_SOLICITED: u32 = 1;
 const ARM_NEXT: u32 = 2;
+/// The device loop publishes its counters to device memory after this many polls that changed
+/// them, or once this many polls in a row changed nothing more: about a microsecond of a
+/// spinning device thread either way. Whoever reads them through the adapter (the driver's
+/// stats and xstats, telemetry, a secondary process asking the primary) has them published at
+/// once (`Hca::counters`), so only a reader of bare device memory sees them this late.
+const PUBLISH_EVERY: u32 = 64;
 
 impl DevState {
     /// One pass over every doorbell word, BlueFlame half and the receive inbox; returns the work
@@ -38,12 +44,34 @@ impl DevState {
             self.wire.flush();
         }
         // A poll that took nothing, looked at no queue and has no cable (whose far end counts
-        // drops here) changed no counter: the device thread's idle polls publish nothing. The
-        // control path publishes what it changes itself (`Hca::state`).
-        if work > 0 || looked || self.wire.cable().is_some() {
-            self.publish();
-        }
+        // drops here) changed no counter. The control path publishes what it changes itself
+        // (`Hca::state`).
+        let changed = work > 0 || looked || self.wire.cable().is_some();
+        self.publish_lazily(changed);
         work
+    }
+
+    /// Publish the counters after `PUBLISH_EVERY` polls that `changed` them, or once as many
+    /// polls in a row changed nothing: one publication (a compare of the whole block and the
+    /// changed words' stores) per many doorbells, not one per doorbell.
+    #[inline]
+    fn publish_lazily(&mut self, changed: bool) {
+        if changed {
+            self.quiet = 0;
+            self.unpublished += 1;
+            if self.unpublished < PUBLISH_EVERY {
+                return;
+            }
+        } else {
+            if self.unpublished == 0 {
+                return;
+            }
+            self.quiet += 1;
+            if self.quiet < PUBLISH_EVERY {
+                return;
+            }
+        }
+        self.publish();
     }
 
     pub(crate) fn bar(&self) -> &Bar {
@@ -52,6 +80,8 @@ impl DevState {
 
     /// Make the counters readable from device memory; nothing to do when none changed.
     pub(crate) fn publish(&mut self) {
+        self.unpublished = 0;
+        self.quiet = 0;
         self.pages.bar.publish(&self.counters, &mut self.published);
     }
 
@@ -77,7 +107,7 @@ impl DevState {
         if work > 0 {
             self.wire.flush();
         }
-        self.publish();
+        self.publish_lazily(true);
         work
     }
 
@@ -90,7 +120,8 @@ impl DevState {
         if work > 0 {
             self.wire.flush();
         }
-        self.publish();
+        let changed = work > 0 || self.wire.cable().is_some();
+        self.publish_lazily(changed);
         work
     }
 
@@ -113,18 +144,27 @@ impl DevState {
     /// first, so the driver's cache line is not stolen while none is there) and routed by the
     /// QPN it names to that queue, whichever page it landed on (doc/prm.md 3.2: the device routes
     /// by QPN).
+    #[inline(always)]
     fn poll_uar(&mut self, i: usize) -> usize {
-        self.poll_cq_db(i) + self.poll_send_db(i)
+        let Some(a) = self.uars.get(i) else {
+            return 0;
+        };
+        // Two loads decide an idle page.
+        let (cq, send) = (a.words.cq(), a.words.send_pending());
+        let mut work = 0;
+        if cq != [0; 8] {
+            work += self.poll_cq_db(i, cq);
+        }
+        if send {
+            work += self.poll_send_db(i);
+        }
+        work
     }
 
     /// A CQ arm doorbell on the `i`th UAR page in use: the 64-bit BE store of
     /// `(sn << 28 | cmd | cqn) << 32 | ci` (doc/prm.md 5.3), taken whole with a swap.
-    fn poll_cq_db(&mut self, i: usize) -> usize {
-        let db = &self.uars[i].page.cq_db;
-        let Some(q) = db.load_bytes8(0) else {
-            return 0;
-        };
-        if q == [0; 8] || !db.clear_bytes8_if(0, q) {
+    fn poll_cq_db(&mut self, i: usize, q: [u8; 8]) -> usize {
+        if !self.uars[i].words.clear_cq_if(q) {
             return 0;
         }
         let v = u64::from_be_bytes(q);
@@ -143,40 +183,48 @@ impl DevState {
         1
     }
 
-    /// The send doorbell word of the `i`th UAR page in use.
+    /// The send doorbell word of the `i`th UAR page in use, which holds one.
     fn poll_send_db(&mut self, i: usize) -> usize {
-        let db = &self.uars[i].page.db;
-        if db.load_be32(0).unwrap_or(0) == 0 {
-            return 0;
-        }
-        let v = db.take_be32(0).unwrap_or(0);
-        self.counters.doorbells += 1;
-        self.charge_doorbells(1);
-        if self.faults.doorbell.tick() {
+        let DevState {
+            uars,
+            qps,
+            counters,
+            faults,
+            owed_ns,
+            doorbell_ns,
+            ..
+        } = self;
+        let a = &mut uars[i];
+        let v = a.words.take_send();
+        // A card takes every UAR write (each a posted write of its own); a plain store that
+        // lands on a word not yet taken merges with it here. A writer that counts its writes
+        // (it bumps the count before its store) is charged each of them, conserved across
+        // takes; a page no writer counts on is charged one write per doorbell taken.
+        let n = a.words.take_writes();
+        a.counted |= n != 0;
+        let writes = if a.counted { u64::from(n) } else { 1 };
+        counters.doorbells += writes;
+        *owed_ns += writes * u64::from(*doorbell_ns);
+        if faults.doorbell.tick() {
             // An injected fault: the write never reached the device.
-            self.counters.inj_doorbells_dropped += 1;
+            counters.inj_doorbells_dropped += 1;
             return 1;
         }
-        let qpn = mlx4_prm::doorbell_qpn(v.to_be_bytes());
-        match self.qps.get_mut(qp_slot(qpn)) {
+        let qpn = mlx4_prm::doorbell_qpn(v);
+        match qps.get_mut(qp_slot(qpn)) {
             Some(Qp::Sq(sq)) if sq.qpn == qpn => {
-                sq.doorbell(false, &mut self.counters);
+                sq.doorbell(false, counters);
             }
             _ => {
-                self.counters.doorbells_bad_qpn += 1;
+                counters.doorbells_bad_qpn += 1;
                 return 1;
             }
         }
         // On a shared page this doorbell may have overwritten another queue's.
-        let a = &self.uars[i];
         if a.sqs.len() > 1 {
-            for k in 0..a.sqs.len() {
-                let other = self.uars[i].sqs[k];
-                if other == qpn {
-                    continue;
-                }
-                if let Some(Qp::Sq(sq)) = self.qps.get_mut(qp_slot(other)) {
-                    sq.doorbell(true, &mut self.counters);
+            for &other in a.sqs.iter().filter(|&&q| q != qpn) {
+                if let Some(Qp::Sq(sq)) = qps.get_mut(qp_slot(other)) {
+                    sq.doorbell(true, counters);
                 }
             }
         }
@@ -184,31 +232,45 @@ impl DevState {
     }
 
     fn poll_sq_slot(&mut self, slot: usize) -> usize {
-        let Some(Qp::Sq(mut sq)) = self.qps.take(slot) else {
+        // The queue is worked on in place, beside the tables it needs: borrowing each field
+        // apart, not moving the queue out of its slot and back.
+        let DevState {
+            qps,
+            cqs,
+            counters,
+            wc,
+            caps,
+            mrs,
+            wire,
+            port,
+            scratch,
+            faults,
+            ..
+        } = self;
+        let Some(Qp::Sq(sq)) = qps.get_mut(slot) else {
             unreachable!("the caller checked the slot")
         };
-        let before = (self.counters.tx_frames, self.counters.tx_drops_wire);
-        let bf_before = self.counters.bf_bursts;
-        let work = match self.cqs.get_mut(cq_slot(sq.cqn)) {
+        let before = (counters.tx_frames, counters.tx_drops_wire);
+        let bf_before = counters.bf_bursts;
+        let work = match cqs.get_mut(cq_slot(sq.cqn)) {
             Some(cq) => {
                 let work = sq.poll(&mut TxCtx {
-                    wc: self.wc,
-                    pro: self.caps.tunnel_offloads,
-                    max_wqe_size: self.caps.max_wqe_size as usize,
-                    mrs: &self.mrs,
+                    wc: *wc,
+                    pro: caps.tunnel_offloads,
+                    max_wqe_size: caps.max_wqe_size as usize,
+                    mrs,
                     cq,
-                    wire: &mut self.wire,
-                    port: &self.port,
-                    counters: &mut self.counters,
-                    scratch: &mut self.scratch,
-                    faults: &mut self.faults,
+                    wire,
+                    port,
+                    counters,
+                    scratch,
+                    faults,
                 });
                 cq.flush();
                 work
             }
             None => 0,
         };
-        self.qps.put_back(slot, Qp::Sq(sq));
         self.charge_doorbells(self.counters.bf_bursts - bf_before);
         if self.faults.cfg.link_flap_every != 0 {
             let sent = self.counters.tx_frames - before.0;

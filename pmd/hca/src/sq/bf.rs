@@ -108,6 +108,11 @@ impl Sq {
     /// memory, where the driver wrote the WQE first) so that a newer write to the same half
     /// cannot spoil it later, as a real device latches a posted write when it lands.
     pub(super) fn take_bf_arrivals(&mut self, wc: bool, counters: &mut Counters) -> usize {
+        // Two loads while nothing arrived (every doorbell-path poll), before the register's
+        // state is moved out of the queue and back.
+        if self.bf.as_ref().map_or(true, Bf::quiet) {
+            return 0;
+        }
         let Some(mut bf) = self.bf.take() else {
             return 0;
         };
