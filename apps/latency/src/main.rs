@@ -490,7 +490,7 @@ fn write_report(
         md += "\n";
     }
     let mut csv = String::from(
-        "path,size,n,t_min,t_max,t_typical,t_avg,t_stdev,p99,p999,lost,modeled_us,doorbells_pkt,avoided_pkt\n",
+        "path,size,n,t_min,t_max,t_typical,t_avg,t_stdev,p99,p999,lost,modeled_us,doorbells_pkt,avoided_pkt,completions_pkt\n",
     );
     for r in rows {
         let m = model.latency_us(&r.counts, r.frame);
@@ -498,7 +498,7 @@ fn write_report(
             Some(l) => {
                 let _ = writeln!(
                     csv,
-                    "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{:.3},{:.4},{:.4}",
+                    "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{:.3},{:.4},{:.4},{:.4}",
                     r.path.name(),
                     r.size,
                     l.n,
@@ -512,19 +512,21 @@ fn write_report(
                     r.lost,
                     m,
                     r.counts.doorbells + r.counts.bf_writes,
-                    r.avoid.avoided
+                    r.avoid.avoided,
+                    r.avoid.completions
                 );
             }
             None => {
                 let _ = writeln!(
                     csv,
-                    "{},{},0,,,,,,,,{},{:.3},{:.4},{:.4}",
+                    "{},{},0,,,,,,,,{},{:.3},{:.4},{:.4},{:.4}",
                     r.path.name(),
                     r.size,
                     r.lost,
                     m,
                     r.counts.doorbells + r.counts.bf_writes,
-                    r.avoid.avoided
+                    r.avoid.avoided,
+                    r.avoid.completions
                 );
             }
         }

@@ -17,8 +17,11 @@ pub enum Wire {
 /// Where the software HCA's device loop runs (devarg `device_loop`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceLoop {
+    /// Inside each burst of the polling lcore: the device never lags the driver.
     Lcore,
+    /// On a thread of its own per port: completions come when that thread gets to them.
     Port,
+    /// On one thread for every port of the process.
     Process,
 }
 
