@@ -66,7 +66,14 @@ impl<B: RxBuf> RxQueue<B> {
         };
         let seen = Seen::of(&c);
         let len = c.byte_cnt();
-        let mut cx = Refill::new(&mut self.elts, &mut self.rq, &mut self.lkeys, self.cfg);
+        // One frame: building the entry template would cost more than it saves.
+        let mut cx = Refill::new(
+            &mut self.elts,
+            &mut self.rq,
+            &mut self.lkeys,
+            self.cfg,
+            None,
+        );
         let (elt, entry) = (&mut cx.elts[slot], &mut cx.entries[slot]);
         *out = frame::<B, false>(&cx.ctx, elt, entry, &seen, fresh, cx.lkeys, &mut cx.errors);
         let errors = cx.errors;
@@ -100,9 +107,10 @@ impl<B: RxBuf> RxQueue<B> {
             stats,
             error_seen,
             rq_ci,
+            room,
             ..
         } = self;
-        let mut cx = Refill::new(elts, rq, lkeys, *cfg);
+        let mut cx = Refill::new(elts, rq, lkeys, *cfg, Some(*room));
         // A burst of more than CHUNK frames takes them a chunk at a time; each chunk ends the
         // loop when the CQ had fewer than it asked for.
         while got < out.len() {
@@ -380,10 +388,64 @@ struct Refill<'a, B: RxBuf> {
     errors: u64,
 }
 
+/// The scatter entry of a buffer of the queue's room inside the burst's region, but for its
+/// address: built once per burst, so that a frame's refill is the address and one copy.
+#[derive(Clone, Copy)]
+struct Posting {
+    /// The region's start, and the bound below which a buffer's offset from it leaves the
+    /// whole room inside (0 when no buffer fits).
+    start: usize,
+    bound: usize,
+    room: u32,
+    /// Byte count and lkey set, the address left to each frame.
+    entry: [u8; mlx4_prm::DS_SIZE],
+}
+
+impl Posting {
+    /// A posting no buffer passes: every frame takes [`Region::covers`].
+    const NONE: Posting = Posting {
+        start: 0,
+        bound: 0,
+        room: 0,
+        entry: [0; mlx4_prm::DS_SIZE],
+    };
+
+    #[inline(always)]
+    fn new(region: &Region, room: u32) -> Posting {
+        let mut entry = [0u8; mlx4_prm::DS_SIZE];
+        let mut d = DataSeg::new_unchecked(&mut entry[..]);
+        d.set_byte_count(room);
+        d.set_lkey(region.lkey);
+        Posting {
+            start: region.start,
+            bound: region
+                .span
+                .checked_sub(room as usize)
+                .map_or(0, |last| last.wrapping_add(1)),
+            room,
+            entry,
+        }
+    }
+
+    /// The entry for a buffer at `addr` of `room` bytes, if [`Region::covers`] holds it with
+    /// the queue's room (the test [`Posting`] skips is the room's).
+    #[inline(always)]
+    fn entry(&self, addr: usize, room: u32) -> Option<[u8; mlx4_prm::DS_SIZE]> {
+        if room != self.room || addr.wrapping_sub(self.start) >= self.bound {
+            return None;
+        }
+        let mut e = self.entry;
+        DataSeg::new_unchecked(&mut e[..]).set_addr(addr as u64);
+        Some(e)
+    }
+}
+
 /// What [`frame`] reads, the same for every frame of a burst.
 struct FrameCtx {
     /// The pool's region, looked up once per burst.
     region: Region,
+    /// The entries of buffers inside `region`.
+    posting: Posting,
     table: &'static [(u32, u32); 512],
     cfg: RxConfig,
 }
@@ -396,6 +458,7 @@ impl<'a, B: RxBuf> Refill<'a, B> {
         rq: &'a mut RqRing,
         lkeys: &'a mut Lkeys,
         cfg: RxConfig,
+        room: Option<u32>,
     ) -> Refill<'a, B> {
         let elts: &mut [B] = elts;
         // SAFETY: the refill writes only the slots of the completions a burst consumed, each
@@ -405,12 +468,14 @@ impl<'a, B: RxBuf> Refill<'a, B> {
         let entries = unsafe { rq.scatter_entries() };
         // One buffer and one entry per WQE: a slot masked by the ring's size is inside both.
         let entries = &mut entries[..elts.len()];
+        let region = Region::new(lkeys.cached());
         Refill {
             ring_mask: elts.len() - 1,
             elts,
             entries,
             ctx: FrameCtx {
-                region: Region::new(lkeys.cached()),
+                posting: room.map_or(Posting::NONE, |room| Posting::new(&region, room)),
+                region,
                 table: &RX_META[usize::from(cfg.csum)],
                 cfg,
             },
@@ -462,6 +527,10 @@ fn frame<B: RxBuf, const PLAIN: bool>(
     let mut head = std::mem::replace(elt, fresh);
     head.set_single(len, cfg.port_id, &meta);
     let (addr, room) = fresh.data_area();
+    if let Some(e) = cx.posting.entry(addr, room) {
+        *entry = e;
+        return head;
+    }
     let lkey = if cx.region.covers(addr, room) {
         Some(cx.region.lkey)
     } else {
