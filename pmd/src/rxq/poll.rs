@@ -5,7 +5,7 @@ use std::mem::MaybeUninit;
 use mlx4_prm::{cqe_opcode, cqe_owner, DataSeg};
 
 use super::meta::{parse_rx_cqe, rx_meta, with_tunnel, Seen, RX_META};
-use super::{alloc_into, release, RxBuf, RxConfig, RxQueue, CHUNK, FRESH};
+use super::{alloc_in_place, alloc_into, release, RxBuf, RxConfig, RxQueue, CHUNK, FRESH};
 use crate::mem::{DmaArray, Lkeys, Mr};
 use crate::ring::RqRing;
 use crate::stats::RxStats;
@@ -147,6 +147,38 @@ impl<B: RxBuf> RxQueue<B> {
             }
             let ci = *rq_ci;
             *rq_ci = ci.wrapping_add(n as u32);
+            let at = ci as usize & cx.ring_mask;
+            if errs == 0 && n <= cx.elts.len() - at {
+                // The common chunk, whole and short of the ring's end: its frames are
+                // copied out of their slots in one go, the fresh buffers allocated straight
+                // into the slots, and one loop describes each frame and posts its slot's
+                // entry, with no buffer moved per frame.
+                let dst = &mut out[got..got + n];
+                let slots = &mut cx.elts[at..at + n];
+                dst.copy_from_slice(slots);
+                if !alloc_in_place(*pool, slots, dst) {
+                    nombuf += n as u64;
+                    if n < want {
+                        break;
+                    }
+                    continue;
+                }
+                bytes += chunk_bytes;
+                hand_up_placed::<B, PLAIN>(
+                    &cx.ctx,
+                    taken,
+                    dst,
+                    slots,
+                    &mut cx.entries[at..at + n],
+                    cx.lkeys,
+                    &mut cx.errors,
+                );
+                got += n;
+                if n < want {
+                    break;
+                }
+                continue;
+            }
             // As many fresh buffers as CQEs taken, error ones included: all, or the frames
             // are dropped and counted, and their buffers stay posted.
             let Some(fresh) = alloc_into(*pool, &mut fresh[..n]) else {
@@ -505,6 +537,38 @@ fn hand_up<B: RxBuf, const PLAIN: bool>(
     }
 }
 
+/// The frames of a chunk without error CQEs, already in `dst`, described as `taken` says,
+/// and the entries of their slots posted for the fresh buffers `slots` now hold; an entry
+/// that cannot point at its buffer is counted in `errors`.
+#[inline(never)]
+fn hand_up_placed<B: RxBuf, const PLAIN: bool>(
+    cx: &FrameCtx,
+    taken: &[Seen],
+    dst: &mut [B],
+    slots: &[B],
+    entries: &mut [[u8; mlx4_prm::DS_SIZE]],
+    lkeys: &mut Lkeys,
+    errors: &mut u64,
+) {
+    let frames = taken.iter().zip(dst);
+    for ((s, d), (b, entry)) in frames.zip(slots.iter().zip(entries)) {
+        describe::<B, PLAIN>(cx, d, s);
+        post_entry(cx, entry, b, lkeys, errors);
+    }
+}
+
+/// Sets what `s` says of its frame (not an error one) in `head`, the buffer that holds it.
+#[inline(always)]
+fn describe<B: RxBuf, const PLAIN: bool>(cx: &FrameCtx, head: &mut B, s: &Seen) {
+    let cfg = cx.cfg;
+    let (status, len) = ((s.status_len >> 32) as u32, s.status_len as u32);
+    let mut meta = rx_meta(cx.table, status, s.hash, !PLAIN && cfg.rss);
+    if !PLAIN && cfg.tunnel {
+        meta = with_tunnel(meta, s.vlan, cfg.csum);
+    }
+    head.set_single(len, cfg.port_id, &meta);
+}
+
 /// Hands up the frame `s` describes (not an error one) in the buffer `elt` of a slot and
 /// posts `fresh` there, in `elt` and the slot's scatter entry; an entry that cannot point at
 /// `fresh` is counted in `errors`. `PLAIN` as for [`RxQueue::burst_single`].
@@ -518,18 +582,26 @@ fn frame<B: RxBuf, const PLAIN: bool>(
     lkeys: &mut Lkeys,
     errors: &mut u64,
 ) -> B {
-    let cfg = cx.cfg;
-    let (status, len) = ((s.status_len >> 32) as u32, s.status_len as u32);
-    let mut meta = rx_meta(cx.table, status, s.hash, !PLAIN && cfg.rss);
-    if !PLAIN && cfg.tunnel {
-        meta = with_tunnel(meta, s.vlan, cfg.csum);
-    }
     let mut head = std::mem::replace(elt, fresh);
-    head.set_single(len, cfg.port_id, &meta);
+    describe::<B, PLAIN>(cx, &mut head, s);
+    post_entry(cx, entry, &fresh, lkeys, errors);
+    head
+}
+
+/// Posts `fresh` in a slot's scatter entry; an entry that cannot point at it becomes one the
+/// device cannot use, counted in `errors`.
+#[inline(always)]
+fn post_entry<B: RxBuf>(
+    cx: &FrameCtx,
+    entry: &mut [u8; mlx4_prm::DS_SIZE],
+    fresh: &B,
+    lkeys: &mut Lkeys,
+    errors: &mut u64,
+) {
     let (addr, room) = fresh.data_area();
     if let Some(e) = cx.posting.entry(addr, room) {
         *entry = e;
-        return head;
+        return;
     }
     let lkey = if cx.region.covers(addr, room) {
         Some(cx.region.lkey)
@@ -553,7 +625,6 @@ fn frame<B: RxBuf, const PLAIN: bool>(
             *errors += 1;
         }
     }
-    head
 }
 
 #[cfg(test)]
