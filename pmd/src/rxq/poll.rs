@@ -2,7 +2,7 @@
 
 use std::mem::MaybeUninit;
 
-use mlx4_prm::{cqe_opcode, cqe_owner, DataSeg};
+use mlx4_prm::{cqe_opcode, cqe_owner, Cqe, DataSeg};
 
 use super::meta::{parse_rx_cqe, rx_meta, with_tunnel, Seen, RX_META};
 use super::{alloc_in_place, alloc_into, release, RxBuf, RxConfig, RxQueue, CHUNK, FRESH};
@@ -84,11 +84,12 @@ impl<B: RxBuf> RxQueue<B> {
         Some(1)
     }
 
-    /// One buffer per frame (RX scatter off), a chunk of CQEs at a time in two passes: the
-    /// first takes the CQEs, copying out what the second needs of each (the status word and
-    /// byte count in one load), which then hands up the frames and posts their
-    /// replacements, allocated in between with one bulk call for exactly the CQEs taken.
-    /// Neither pass reads a CQE twice, and each loop keeps its few values in registers.
+    /// One buffer per frame (RX scatter off), a chunk of CQEs at a time. A chunk whose last
+    /// CQE is ready already takes one pass, its buffers allocated before it; any other
+    /// (fewer CQEs ready, an error CQE, a pool short of the chunk) two: the first takes the
+    /// CQEs, copying out what the second needs of each (the status word and byte count in
+    /// one load), which then hands up the frames and posts their replacements, allocated in
+    /// between with one bulk call for exactly the CQEs taken. No pass reads a CQE twice.
     /// `PLAIN`: neither RSS nor tunnel reports (the queue's settings say so), compiled
     /// without their loads and tests per frame.
     fn burst_single<const PLAIN: bool>(&mut self, out: &mut [B]) -> usize {
@@ -114,7 +115,44 @@ impl<B: RxBuf> RxQueue<B> {
         // A burst of more than CHUNK frames takes them a chunk at a time; each chunk ends the
         // loop when the CQ had fewer than it asked for.
         while got < out.len() {
-            let want = (out.len() - got).min(CHUNK);
+            let mut want = (out.len() - got).min(CHUNK);
+            // The chunk's last CQE is software's already, so (the device completing in order)
+            // the whole chunk most likely is: its frames are copied out of their slots, the
+            // fresh buffers allocated straight into the slots, and one pass hands each frame
+            // up as it takes its CQE. It stops before an error CQE, which the two passes below
+            // take with the rest of the chunk; a pool that cannot give the whole chunk leaves
+            // it to them too, which allocate for exactly the CQEs they take.
+            let at = *rq_ci as usize & cx.ring_mask;
+            if want <= cx.elts.len() - at && cq.owns_ahead(want as u32 - 1) {
+                let dst = &mut out[got..got + want];
+                let slots = &mut cx.elts[at..at + want];
+                dst.copy_from_slice(slots);
+                if alloc_in_place(*pool, slots, dst) {
+                    let mut cqes = cq.owned();
+                    let k = take_placed::<B, PLAIN>(
+                        &cx.ctx,
+                        || cqes.next_if(|op| op & cqe_owner::OPCODE_MASK != cqe_opcode::ERROR),
+                        dst,
+                        slots,
+                        &mut cx.entries[at..at + want],
+                        cx.lkeys,
+                        &mut cx.errors,
+                        &mut bytes,
+                    );
+                    drop(cqes);
+                    if k < want {
+                        // The slots of the CQEs not taken keep the buffers they had.
+                        release(&slots[k..]);
+                        slots[k..].copy_from_slice(&dst[k..]);
+                    }
+                    *rq_ci = rq_ci.wrapping_add(k as u32);
+                    got += k;
+                    if k == want {
+                        continue;
+                    }
+                    want -= k;
+                }
+            }
             // Bit i: the chunk's CQE i is an error one (too long for its buffer, or a bad
             // one), whose slot keeps its buffer. Rare: counted after the pass, so that the
             // loop calls nothing and keeps its values in registers.
@@ -555,6 +593,41 @@ fn hand_up_placed<B: RxBuf, const PLAIN: bool>(
         describe::<B, PLAIN>(cx, d, s);
         post_entry(cx, entry, b, lkeys, errors);
     }
+}
+
+/// The single pass of a chunk whose CQEs are ready: takes CQEs from `next` one by one (it
+/// has none for an error CQE or one the device still owns), and for each describes its
+/// frame, already in `dst`, and posts its slot's entry for the fresh buffer in `slots`.
+/// Returns the frames handed up, and adds their bytes to `bytes`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn take_placed<'c, B: RxBuf, const PLAIN: bool>(
+    cx: &FrameCtx,
+    mut next: impl FnMut() -> Option<Cqe<&'c [u8]>>,
+    dst: &mut [B],
+    slots: &[B],
+    entries: &mut [[u8; mlx4_prm::DS_SIZE]],
+    lkeys: &mut Lkeys,
+    errors: &mut u64,
+    bytes: &mut u64,
+) -> usize {
+    let (mut k, mut sum) = (0, 0u64);
+    let frames = dst.iter_mut();
+    for (d, (b, entry)) in frames.zip(slots.iter().zip(entries)) {
+        let Some(c) = next() else { break };
+        let (status, len) = c.status_byte_cnt();
+        let s = Seen {
+            status_len: u64::from(status) << 32 | u64::from(len),
+            hash: if PLAIN { 0 } else { c.immed_rss_invalid() },
+            vlan: if PLAIN { 0 } else { c.vlan_my_qpn() },
+        };
+        describe::<B, PLAIN>(cx, d, &s);
+        post_entry(cx, entry, b, lkeys, errors);
+        sum += u64::from(len);
+        k += 1;
+    }
+    *bytes += sum;
+    k
 }
 
 /// Sets what `s` says of its frame (not an error one) in `head`, the buffer that holds it.
