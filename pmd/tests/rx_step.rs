@@ -422,3 +422,96 @@ fn a_restarted_queue_keeps_its_rings_and_drops_what_waited() {
     }
     assert_eq!(free_count(), before, "every buffer back in the pool");
 }
+
+#[test]
+fn error_cqes_inside_a_ready_burst_keep_order_and_buffers() {
+    let before = free_count();
+    {
+        let mut r = rig(1);
+        let ring = free_count();
+        let mut sizes = [32usize, 64, 5, 17].into_iter().cycle();
+        let (mut good, mut bad) = (0u64, 0u64);
+        for round in 0..6u32 {
+            // Every 13th frame (shifted each round) is too long for a buffer: an error CQE in
+            // the middle of a burst whose CQEs are all ready.
+            let frames: Vec<Vec<u8>> = (0..96u32)
+                .map(|i| {
+                    let long = (i + round) % 13 == 5;
+                    frame(
+                        round * 1000 + i,
+                        if long {
+                            900
+                        } else {
+                            60 + (i as usize * 29) % 380
+                        },
+                    )
+                })
+                .collect();
+            let want: Vec<&Vec<u8>> = frames.iter().filter(|f| f.len() < 900).collect();
+            send(&mut r, &frames);
+            let mut got = Vec::new();
+            loop {
+                let mut out = vec![Buf(u32::MAX); sizes.next().unwrap()];
+                let k = r.rx.burst(&mut out);
+                got.extend_from_slice(&out[..k]);
+                if k == 0 && r.hca.step() == 0 {
+                    break;
+                }
+            }
+            assert_eq!(got.len(), want.len(), "round {round}");
+            for (g, e) in got.iter().zip(&want) {
+                assert_eq!(&bytes_of(*g), *e);
+            }
+            free_chains(&got);
+            assert_eq!(free_count(), ring, "every refill balanced by a free");
+            good += want.len() as u64;
+            bad += (frames.len() - want.len()) as u64;
+        }
+        let st = r.rx.stats();
+        assert_eq!((st.packets, st.errors, st.nombuf), (good, bad, 0));
+        assert_eq!(r.hca.counters().rx_drops_too_long, bad);
+        assert_eq!(r.hca.counters().rx_drops_no_wqe, 0, "no slot was lost");
+    }
+    assert_eq!(free_count(), before);
+}
+
+#[test]
+fn a_pool_short_of_a_ready_burst_drops_it_whole() {
+    let before = free_count();
+    {
+        let mut r = rig(1);
+        // The pool keeps 10 buffers: fewer than the 32 CQEs a burst finds ready.
+        let spare = free_count() - 10;
+        let mut held = vec![std::mem::MaybeUninit::uninit(); spare];
+        assert!(Buf::alloc_bulk((), &mut held));
+        // SAFETY: alloc_bulk returned true, so every entry is a buffer the test owns.
+        let held: Vec<Buf> = held
+            .into_iter()
+            .map(|b| unsafe { b.assume_init() })
+            .collect();
+        let frames: Vec<Vec<u8>> = (0..32).map(|i| frame(i, 100)).collect();
+        send(&mut r, &frames);
+        assert!(receive_all(&mut r).is_empty());
+        assert_eq!(
+            r.rx.stats().nombuf,
+            32,
+            "each frame of the burst counted once"
+        );
+        assert_eq!(free_count(), 10, "nothing taken from the pool");
+        // SAFETY: the test's own buffers, each freed once.
+        unsafe { Buf::free_bulk(&held) };
+        // The ring is still whole: the next burst arrives without drops.
+        let frames: Vec<Vec<u8>> = (0..32).map(|i| frame(100 + i, 100)).collect();
+        send(&mut r, &frames);
+        let got = receive_all(&mut r);
+        assert_eq!(got.len(), 32);
+        for (g, e) in got.iter().zip(&frames) {
+            assert_eq!(&bytes_of(*g), e);
+        }
+        free_chains(&got);
+        let st = r.rx.stats();
+        assert_eq!((st.packets, st.errors, st.nombuf), (32, 0, 32));
+        assert_eq!(r.hca.counters().rx_drops_no_wqe, 0, "no slot was lost");
+    }
+    assert_eq!(free_count(), before);
+}

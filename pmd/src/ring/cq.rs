@@ -154,6 +154,24 @@ impl CqRing {
         }
     }
 
+    /// Whether software owns CQE `ci + k` (false for `k` past the ring): one load, which lets
+    /// a burst size a chunk's buffers before it takes the CQEs. Only a hint of how many are
+    /// ready; whoever takes them still checks each owner byte.
+    #[inline(always)]
+    pub fn owns_ahead(&self, k: u32) -> bool {
+        if k >= self.cqe_cnt {
+            return false;
+        }
+        let at = self.ci.wrapping_add(k);
+        let off = ((at & (self.cqe_cnt - 1)) as usize) * self.stride() + Cqe::<&[u8]>::OWNER_OFFSET;
+        let sw = if at & self.cqe_cnt != 0 {
+            mlx4_prm::cqe_owner::OWNER
+        } else {
+            0
+        };
+        self.owner_at(off) & mlx4_prm::cqe_owner::OWNER == sw
+    }
+
     /// The next CQE, read in place, if software owns it; advances the consumer counter. The
     /// view lives until the next call on the ring, before which nothing hands the CQE back
     /// to the device (that is `update_ci`).
@@ -277,6 +295,29 @@ impl<'r> Owned<'r> {
         }
         self.cqe = self.cqe.wrapping_add(1 << self.shift);
         Some((op, Cqe::new_unchecked(bytes)))
+    }
+
+    /// As [`Owned::next`], but a CQE whose `owner_sr_opcode` byte fails `take` is left in
+    /// place, for a later pass.
+    #[inline(always)]
+    pub fn next_if(&mut self, take: impl FnOnce(u8) -> bool) -> Option<Cqe<&'r [u8]>> {
+        if self.cqe == self.end {
+            self.wrap();
+        }
+        // SAFETY: as in `next`.
+        let (op, bytes) = unsafe {
+            let op = AtomicU8::from_ptr(self.cqe.add(Cqe::<&[u8]>::OWNER_OFFSET))
+                .load(Ordering::Acquire);
+            (
+                op,
+                std::slice::from_raw_parts(self.cqe.cast_const(), CQE_SIZE),
+            )
+        };
+        if op & mlx4_prm::cqe_owner::OWNER != self.sw || !take(op) {
+            return None;
+        }
+        self.cqe = self.cqe.wrapping_add(1 << self.shift);
+        Some(Cqe::new_unchecked(bytes))
     }
 
     /// At the ring's end: on from its start, where software's entries have the other owner

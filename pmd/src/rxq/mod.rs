@@ -30,7 +30,8 @@ pub use meta::{
 ///
 /// # Safety
 /// `alloc_bulk` returning true must have initialised every entry of `out` with a buffer the
-/// caller then owns (the queue reads them as initialised).
+/// caller then owns (the queue reads them as initialised); whatever it returns, it writes
+/// nothing uninitialised into `out` (the queue allocates into slots that hold buffers).
 #[allow(unsafe_code)]
 pub unsafe trait RxBuf: Copy {
     type Pool: Copy;
@@ -74,6 +75,23 @@ pub fn alloc_into<B: RxBuf>(pool: B::Pool, out: &mut [MaybeUninit<B>]) -> Option
     }
     // SAFETY: as in alloc_dma.
     Some(unsafe { &mut *(out as *mut [MaybeUninit<B>] as *mut [B]) })
+}
+
+/// Fills `slots` with fresh buffers from `pool` in place: all, or none, and then (false) they
+/// hold `saved` again, the buffers they held, which the caller copied out before.
+#[allow(unsafe_code)]
+pub(super) fn alloc_in_place<B: RxBuf>(pool: B::Pool, slots: &mut [B], saved: &[B]) -> bool {
+    assert_eq!(slots.len(), saved.len());
+    // SAFETY: `MaybeUninit<B>` has `B`'s layout, and `B: Copy` has no drop to skip. What
+    // `alloc_bulk` leaves in a slot is a buffer it wrote, or what the slot held (RxBuf's
+    // contract: it writes nothing uninitialised), and on failure every slot is written again
+    // from `saved` before `slots` is read as buffers.
+    let raw = unsafe { &mut *(slots as *mut [B] as *mut [MaybeUninit<B>]) };
+    if B::alloc_bulk(pool, raw) {
+        return true;
+    }
+    slots.copy_from_slice(saved);
+    false
 }
 
 /// Receive-queue settings fixed at setup.

@@ -2,10 +2,10 @@
 
 use std::mem::MaybeUninit;
 
-use mlx4_prm::{cqe_opcode, cqe_owner, DataSeg};
+use mlx4_prm::{cqe_opcode, cqe_owner, Cqe, DataSeg};
 
 use super::meta::{parse_rx_cqe, rx_meta, with_tunnel, Seen, RX_META};
-use super::{alloc_into, release, RxBuf, RxConfig, RxQueue, CHUNK, FRESH};
+use super::{alloc_in_place, alloc_into, release, RxBuf, RxConfig, RxQueue, CHUNK, FRESH};
 use crate::mem::{DmaArray, Lkeys, Mr};
 use crate::ring::RqRing;
 use crate::stats::RxStats;
@@ -66,7 +66,14 @@ impl<B: RxBuf> RxQueue<B> {
         };
         let seen = Seen::of(&c);
         let len = c.byte_cnt();
-        let mut cx = Refill::new(&mut self.elts, &mut self.rq, &mut self.lkeys, self.cfg);
+        // One frame: building the entry template would cost more than it saves.
+        let mut cx = Refill::new(
+            &mut self.elts,
+            &mut self.rq,
+            &mut self.lkeys,
+            self.cfg,
+            None,
+        );
         let (elt, entry) = (&mut cx.elts[slot], &mut cx.entries[slot]);
         *out = frame::<B, false>(&cx.ctx, elt, entry, &seen, fresh, cx.lkeys, &mut cx.errors);
         let errors = cx.errors;
@@ -77,11 +84,12 @@ impl<B: RxBuf> RxQueue<B> {
         Some(1)
     }
 
-    /// One buffer per frame (RX scatter off), a chunk of CQEs at a time in two passes: the
-    /// first takes the CQEs, copying out what the second needs of each (the status word and
-    /// byte count in one load), which then hands up the frames and posts their
-    /// replacements, allocated in between with one bulk call for exactly the CQEs taken.
-    /// Neither pass reads a CQE twice, and each loop keeps its few values in registers.
+    /// One buffer per frame (RX scatter off), a chunk of CQEs at a time. A chunk whose last
+    /// CQE is ready already takes one pass, its buffers allocated before it; any other
+    /// (fewer CQEs ready, an error CQE, a pool short of the chunk) two: the first takes the
+    /// CQEs, copying out what the second needs of each (the status word and byte count in
+    /// one load), which then hands up the frames and posts their replacements, allocated in
+    /// between with one bulk call for exactly the CQEs taken. No pass reads a CQE twice.
     /// `PLAIN`: neither RSS nor tunnel reports (the queue's settings say so), compiled
     /// without their loads and tests per frame.
     fn burst_single<const PLAIN: bool>(&mut self, out: &mut [B]) -> usize {
@@ -100,13 +108,51 @@ impl<B: RxBuf> RxQueue<B> {
             stats,
             error_seen,
             rq_ci,
+            room,
             ..
         } = self;
-        let mut cx = Refill::new(elts, rq, lkeys, *cfg);
+        let mut cx = Refill::new(elts, rq, lkeys, *cfg, Some(*room));
         // A burst of more than CHUNK frames takes them a chunk at a time; each chunk ends the
         // loop when the CQ had fewer than it asked for.
         while got < out.len() {
-            let want = (out.len() - got).min(CHUNK);
+            let mut want = (out.len() - got).min(CHUNK);
+            // The chunk's last CQE is software's already, so (the device completing in order)
+            // the whole chunk most likely is: its frames are copied out of their slots, the
+            // fresh buffers allocated straight into the slots, and one pass hands each frame
+            // up as it takes its CQE. It stops before an error CQE, which the two passes below
+            // take with the rest of the chunk; a pool that cannot give the whole chunk leaves
+            // it to them too, which allocate for exactly the CQEs they take.
+            let at = *rq_ci as usize & cx.ring_mask;
+            if want <= cx.elts.len() - at && cq.owns_ahead(want as u32 - 1) {
+                let dst = &mut out[got..got + want];
+                let slots = &mut cx.elts[at..at + want];
+                dst.copy_from_slice(slots);
+                if alloc_in_place(*pool, slots, dst) {
+                    let mut cqes = cq.owned();
+                    let k = take_placed::<B, PLAIN>(
+                        &cx.ctx,
+                        || cqes.next_if(|op| op & cqe_owner::OPCODE_MASK != cqe_opcode::ERROR),
+                        dst,
+                        slots,
+                        &mut cx.entries[at..at + want],
+                        cx.lkeys,
+                        &mut cx.errors,
+                        &mut bytes,
+                    );
+                    drop(cqes);
+                    if k < want {
+                        // The slots of the CQEs not taken keep the buffers they had.
+                        release(&slots[k..]);
+                        slots[k..].copy_from_slice(&dst[k..]);
+                    }
+                    *rq_ci = rq_ci.wrapping_add(k as u32);
+                    got += k;
+                    if k == want {
+                        continue;
+                    }
+                    want -= k;
+                }
+            }
             // Bit i: the chunk's CQE i is an error one (too long for its buffer, or a bad
             // one), whose slot keeps its buffer. Rare: counted after the pass, so that the
             // loop calls nothing and keeps its values in registers.
@@ -139,6 +185,38 @@ impl<B: RxBuf> RxQueue<B> {
             }
             let ci = *rq_ci;
             *rq_ci = ci.wrapping_add(n as u32);
+            let at = ci as usize & cx.ring_mask;
+            if errs == 0 && n <= cx.elts.len() - at {
+                // The common chunk, whole and short of the ring's end: its frames are
+                // copied out of their slots in one go, the fresh buffers allocated straight
+                // into the slots, and one loop describes each frame and posts its slot's
+                // entry, with no buffer moved per frame.
+                let dst = &mut out[got..got + n];
+                let slots = &mut cx.elts[at..at + n];
+                dst.copy_from_slice(slots);
+                if !alloc_in_place(*pool, slots, dst) {
+                    nombuf += n as u64;
+                    if n < want {
+                        break;
+                    }
+                    continue;
+                }
+                bytes += chunk_bytes;
+                hand_up_placed::<B, PLAIN>(
+                    &cx.ctx,
+                    taken,
+                    dst,
+                    slots,
+                    &mut cx.entries[at..at + n],
+                    cx.lkeys,
+                    &mut cx.errors,
+                );
+                got += n;
+                if n < want {
+                    break;
+                }
+                continue;
+            }
             // As many fresh buffers as CQEs taken, error ones included: all, or the frames
             // are dropped and counted, and their buffers stay posted.
             let Some(fresh) = alloc_into(*pool, &mut fresh[..n]) else {
@@ -380,10 +458,64 @@ struct Refill<'a, B: RxBuf> {
     errors: u64,
 }
 
+/// The scatter entry of a buffer of the queue's room inside the burst's region, but for its
+/// address: built once per burst, so that a frame's refill is the address and one copy.
+#[derive(Clone, Copy)]
+struct Posting {
+    /// The region's start, and the bound below which a buffer's offset from it leaves the
+    /// whole room inside (0 when no buffer fits).
+    start: usize,
+    bound: usize,
+    room: u32,
+    /// Byte count and lkey set, the address left to each frame.
+    entry: [u8; mlx4_prm::DS_SIZE],
+}
+
+impl Posting {
+    /// A posting no buffer passes: every frame takes [`Region::covers`].
+    const NONE: Posting = Posting {
+        start: 0,
+        bound: 0,
+        room: 0,
+        entry: [0; mlx4_prm::DS_SIZE],
+    };
+
+    #[inline(always)]
+    fn new(region: &Region, room: u32) -> Posting {
+        let mut entry = [0u8; mlx4_prm::DS_SIZE];
+        let mut d = DataSeg::new_unchecked(&mut entry[..]);
+        d.set_byte_count(room);
+        d.set_lkey(region.lkey);
+        Posting {
+            start: region.start,
+            bound: region
+                .span
+                .checked_sub(room as usize)
+                .map_or(0, |last| last.wrapping_add(1)),
+            room,
+            entry,
+        }
+    }
+
+    /// The entry for a buffer at `addr` of `room` bytes, if [`Region::covers`] holds it with
+    /// the queue's room (the test [`Posting`] skips is the room's).
+    #[inline(always)]
+    fn entry(&self, addr: usize, room: u32) -> Option<[u8; mlx4_prm::DS_SIZE]> {
+        if room != self.room || addr.wrapping_sub(self.start) >= self.bound {
+            return None;
+        }
+        let mut e = self.entry;
+        DataSeg::new_unchecked(&mut e[..]).set_addr(addr as u64);
+        Some(e)
+    }
+}
+
 /// What [`frame`] reads, the same for every frame of a burst.
 struct FrameCtx {
     /// The pool's region, looked up once per burst.
     region: Region,
+    /// The entries of buffers inside `region`.
+    posting: Posting,
     table: &'static [(u32, u32); 512],
     cfg: RxConfig,
 }
@@ -396,6 +528,7 @@ impl<'a, B: RxBuf> Refill<'a, B> {
         rq: &'a mut RqRing,
         lkeys: &'a mut Lkeys,
         cfg: RxConfig,
+        room: Option<u32>,
     ) -> Refill<'a, B> {
         let elts: &mut [B] = elts;
         // SAFETY: the refill writes only the slots of the completions a burst consumed, each
@@ -405,12 +538,14 @@ impl<'a, B: RxBuf> Refill<'a, B> {
         let entries = unsafe { rq.scatter_entries() };
         // One buffer and one entry per WQE: a slot masked by the ring's size is inside both.
         let entries = &mut entries[..elts.len()];
+        let region = Region::new(lkeys.cached());
         Refill {
             ring_mask: elts.len() - 1,
             elts,
             entries,
             ctx: FrameCtx {
-                region: Region::new(lkeys.cached()),
+                posting: room.map_or(Posting::NONE, |room| Posting::new(&region, room)),
+                region,
                 table: &RX_META[usize::from(cfg.csum)],
                 cfg,
             },
@@ -440,6 +575,73 @@ fn hand_up<B: RxBuf, const PLAIN: bool>(
     }
 }
 
+/// The frames of a chunk without error CQEs, already in `dst`, described as `taken` says,
+/// and the entries of their slots posted for the fresh buffers `slots` now hold; an entry
+/// that cannot point at its buffer is counted in `errors`.
+#[inline(never)]
+fn hand_up_placed<B: RxBuf, const PLAIN: bool>(
+    cx: &FrameCtx,
+    taken: &[Seen],
+    dst: &mut [B],
+    slots: &[B],
+    entries: &mut [[u8; mlx4_prm::DS_SIZE]],
+    lkeys: &mut Lkeys,
+    errors: &mut u64,
+) {
+    let frames = taken.iter().zip(dst);
+    for ((s, d), (b, entry)) in frames.zip(slots.iter().zip(entries)) {
+        describe::<B, PLAIN>(cx, d, s);
+        post_entry(cx, entry, b, lkeys, errors);
+    }
+}
+
+/// The single pass of a chunk whose CQEs are ready: takes CQEs from `next` one by one (it
+/// has none for an error CQE or one the device still owns), and for each describes its
+/// frame, already in `dst`, and posts its slot's entry for the fresh buffer in `slots`.
+/// Returns the frames handed up, and adds their bytes to `bytes`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn take_placed<'c, B: RxBuf, const PLAIN: bool>(
+    cx: &FrameCtx,
+    mut next: impl FnMut() -> Option<Cqe<&'c [u8]>>,
+    dst: &mut [B],
+    slots: &[B],
+    entries: &mut [[u8; mlx4_prm::DS_SIZE]],
+    lkeys: &mut Lkeys,
+    errors: &mut u64,
+    bytes: &mut u64,
+) -> usize {
+    let (mut k, mut sum) = (0, 0u64);
+    let frames = dst.iter_mut();
+    for (d, (b, entry)) in frames.zip(slots.iter().zip(entries)) {
+        let Some(c) = next() else { break };
+        let (status, len) = c.status_byte_cnt();
+        let s = Seen {
+            status_len: u64::from(status) << 32 | u64::from(len),
+            hash: if PLAIN { 0 } else { c.immed_rss_invalid() },
+            vlan: if PLAIN { 0 } else { c.vlan_my_qpn() },
+        };
+        describe::<B, PLAIN>(cx, d, &s);
+        post_entry(cx, entry, b, lkeys, errors);
+        sum += u64::from(len);
+        k += 1;
+    }
+    *bytes += sum;
+    k
+}
+
+/// Sets what `s` says of its frame (not an error one) in `head`, the buffer that holds it.
+#[inline(always)]
+fn describe<B: RxBuf, const PLAIN: bool>(cx: &FrameCtx, head: &mut B, s: &Seen) {
+    let cfg = cx.cfg;
+    let (status, len) = ((s.status_len >> 32) as u32, s.status_len as u32);
+    let mut meta = rx_meta(cx.table, status, s.hash, !PLAIN && cfg.rss);
+    if !PLAIN && cfg.tunnel {
+        meta = with_tunnel(meta, s.vlan, cfg.csum);
+    }
+    head.set_single(len, cfg.port_id, &meta);
+}
+
 /// Hands up the frame `s` describes (not an error one) in the buffer `elt` of a slot and
 /// posts `fresh` there, in `elt` and the slot's scatter entry; an entry that cannot point at
 /// `fresh` is counted in `errors`. `PLAIN` as for [`RxQueue::burst_single`].
@@ -453,15 +655,27 @@ fn frame<B: RxBuf, const PLAIN: bool>(
     lkeys: &mut Lkeys,
     errors: &mut u64,
 ) -> B {
-    let cfg = cx.cfg;
-    let (status, len) = ((s.status_len >> 32) as u32, s.status_len as u32);
-    let mut meta = rx_meta(cx.table, status, s.hash, !PLAIN && cfg.rss);
-    if !PLAIN && cfg.tunnel {
-        meta = with_tunnel(meta, s.vlan, cfg.csum);
-    }
     let mut head = std::mem::replace(elt, fresh);
-    head.set_single(len, cfg.port_id, &meta);
+    describe::<B, PLAIN>(cx, &mut head, s);
+    post_entry(cx, entry, &fresh, lkeys, errors);
+    head
+}
+
+/// Posts `fresh` in a slot's scatter entry; an entry that cannot point at it becomes one the
+/// device cannot use, counted in `errors`.
+#[inline(always)]
+fn post_entry<B: RxBuf>(
+    cx: &FrameCtx,
+    entry: &mut [u8; mlx4_prm::DS_SIZE],
+    fresh: &B,
+    lkeys: &mut Lkeys,
+    errors: &mut u64,
+) {
     let (addr, room) = fresh.data_area();
+    if let Some(e) = cx.posting.entry(addr, room) {
+        *entry = e;
+        return;
+    }
     let lkey = if cx.region.covers(addr, room) {
         Some(cx.region.lkey)
     } else {
@@ -484,7 +698,6 @@ fn frame<B: RxBuf, const PLAIN: bool>(
             *errors += 1;
         }
     }
-    head
 }
 
 #[cfg(test)]
