@@ -274,6 +274,18 @@ impl<'r> Owned<'r> {
     #[inline(always)]
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<(u8, Cqe<&'r [u8]>)> {
+        self.take(|_| true)
+    }
+
+    /// As [`Owned::next`], but a CQE whose `owner_sr_opcode` byte fails `take` is left in
+    /// place, for a later pass.
+    #[inline(always)]
+    pub fn next_if(&mut self, take: impl FnOnce(u8) -> bool) -> Option<Cqe<&'r [u8]>> {
+        self.take(take).map(|(_, c)| c)
+    }
+
+    #[inline(always)]
+    fn take(&mut self, take: impl FnOnce(u8) -> bool) -> Option<(u8, Cqe<&'r [u8]>)> {
         if self.cqe == self.end {
             self.wrap();
         }
@@ -290,34 +302,11 @@ impl<'r> Owned<'r> {
                 std::slice::from_raw_parts(self.cqe.cast_const(), CQE_SIZE),
             )
         };
-        if op & mlx4_prm::cqe_owner::OWNER != self.sw {
-            return None;
-        }
-        self.cqe = self.cqe.wrapping_add(1 << self.shift);
-        Some((op, Cqe::new_unchecked(bytes)))
-    }
-
-    /// As [`Owned::next`], but a CQE whose `owner_sr_opcode` byte fails `take` is left in
-    /// place, for a later pass.
-    #[inline(always)]
-    pub fn next_if(&mut self, take: impl FnOnce(u8) -> bool) -> Option<Cqe<&'r [u8]>> {
-        if self.cqe == self.end {
-            self.wrap();
-        }
-        // SAFETY: as in `next`.
-        let (op, bytes) = unsafe {
-            let op = AtomicU8::from_ptr(self.cqe.add(Cqe::<&[u8]>::OWNER_OFFSET))
-                .load(Ordering::Acquire);
-            (
-                op,
-                std::slice::from_raw_parts(self.cqe.cast_const(), CQE_SIZE),
-            )
-        };
         if op & mlx4_prm::cqe_owner::OWNER != self.sw || !take(op) {
             return None;
         }
         self.cqe = self.cqe.wrapping_add(1 << self.shift);
-        Some(Cqe::new_unchecked(bytes))
+        Some((op, Cqe::new_unchecked(bytes)))
     }
 
     /// At the ring's end: on from its start, where software's entries have the other owner
