@@ -404,6 +404,20 @@ fn lat_table(rows: &[&Row], model: &Model) -> String {
     s
 }
 
+/// A report's directory, title and warnings, shared by the ping-pong and the stream.
+fn report_head(o: &Opts, title: &str, interrupted: bool, no_rx: bool) -> Result<String, String> {
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
+    let mut md = format!("## {title}\n\n");
+    if interrupted {
+        md += "**Interrupted: partial results.**\n\n";
+    }
+    if no_rx {
+        md += "**No packet came back over the looped wire: the receive path (rx_burst) returned \
+               nothing, so there is no latency to report.**\n\n";
+    }
+    Ok(md)
+}
+
 fn write_report(
     o: &Opts,
     rows: &[Row],
@@ -413,15 +427,7 @@ fn write_report(
     no_rx: bool,
     t_start: Instant,
 ) -> Result<String, String> {
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
-    let mut md = String::from("## Latency (latency)\n\n");
-    if interrupted {
-        md += "**Interrupted: partial results.**\n\n";
-    }
-    if no_rx {
-        md += "**No packet came back over the looped wire: the receive path (rx_burst) returned \
-               nothing, so there is no latency to report.**\n\n";
-    }
+    let mut md = report_head(o, "Latency (latency)", interrupted, no_rx)?;
     let how = match o.wire {
         Wire::Loop => {
             "One packet per burst over `wire=loop`; a sample is the time from handing \
@@ -591,15 +597,12 @@ fn write_stream_report(
     no_rx: bool,
     t_start: Instant,
 ) -> Result<String, String> {
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
-    let mut md = String::from("## Streaming latency (latency --stream)\n\n");
-    if interrupted {
-        md += "**Interrupted: partial results.**\n\n";
-    }
-    if no_rx {
-        md += "**No packet came back over the looped wire: the receive path (rx_burst) returned \
-               nothing, so there is no latency to report.**\n\n";
-    }
+    let mut md = report_head(
+        o,
+        "Streaming latency (latency --stream)",
+        interrupted,
+        no_rx,
+    )?;
     let window = match o.window {
         0 => "as many in flight as the ring takes".to_owned(),
         w => format!("at most {w} in flight"),
