@@ -16,7 +16,7 @@ use mlx4_prm::{opcode, srcrb, CtrlSeg};
 
 use crate::devargs::BfMode;
 use crate::hw::Device;
-use crate::mmio::{cpu_has_pat, Copy64, Txbb};
+use crate::mmio::{cpu_has_pat, BfReg, Copy64, SendDoorbell, Txbb};
 use crate::ring::{CqRing, SqRing};
 use crate::txq::TxPath;
 
@@ -121,52 +121,45 @@ pub fn decide(dev: &dyn Device, mode: BfMode, socket: i32, copy: Copy64) -> Path
 /// ignored" apart from "device dead". A device that runs in the caller's context is polled
 /// while the test waits.
 pub fn self_test(dev: &dyn Device, socket: i32, copy: Copy64) -> Result<SelfTest, String> {
-    let cq = dev.create_cq(16, socket).map_err(|e| e.to_string())?;
-    let sq = match dev.create_sq(64, &cq, socket) {
-        Ok(sq) => sq,
-        Err(e) => {
-            let _ = dev.destroy_cq(cq);
-            return Err(e.to_string());
-        }
-    };
-    // SAFETY: `dev` handed these descriptors out just now, one view each; the views go back
-    // to `dev` for destroy before this function returns, and `dev` outlives the call.
-    #[allow(unsafe_code)]
-    let (mut sq, mut cq) = unsafe { (SqRing::new(sq), CqRing::new(cq)) };
-    let qpn = sq.desc().qpn();
-    let result = (|| {
-        let mut bf = sq.bf_reg(copy).ok_or("the SQ got no BF register")?;
-        let db = sq.doorbell();
-        // NOP 0: unsignaled in the ring, signaled in the BF copy.
-        sq.wqe_mut(0, 1).put_nop(1, false);
-        let word = u32::from(opcode::NOP); // pass 0: owner 0; counter 0
-        sq.publish(0, word);
-        let mut copy_blk = Txbb(sq.wqe_blocks(0, 1)[0].0);
-        let mut c = CtrlSeg::new_unchecked(&mut copy_blk.0[..16]);
-        let ds = c.ds();
-        c.set_bf_qpn_ds(qpn, ds);
-        c.set_srcrb_flags(srcrb::SOLICIT | srcrb::CQ_UPDATE);
-        bf.write(&copy_blk, &[]);
-        if let Some(idx) = wait_cqe(dev, &mut cq, Duration::from_millis(100))? {
-            return match idx {
-                0 => Ok(SelfTest::CopyExecuted),
-                i => Err(format!("unexpected completion for WQE {i}")),
-            };
-        }
-        // NOP 1, signaled in the ring, through the doorbell.
-        sq.wqe_mut(1, 1).put_nop(1, true);
-        sq.publish(1, u32::from(opcode::NOP));
-        db.ring();
-        match wait_cqe(dev, &mut cq, Duration::from_secs(2))? {
-            Some(1) => Ok(SelfTest::CopyIgnored),
-            Some(0) => Ok(SelfTest::CopyExecuted),
-            Some(i) => Err(format!("unexpected completion for WQE {i}")),
-            None => Err("the device completed no NOP within 2 s".into()),
-        }
-    })();
-    let _ = dev.destroy_sq(sq.into_desc());
-    let _ = dev.destroy_cq(cq.into_desc());
-    result
+    on_scratch_queue(
+        dev,
+        socket,
+        copy,
+        |Scratch {
+             sq,
+             cq,
+             qpn,
+             mut bf,
+             db,
+         }| {
+            // NOP 0: unsignaled in the ring, signaled in the BF copy.
+            sq.wqe_mut(0, 1).put_nop(1, false);
+            let word = u32::from(opcode::NOP); // pass 0: owner 0; counter 0
+            sq.publish(0, word);
+            let mut copy_blk = Txbb(sq.wqe_blocks(0, 1)[0].0);
+            let mut c = CtrlSeg::new_unchecked(&mut copy_blk.0[..16]);
+            let ds = c.ds();
+            c.set_bf_qpn_ds(qpn, ds);
+            c.set_srcrb_flags(srcrb::SOLICIT | srcrb::CQ_UPDATE);
+            bf.write(&copy_blk, &[]);
+            if let Some(idx) = wait_cqe(dev, cq, Duration::from_millis(100))? {
+                return match idx {
+                    0 => Ok(SelfTest::CopyExecuted),
+                    i => Err(format!("unexpected completion for WQE {i}")),
+                };
+            }
+            // NOP 1, signaled in the ring, through the doorbell.
+            sq.wqe_mut(1, 1).put_nop(1, true);
+            sq.publish(1, u32::from(opcode::NOP));
+            db.ring();
+            match wait_cqe(dev, cq, Duration::from_secs(2))? {
+                Some(1) => Ok(SelfTest::CopyIgnored),
+                Some(0) => Ok(SelfTest::CopyExecuted),
+                Some(i) => Err(format!("unexpected completion for WQE {i}")),
+                None => Err("the device completed no NOP within 2 s".into()),
+            }
+        },
+    )
 }
 
 /// How long one store sequence took: a 64-byte copy into the BF register with its fences, and
@@ -213,6 +206,81 @@ const ROUNDS: u32 = 8;
 /// for its completion; the time per NOP of the fastest round of each path is kept, so that a
 /// preempted round does not count.
 pub fn time_stores(dev: &dyn Device, socket: i32, copy: Copy64) -> Result<StoreTiming, String> {
+    on_scratch_queue(
+        dev,
+        socket,
+        copy,
+        |Scratch {
+             sq,
+             cq,
+             qpn,
+             mut bf,
+             db,
+         }| {
+            let mut best = [f64::MAX; 2];
+            let mut c: u32 = 0;
+            for round in 0..2 * ROUNDS {
+                let through_bf = round % 2 == 0;
+                let mut spent = Duration::ZERO;
+                for i in 0..TIMED_NOPS {
+                    let last = i + 1 == TIMED_NOPS;
+                    sq.wqe_mut(c, 1).put_nop(1, last);
+                    let word = sq.owner_word(c, opcode::NOP);
+                    if through_bf {
+                        // As the queue does: the ring keeps a plain WQE, the copy carries the
+                        // counter and the QPN.
+                        let counter = (c & 0xffff) << mlx4_prm::owner_opcode::BF_COUNTER_SHIFT;
+                        sq.publish(c, word);
+                        let mut blk = Txbb(sq.wqe_blocks(c, 1)[0].0);
+                        let mut ctrl = CtrlSeg::new_unchecked(&mut blk.0[..16]);
+                        ctrl.set_owner_opcode(word | counter);
+                        ctrl.set_bf_qpn_ds(qpn, 1);
+                        let t = Instant::now();
+                        bf.write(&blk, &[]);
+                        spent += t.elapsed();
+                    } else {
+                        sq.publish(c, word);
+                        let t = Instant::now();
+                        db.ring();
+                        spent += t.elapsed();
+                    }
+                    c = c.wrapping_add(1);
+                }
+                let per_nop = spent.as_nanos() as f64 / f64::from(TIMED_NOPS);
+                let mask = sq.txbb_cnt() - 1;
+                let want = c.wrapping_sub(1) & mask;
+                match wait_cqe(dev, cq, Duration::from_secs(2))? {
+                    Some(i) if u32::from(i) & mask == want => {}
+                    Some(i) => return Err(format!("completion for WQE {i}, expected {want}")),
+                    None => return Err("the device completed no timed NOP within 2 s".into()),
+                }
+                let slot = usize::from(!through_bf);
+                best[slot] = best[slot].min(per_nop);
+            }
+            Ok(StoreTiming {
+                bf_ns: best[0],
+                doorbell_ns: best[1],
+            })
+        },
+    )
+}
+
+/// A scratch SQ and CQ of the check's own, with the SQ's BF register and doorbell.
+struct Scratch<'q> {
+    sq: &'q mut SqRing,
+    cq: &'q mut CqRing,
+    qpn: u32,
+    bf: BfReg,
+    db: SendDoorbell,
+}
+
+/// Runs `f` on a scratch queue pair created on `dev`, destroyed again whatever `f` returns.
+fn on_scratch_queue<T>(
+    dev: &dyn Device,
+    socket: i32,
+    copy: Copy64,
+    f: impl FnOnce(Scratch<'_>) -> Result<T, String>,
+) -> Result<T, String> {
     let cq = dev.create_cq(16, socket).map_err(|e| e.to_string())?;
     let sq = match dev.create_sq(64, &cq, socket) {
         Ok(sq) => sq,
@@ -226,54 +294,19 @@ pub fn time_stores(dev: &dyn Device, socket: i32, copy: Copy64) -> Result<StoreT
     #[allow(unsafe_code)]
     let (mut sq, mut cq) = unsafe { (SqRing::new(sq), CqRing::new(cq)) };
     let qpn = sq.desc().qpn();
-    let result = (|| {
-        let mut bf = sq.bf_reg(copy).ok_or("the SQ got no BF register")?;
-        let db = sq.doorbell();
-        let mut best = [f64::MAX; 2];
-        let mut c: u32 = 0;
-        for round in 0..2 * ROUNDS {
-            let through_bf = round % 2 == 0;
-            let mut spent = Duration::ZERO;
-            for i in 0..TIMED_NOPS {
-                let last = i + 1 == TIMED_NOPS;
-                sq.wqe_mut(c, 1).put_nop(1, last);
-                let word = sq.owner_word(c, opcode::NOP);
-                if through_bf {
-                    // As the queue does: the ring keeps a plain WQE, the copy carries the
-                    // counter and the QPN.
-                    let counter = (c & 0xffff) << mlx4_prm::owner_opcode::BF_COUNTER_SHIFT;
-                    sq.publish(c, word);
-                    let mut blk = Txbb(sq.wqe_blocks(c, 1)[0].0);
-                    let mut ctrl = CtrlSeg::new_unchecked(&mut blk.0[..16]);
-                    ctrl.set_owner_opcode(word | counter);
-                    ctrl.set_bf_qpn_ds(qpn, 1);
-                    let t = Instant::now();
-                    bf.write(&blk, &[]);
-                    spent += t.elapsed();
-                } else {
-                    sq.publish(c, word);
-                    let t = Instant::now();
-                    db.ring();
-                    spent += t.elapsed();
-                }
-                c = c.wrapping_add(1);
-            }
-            let per_nop = spent.as_nanos() as f64 / f64::from(TIMED_NOPS);
-            let mask = sq.txbb_cnt() - 1;
-            let want = c.wrapping_sub(1) & mask;
-            match wait_cqe(dev, &mut cq, Duration::from_secs(2))? {
-                Some(i) if u32::from(i) & mask == want => {}
-                Some(i) => return Err(format!("completion for WQE {i}, expected {want}")),
-                None => return Err("the device completed no timed NOP within 2 s".into()),
-            }
-            let slot = usize::from(!through_bf);
-            best[slot] = best[slot].min(per_nop);
+    let result = match sq.bf_reg(copy) {
+        Some(bf) => {
+            let db = sq.doorbell();
+            f(Scratch {
+                sq: &mut sq,
+                cq: &mut cq,
+                qpn,
+                bf,
+                db,
+            })
         }
-        Ok(StoreTiming {
-            bf_ns: best[0],
-            doorbell_ns: best[1],
-        })
-    })();
+        None => Err("the SQ got no BF register".into()),
+    };
     let _ = dev.destroy_sq(sq.into_desc());
     let _ = dev.destroy_cq(cq.into_desc());
     result
