@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use c_mlx4::{assert_probed, diagnose, CDevice};
-use common::{number_after, Step::*};
+use common::{every_port_moved, every_port_sent, number_after, xstat, Step::*, TRAFFIC_LIMIT};
 
 const LIMIT: Duration = Duration::from_secs(120);
 /// ConnectX-3 (not Pro: the C driver then uses no tunnel offload bits).
@@ -118,7 +118,11 @@ fn txonly_frames_on_a_pcap_wire_decode_as_testpmds() {
         &["--forward-mode=txonly", "--total-num-mbufs=8192"],
         &[
             Cmd("start"),
-            Sleep(1500),
+            Until {
+                cmd: "show fwd stats all",
+                done: every_port_sent::<2000>,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("show port stats all"),
             Cmd("show port info 0"),
@@ -196,12 +200,22 @@ fn io_on_a_looped_wire_counts_and_survives_stop_start() {
         &["--forward-mode=io", "--total-num-mbufs=8192"],
         &[
             Cmd("start tx_first"),
-            Sleep(1200),
+            Grows {
+                cmd: "show port stats 0",
+                key: "RX-packets:",
+                by: 64,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("port stop all"),
             Cmd("port start all"),
             Cmd("start tx_first"),
-            Sleep(1200),
+            Grows {
+                cmd: "show port stats 0",
+                key: "RX-packets:",
+                by: 64,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("show port stats all"),
             Cmd("clear port stats all"),
@@ -278,25 +292,37 @@ fn filtering_and_mtu_follow_the_c_drivers_flows_and_netdev() {
             Cmd("set promisc all off"),
             // To our MAC: a MAC flow takes it.
             Cmd("start tx_first"),
-            Sleep(500),
+            Grows {
+                cmd: "show port stats 0",
+                key: "RX-packets:",
+                by: 64,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("show port stats 0"),
             // To another MAC without promiscuous mode: no flow takes the 32 frames.
             Cmd("set eth-peer 0 02:00:00:00:00:77"),
             Cmd("start tx_first"),
+            // The device drops them, which the C driver has no counter for.
             Sleep(300),
             Cmd("stop"),
             Cmd("show port stats 0"),
             // Promiscuous: the default flow takes them.
             Cmd("set promisc all on"),
             Cmd("start tx_first"),
-            Sleep(300),
+            Grows {
+                cmd: "show port stats 0",
+                key: "RX-packets:",
+                by: 64,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("show port stats 0"),
             // 1200-byte frames over a 1000-byte MTU (set on the netdev, which the port follows).
             Cmd("port config mtu 0 1000"),
             Cmd("set txpkts 1200"),
             Cmd("start tx_first"),
+            // As above: dropped, and no counter of the C driver's shows it.
             Sleep(300),
             Cmd("stop"),
             Cmd("show port stats 0"),
@@ -356,7 +382,11 @@ fn rss_spreads_frames_over_the_c_drivers_wqs() {
         ],
         &[
             Cmd("start tx_first"),
-            Sleep(1000),
+            Until {
+                cmd: "show port xstats 0",
+                done: |x| (0..4).all(|q| xstat(x, &format!("rx_q{q}_packets")) >= Some(64)),
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("show port xstats 0"),
             Cmd("port stop all"),
@@ -404,8 +434,14 @@ fn io_across_a_cable_to_net_mlx4rs_conserves_every_frame() {
         &["--forward-mode=io", "--total-num-mbufs=8192"],
         &[
             Cmd("start tx_first 4"),
-            Sleep(2000),
+            Until {
+                cmd: "show fwd stats all",
+                done: every_port_moved::<512>,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
+            // Frames on the cable land; what the C port's device executed shows only in the
+            // model's counters at close.
             Sleep(300),
             Cmd("port stop all"),
             Cmd("show port xstats 1"),
@@ -479,7 +515,11 @@ fn rte_flow_rules_steer_and_drop_through_the_c_drivers_verbs_flows() {
             )),
             Cmd("flow list 0"),
             Cmd("start tx_first"),
-            Sleep(1000),
+            Until {
+                cmd: "show port xstats 0",
+                done: |x| xstat(x, "rx_q0_packets") >= Some(128),
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("show port xstats 0"),
             Cmd("flow flush 0"),
@@ -489,6 +529,7 @@ fn rte_flow_rules_steer_and_drop_through_the_c_drivers_verbs_flows() {
             )),
             Cmd("clear port stats all"),
             Cmd("start tx_first"),
+            // The rule drops them, which the C driver has no counter for.
             Sleep(500),
             Cmd("stop"),
             Cmd("show port stats 0"),
@@ -543,7 +584,12 @@ fn a_connectx3_pro_offers_tunnel_offloads_keep_crc_and_the_firmware_version() {
             Cmd("show port 0 rx_offload capabilities"),
             Cmd("show port 0 tx_offload capabilities"),
             Cmd("start tx_first"),
-            Sleep(500),
+            Grows {
+                cmd: "show port stats 0",
+                key: "RX-packets:",
+                by: 64,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("port stop all"),
             Cmd("quit"),

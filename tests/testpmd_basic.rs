@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{testpmd, Step::*};
+use common::{testpmd, Step::*, SENT};
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -20,13 +20,13 @@ fn two_ports_link_follows_start_and_stop() {
             Cmd("port start all"),
             Cmd("show port info all"),
             Cmd("start"),
-            Sleep(500),
+            SENT,
             Cmd("stop"),
             Cmd("show port stats 0"),
             Cmd("clear port stats all"),
             Cmd("show port stats 0"),
             Cmd("start"),
-            Sleep(300),
+            SENT,
             Cmd("stop"),
             Cmd("clear port xstats 0"),
             Cmd("show port xstats 0"),
@@ -146,15 +146,12 @@ fn attach_and_detach_at_run_time() {
         &["--total-num-mbufs=4096"],
         &[
             Cmd("port attach net_mlx4rs7,wire=loop"),
-            Sleep(300),
             Cmd("port start 1"),
             Cmd("show port info 1"),
             Cmd("port stop 1"),
             Cmd("port close 1"),
             Cmd("device detach net_mlx4rs7"),
-            Sleep(300),
             Cmd("port attach net_mlx4rs8,bf=nope"),
-            Sleep(300),
             Cmd("show port summary all"),
             Cmd("quit"),
         ],
@@ -189,7 +186,7 @@ fn bad_wire_targets_fail_their_probe_and_the_healthy_port_forwards() {
         &["--total-num-mbufs=2048", "--forward-mode=txonly"],
         &[
             Cmd("start"),
-            Sleep(500),
+            SENT,
             Cmd("stop"),
             Cmd("show port info all"),
             Cmd("quit"),

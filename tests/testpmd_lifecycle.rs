@@ -15,19 +15,12 @@ use common::{file_prefix, in_use, testpmd_in, Step};
 
 const MBUFS: u64 = 65536;
 
-/// Every port shown has received and sent since its stats were cleared.
-fn all_ports_moved(answer: &str) -> bool {
-    let rx = common::numbers_after(answer, "RX-packets:");
-    let tx = common::numbers_after(answer, "TX-packets:");
-    !rx.is_empty() && rx.len() == tx.len() && rx.iter().chain(&tx).all(|&n| n > 0)
-}
-
-/// After `start tx_first`: traffic on every port, however slowly a loaded machine schedules
-/// the device threads.
+/// After `start tx_first`: traffic on every port since its stats were cleared. It asks
+/// `show port stats all`: the forwarding statistics are what the test reads.
 const WAIT_TRAFFIC: Step<'static> = Step::Until {
     cmd: "show port stats all",
-    done: all_ports_moved,
-    limit: Duration::from_secs(20),
+    done: common::every_port_moved::<1>,
+    limit: common::TRAFFIC_LIMIT,
 };
 
 /// (port, RX-packets, TX-packets) of each "Forward statistics for port" block, in order.

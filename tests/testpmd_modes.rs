@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::{port_xstat, testpmd, Step::*};
+use common::{
+    every_port_moved, every_port_received, every_port_sent, port_xstat, testpmd, Step::*,
+    TRAFFIC_LIMIT,
+};
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -45,7 +48,11 @@ fn txonly_sends_in_every_mode() {
             &["--forward-mode=txonly", "--total-num-mbufs=16384"],
             &[
                 Cmd("start"),
-                Sleep(1000),
+                Until {
+                    cmd: "show fwd stats all",
+                    done: every_port_sent::<2000>,
+                    limit: TRAFFIC_LIMIT,
+                },
                 Cmd("stop"),
                 // Port stop drains what tx_burst took.
                 Cmd("port stop all"),
@@ -74,7 +81,11 @@ fn io_across_a_cable_and_a_loop_conserves_in_every_mode() {
             &["--forward-mode=io", "--total-num-mbufs=8192"],
             &[
                 Cmd("start tx_first 4"),
-                Sleep(1500),
+                Until {
+                    cmd: "show fwd stats all",
+                    done: every_port_moved::<512>,
+                    limit: TRAFFIC_LIMIT,
+                },
                 Cmd("stop"),
                 Cmd("port stop all"),
                 Cmd("show port xstats all"),
@@ -96,7 +107,11 @@ fn io_across_a_cable_and_a_loop_conserves_in_every_mode() {
             &["--forward-mode=io", "--total-num-mbufs=4096"],
             &[
                 Cmd("start tx_first"),
-                Sleep(1000),
+                Until {
+                    cmd: "show fwd stats all",
+                    done: every_port_moved::<256>,
+                    limit: TRAFFIC_LIMIT,
+                },
                 Cmd("stop"),
                 Cmd("port stop all"),
                 Cmd("show port xstats all"),
@@ -131,20 +146,34 @@ fn an_unpolled_receiver_counts_missed_frames_then_receives_in_every_mode() {
                 "--total-num-mbufs=16384",
             ],
             &[
+                // Sent well past what port 1's ring and buffer hold, even with a device
+                // thread a ring behind the lcore.
                 Cmd("start"),
-                Sleep(1500),
+                Until {
+                    cmd: "show fwd stats all",
+                    done: every_port_sent::<30_000>,
+                    limit: TRAFFIC_LIMIT,
+                },
                 Cmd("stop"),
                 Cmd("show port xstats all"),
                 Cmd("clear port xstats all"),
                 Cmd("set fwd rxonly"),
                 Cmd("start"),
-                Sleep(500),
+                Until {
+                    cmd: "show fwd stats all",
+                    done: every_port_received::<1000>,
+                    limit: TRAFFIC_LIMIT,
+                },
                 Cmd("stop"),
                 Cmd("show port xstats 1"),
                 Cmd("clear port xstats all"),
                 Cmd("set fwd io"),
                 Cmd("start tx_first"),
-                Sleep(1000),
+                Until {
+                    cmd: "show fwd stats all",
+                    done: every_port_moved::<2048>,
+                    limit: TRAFFIC_LIMIT,
+                },
                 Cmd("stop"),
                 Cmd("show port xstats 1"),
                 Cmd("quit"),
@@ -225,8 +254,13 @@ fn blueflame_copies_are_taken_under_sustained_load_in_every_mode() {
             &[
                 // Not the start-up self-test's copies.
                 Cmd("clear port xstats all"),
+                // Well past 1000 bursts of 32 on each port.
                 Cmd("start"),
-                Sleep(2000),
+                Until {
+                    cmd: "show fwd stats all",
+                    done: every_port_sent::<64_000>,
+                    limit: TRAFFIC_LIMIT,
+                },
                 Cmd("stop"),
                 Cmd("port stop all"),
                 Cmd("show port xstats all"),

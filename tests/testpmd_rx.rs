@@ -4,20 +4,31 @@
 
 mod common;
 
-use common::{number_after, port_xstat, testpmd, xstat, Step::*};
+use common::{
+    every_port_moved, every_port_received, number_after, port_xstat, testpmd, xstat, Step::*,
+    MOVED, SENT, TRAFFIC_LIMIT,
+};
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
-/// Forwarding across the cable for a while, then every port stopped (which drains TX) and
-/// all xstats shown.
-fn forward_across_cable(app_args: &[&str], first: &str, ms: u64) -> String {
+/// Frames a forwarding test waits for on every port, each way: well past the 32 a first
+/// burst sends, so that forwarding, not only the first burst, is what gets checked.
+const FRAMES: u64 = 256;
+
+/// Forwarding across the cable until each port has moved `FRAMES` each way, then every port
+/// stopped (which drains TX) and all xstats shown.
+fn forward_across_cable(app_args: &[&str], first: &str) -> String {
     let out = testpmd(
         &cabled(),
         app_args,
         &[
             Cmd(first),
-            Sleep(ms),
+            Until {
+                cmd: "show fwd stats all",
+                done: every_port_moved::<FRAMES>,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             // Port stop drains TX; what is still in RX rings stays counted by the device.
             Cmd("port stop all"),
@@ -86,7 +97,6 @@ fn io_forwarding_across_a_cable_loses_nothing() {
     let all = forward_across_cable(
         &["--forward-mode=io", "--total-num-mbufs=8192"],
         "start tx_first 4",
-        2000,
     );
     for (a, b) in [(0, 1), (1, 0)] {
         assert_cable_conserves(&all, a, b);
@@ -100,7 +110,11 @@ fn looped_wire_returns_every_frame() {
         &["--forward-mode=io", "--total-num-mbufs=4096"],
         &[
             Cmd("start tx_first"),
-            Sleep(1500),
+            Until {
+                cmd: "show fwd stats all",
+                done: every_port_moved::<FRAMES>,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("port stop all"),
             Cmd("show port xstats all"),
@@ -165,6 +179,14 @@ fn frames_left_in_a_receive_queue_at_stop_are_counted() {
     assert_eq!(port_xstat(&all, 0, "rx_q0_discarded"), discarded);
 }
 
+/// Queues 0 and 1 of both ports have received (the last `show port xstats all` counts).
+fn both_queues_received(xstats: &str) -> bool {
+    ["rx_q0_packets:", "rx_q1_packets:"].iter().all(|q| {
+        let n = common::numbers_after(xstats, q);
+        n.len() == 2 && n.iter().all(|&n| n > 0)
+    })
+}
+
 #[test]
 fn rss_spreads_flows_over_queues() {
     let out = testpmd(
@@ -178,7 +200,11 @@ fn rss_spreads_flows_over_queues() {
         ],
         &[
             Cmd("start tx_first 2"),
-            Sleep(1500),
+            Until {
+                cmd: "show port xstats all",
+                done: both_queues_received,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("show port 1 rss-hash key"),
             Cmd("show port 1 rss reta 128 (0xffffffffffffffff,0xffffffffffffffff)"),
@@ -226,12 +252,20 @@ fn promiscuous_off_filters_and_on_delivers() {
             Cmd("set promisc 1 off"),
             Cmd("set portlist 0"),
             Cmd("start"),
-            Sleep(800),
+            Until {
+                cmd: "show port xstats 1",
+                done: |x| xstat(x, "hca_rx_drops_filter").is_some_and(|n| n > 0),
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("show port xstats 1"),
             Cmd("set promisc 1 on"),
             Cmd("start"),
-            Sleep(800),
+            Until {
+                cmd: "show port xstats 1",
+                done: |x| xstat(x, "hca_rx_frames").is_some_and(|n| n > 0),
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("port stop all"),
             Cmd("show port xstats 1"),
@@ -241,10 +275,18 @@ fn promiscuous_off_filters_and_on_delivers() {
     );
     let all = out.all();
     assert!(out.status.success(), "{all}");
-    let first = all.find("NIC extended statistics for port 1").unwrap();
-    let second = all.rfind("NIC extended statistics for port 1").unwrap();
-    let off = &all[first..second];
-    let on = &all[second..];
+    // Port 1's xstats answers in order: those of promiscuous off (and of the first polls after
+    // it went on, before a frame arrived) deliver nothing; the last is the end of the session.
+    let answers: Vec<&str> = all
+        .split("NIC extended statistics for port 1")
+        .skip(1)
+        .collect();
+    let off = answers
+        .iter()
+        .rev()
+        .find(|a| xstat(a, "hca_rx_frames") == Some(0))
+        .unwrap_or_else(|| panic!("no answer with promiscuous off:\n{all}"));
+    let on = answers.last().unwrap();
     let filtered = xstat(off, "hca_rx_drops_filter").unwrap();
     assert!(filtered > 0, "promiscuous off drops foreign frames:\n{all}");
     assert_eq!(xstat(off, "hca_rx_frames"), Some(0), "{all}");
@@ -274,7 +316,11 @@ fn mtu_drops_longer_frames_and_counts_them() {
             Cmd("port start 1"),
             Cmd("set portlist 0"),
             Cmd("start"),
-            Sleep(800),
+            Until {
+                cmd: "show port xstats 1",
+                done: |x| xstat(x, "hca_rx_drops_mtu").is_some_and(|n| n > 0),
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("port stop all"),
             Cmd("show port xstats 1"),
@@ -302,7 +348,7 @@ fn rx_checksum_and_packet_type_flags() {
         &[
             Cmd("set verbose 1"),
             Cmd("start tx_first"),
-            Sleep(300),
+            MOVED,
             Cmd("stop"),
             Cmd("set verbose 0"),
             Cmd("quit"),
@@ -362,15 +408,18 @@ fn tap_wire_talks_to_the_kernel() {
             Shell(&setup),
             Cmd("set verbose 1"),
             Cmd("start"),
-            Sleep(300),
             Shell(&send),
-            Sleep(700),
+            Until {
+                cmd: "show fwd stats all",
+                done: every_port_received::<50>,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("set verbose 0"),
             Cmd("show port stats 0"),
             Cmd("set fwd txonly"),
             Cmd("start"),
-            Sleep(500),
+            SENT,
             Cmd("stop"),
             Cmd("port stop all"),
             Cmd("show port xstats 0"),
@@ -428,7 +477,6 @@ fn jumbo_frames_multi_segment_tx_and_scattered_rx() {
             "--total-num-mbufs=8192",
         ],
         "start tx_first",
-        1000,
     );
     for (a, b) in [(0, 1), (1, 0)] {
         let (sent, got) = assert_cable_conserves(&all, a, b);
@@ -466,7 +514,11 @@ fn checksum_offload_through_the_csum_engine() {
             Cmd("port start 0"),
             Cmd("set verbose 1"),
             Cmd("start tx_first"),
-            Sleep(800),
+            Until {
+                cmd: "show fwd stats all",
+                done: every_port_moved::<FRAMES>,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("set verbose 0"),
             Cmd("quit"),
@@ -479,13 +531,20 @@ fn checksum_offload_through_the_csum_engine() {
         all.contains("tx: flags=RTE_MBUF_F_TX_IP_CKSUM"),
         "hardware checksum requested:\n{all}"
     );
-    let rx = common::number_after(&all, "RX-packets:").unwrap();
+    // The forwarding statistics at stop, the last printed.
+    let rx = *common::numbers_after(&all, "RX-packets:").last().unwrap();
     assert!(
         rx > 32,
         "frames looped through the csum engine: {rx}\n{all}"
     );
-    assert_eq!(common::number_after(&all, "Bad-ipcsum:"), Some(0), "{all}");
-    assert_eq!(common::number_after(&all, "Bad-l4csum:"), Some(0), "{all}");
+    // Every answer, the polls' and the one at stop, counts no bad checksum.
+    for bad in ["Bad-ipcsum:", "Bad-l4csum:"] {
+        let n = common::numbers_after(&all, bad);
+        assert!(
+            !n.is_empty() && n.iter().all(|&n| n == 0),
+            "{bad} {n:?}\n{all}"
+        );
+    }
 }
 
 #[test]

@@ -3,8 +3,14 @@
 
 mod common;
 
-use common::{read_pcap, scratch_dir, testpmd, xstat, Step::*};
+use common::{read_pcap, scratch_dir, testpmd, xstat, Step::*, SENT, TRAFFIC_LIMIT};
 use std::time::Duration;
+
+/// The device has put on the wire every packet the driver counted as sent.
+fn drained(xstats: &str) -> bool {
+    let sent = xstat(xstats, "tx_good_packets");
+    sent.is_some() && xstat(xstats, "hca_tx_frames") == sent
+}
 
 /// testpmd txonly on one port with `wire=pcap`; returns (frames, output).
 fn txonly_to_pcap(devargs: &str, burst: u32) -> (Vec<Vec<u8>>, String) {
@@ -22,10 +28,14 @@ fn txonly_to_pcap(devargs: &str, burst: u32) -> (Vec<Vec<u8>>, String) {
         ],
         &[
             Cmd("start"),
-            Sleep(1500),
+            SENT,
             Cmd("stop"),
-            // Let the device drain what was posted before reading counters.
-            Sleep(500),
+            // The device executes what was posted before the counters are read.
+            Until {
+                cmd: "show port xstats 0",
+                done: drained,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("show port stats 0"),
             Cmd("show port xstats 0"),
             Cmd("port stop all"),
@@ -152,7 +162,7 @@ fn vlan_insertion_goes_through_the_doorbell() {
             Cmd("tx_vlan set 0 291"),
             Cmd("port start 0"),
             Cmd("start"),
-            Sleep(800),
+            SENT,
             Cmd("stop"),
             Cmd("port stop all"),
             Cmd("show port xstats 0"),

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use c_mlx4::CDevice;
-use common::{number_after, Output, Step, Step::*};
+use common::{every_port_sent, number_after, Output, Step, Step::*, SENT, TRAFFIC_LIMIT};
 
 const LIMIT: Duration = Duration::from_secs(120);
 const CX3: u16 = 0x1003;
@@ -174,12 +174,16 @@ fn txonly_stats_and_restart_on_a_verbs_port() {
         &[
             Cmd("show port info 0"),
             Cmd("start"),
-            Sleep(1200),
+            Until {
+                cmd: "show fwd stats all",
+                done: every_port_sent::<2000>,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("port stop 0"),
             Cmd("port start 0"),
             Cmd("start"),
-            Sleep(600),
+            SENT,
             Cmd("stop"),
             Cmd("port stop 0"),
             Cmd("show port stats 0"),
@@ -218,6 +222,14 @@ fn txonly_stats_and_restart_on_a_verbs_port() {
     );
 }
 
+/// Each of the four receive queues of both ports has received.
+fn every_queue_received(xstats: &str) -> bool {
+    (0..4).all(|q| {
+        let n = common::numbers_after(xstats, &format!("rx_q{q}_packets:"));
+        n.len() == 2 && n.iter().all(|&n| n > 0)
+    })
+}
+
 #[test]
 fn io_rss_filter_and_mtu_across_a_cable_of_verbs_ports() {
     let c = cards(
@@ -242,7 +254,11 @@ fn io_rss_filter_and_mtu_across_a_cable_of_verbs_ports() {
         &[
             // io over the cable, spread by RSS over four queues a side.
             Cmd("start tx_first 4"),
-            Sleep(1500),
+            Until {
+                cmd: "show port xstats all",
+                done: every_queue_received,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("port stop all"),
             Cmd("show port xstats all"),
@@ -257,8 +273,13 @@ fn io_rss_filter_and_mtu_across_a_cable_of_verbs_ports() {
             Cmd("port start all"),
             Cmd("set fwd txonly"),
             Cmd("set txpkts 300"),
+            // Enough frames that port 1's card has taken some while it runs.
             Cmd("start"),
-            Sleep(600),
+            Until {
+                cmd: "show fwd stats all",
+                done: every_port_sent::<4096>,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("port stop all"),
             Cmd("port config mtu 1 1500"),
@@ -266,8 +287,13 @@ fn io_rss_filter_and_mtu_across_a_cable_of_verbs_ports() {
             Cmd("set txpkts 64"),
             Cmd("set promisc 1 off"),
             Cmd("port start all"),
+            // Enough frames that port 1's card has taken some while it runs.
             Cmd("start"),
-            Sleep(600),
+            Until {
+                cmd: "show fwd stats all",
+                done: every_port_sent::<4096>,
+                limit: TRAFFIC_LIMIT,
+            },
             Cmd("stop"),
             Cmd("port stop all"),
             Cmd("show port stats all"),
@@ -498,7 +524,7 @@ fn without_rdma_core_or_a_verbs_device_the_probe_says_what_is_missing() {
     let empty = common::scratch_dir("no-rdma-core");
     let steps = [
         Cmd("start"),
-        Sleep(500),
+        SENT,
         Cmd("stop"),
         Cmd("show port stats 0"),
         Cmd("quit"),

@@ -249,15 +249,29 @@ impl Output {
     }
 }
 
-/// One step of an interactive testpmd session: a command, or a pause.
+/// One step of an interactive testpmd session.
 pub enum Step<'a> {
+    /// A command, answered before the next step: the session waits for the prompt that
+    /// follows its answer (at most [`ANSWER_LIMIT`]), except after `quit`, which has none.
     Cmd(&'a str),
+    /// A pause, only where nothing testpmd can print marks the moment waited for (DPDK's C
+    /// mlx4 has no counter for what the device drops): each use says why. Everywhere else a
+    /// step waits for a condition.
     Sleep(u64),
     /// A shell command run at this point of the session (its failure fails the test).
     Shell(&'a str),
-    /// A command written without the pause that follows `Cmd`: for long scripted sessions of
+    /// A command written without waiting for its answer: for long scripted sessions of
     /// commands that complete before testpmd reads the next line (port stop/start/config).
     Quick(&'a str),
+    /// Repeats `cmd` until the sum of the numbers after `key` in its answer has grown by `by`
+    /// since its first answer, or `limit` passes: a counter that must move again in a second
+    /// run of the same session.
+    Grows {
+        cmd: &'a str,
+        key: &'a str,
+        by: u64,
+        limit: Duration,
+    },
     /// Repeats a command (every 20 ms, each time once its answer is complete, i.e. the next
     /// prompt appeared) until `done` holds for its answer, or `limit` passes: waiting for a
     /// condition instead of sleeping for a guess.
@@ -268,16 +282,62 @@ pub enum Step<'a> {
     },
 }
 
+/// How long traffic may take to show in the counters after `start`, however slowly a loaded
+/// machine schedules the lcore and the device threads.
+pub const TRAFFIC_LIMIT: Duration = Duration::from_secs(20);
+
+/// Every port of a `show fwd stats all` (or `show port stats ...`) answer has sent `N`.
+pub fn every_port_sent<const N: u64>(answer: &str) -> bool {
+    let tx = numbers_after(answer, "TX-packets:");
+    !tx.is_empty() && tx.iter().all(|&n| n >= N)
+}
+
+/// Every port of the answer has received `N`.
+pub fn every_port_received<const N: u64>(answer: &str) -> bool {
+    let rx = numbers_after(answer, "RX-packets:");
+    !rx.is_empty() && rx.iter().all(|&n| n >= N)
+}
+
+/// Every port of the answer has received and sent `N`.
+pub fn every_port_moved<const N: u64>(answer: &str) -> bool {
+    let rx = numbers_after(answer, "RX-packets:");
+    let tx = numbers_after(answer, "TX-packets:");
+    !rx.is_empty() && rx.len() == tx.len() && rx.iter().chain(&tx).all(|&n| n >= N)
+}
+
+/// After `start`: until every forwarding port has sent. It asks `show fwd stats all`, which
+/// counts since `start` and leaves the ports' own statistics blocks, which tests parse, alone.
+pub const SENT: Step<'static> = Step::Until {
+    cmd: "show fwd stats all",
+    done: every_port_sent::<1>,
+    limit: TRAFFIC_LIMIT,
+};
+
+/// After `start`: until every forwarding port has received and sent.
+pub const MOVED: Step<'static> = Step::Until {
+    cmd: "show fwd stats all",
+    done: every_port_moved::<1>,
+    limit: TRAFFIC_LIMIT,
+};
+
+/// How long a command may take to be answered: port start with its device set-up and
+/// BlueFlame self-test takes tens of milliseconds, far longer on a loaded 2-core machine.
+pub const ANSWER_LIMIT: Duration = Duration::from_secs(60);
+
 /// Writes `cmd` and returns its answer. testpmd prints one prompt at start and one after each
 /// line it has processed, so with `written` lines before this one, the answer lies between
 /// prompt `written + 1` and prompt `written + 2` (or is whatever arrived within `limit`).
+/// The answer is given up on once `reader` (the thread reading testpmd's stdout) has seen it
+/// exit.
 fn ask(
     stdin: &mut std::process::ChildStdin,
     seen: &std::sync::Mutex<String>,
     written: &mut usize,
     cmd: &str,
     limit: Duration,
+    reader: &std::thread::JoinHandle<String>,
 ) -> String {
+    // A closed pipe means testpmd already exited; the output tells why.
     let _ = writeln!(stdin, "{cmd}");
     *written += 1;
     let start = Instant::now();
@@ -289,7 +349,7 @@ fn ask(
                 let from = prompts[*written - 1] + "testpmd> ".len();
                 return text[from..prompts[*written]].to_owned();
             }
-            if start.elapsed() > limit {
+            if start.elapsed() > limit || reader.is_finished() {
                 let from = prompts.last().map_or(0, |i| i + "testpmd> ".len());
                 return text[from..].to_owned();
             }
@@ -433,14 +493,14 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
     let mut written = 0usize;
     for s in steps {
         match s {
-            Step::Cmd(c) => {
+            Step::Cmd("quit") => {
                 written += 1;
                 // A closed pipe means testpmd already exited; the output tells why.
-                let _ = writeln!(stdin, "{c}");
-                let _ = stdin.flush();
-                std::thread::sleep(Duration::from_millis(150));
+                let _ = writeln!(stdin, "quit");
             }
-            Step::Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
+            Step::Cmd(c) => {
+                ask(&mut stdin, &seen, &mut written, c, ANSWER_LIMIT, &out_t);
+            }
             Step::Quick(c) => {
                 let _ = writeln!(stdin, "{c}");
                 written += 1;
@@ -448,13 +508,37 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
             Step::Until { cmd, done, limit } => {
                 let start = Instant::now();
                 loop {
-                    let answer = ask(&mut stdin, &seen, &mut written, cmd, *limit);
+                    let answer = ask(&mut stdin, &seen, &mut written, cmd, *limit, &out_t);
                     if done(&answer) {
                         break;
                     }
-                    if start.elapsed() > *limit {
+                    if start.elapsed() > *limit || out_t.is_finished() {
                         eprintln!(
                             "gave up waiting after {limit:?}; last answer to {cmd:?}:\n{answer}"
+                        );
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            Step::Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
+            Step::Grows {
+                cmd,
+                key,
+                by,
+                limit,
+            } => {
+                let sum = |a: &str| numbers_after(a, key).iter().sum::<u64>();
+                let start = Instant::now();
+                let from = sum(&ask(&mut stdin, &seen, &mut written, cmd, *limit, &out_t));
+                loop {
+                    let answer = ask(&mut stdin, &seen, &mut written, cmd, *limit, &out_t);
+                    if sum(&answer) >= from + by {
+                        break;
+                    }
+                    if start.elapsed() > *limit || out_t.is_finished() {
+                        eprintln!(
+                            "gave up waiting after {limit:?} for {key} to grow by {by}:\n{answer}"
                         );
                         break;
                     }
