@@ -41,7 +41,7 @@ impl DevState {
         }
         work += self.poll_rx();
         if work > 0 {
-            self.wire.flush();
+            self.flush_wire();
         }
         // A poll that took nothing, looked at no queue and has no cable (whose far end counts
         // drops here) changed no counter. The control path publishes what it changes itself
@@ -49,6 +49,15 @@ impl DevState {
         let changed = work > 0 || looked || self.wire.cable().is_some();
         self.publish_lazily(changed);
         work
+    }
+
+    /// End the wire's batch: publish what was delivered to receive buffers, make buffered
+    /// output visible. A null wire keeps no batch and no output.
+    #[inline]
+    fn flush_wire(&mut self) {
+        if self.wire.wants_bytes() {
+            self.wire.flush();
+        }
     }
 
     /// Publish the counters after `PUBLISH_EVERY` polls that `changed` them, or once as many
@@ -105,7 +114,7 @@ impl DevState {
             work += self.poll_sq_slot(slot);
         }
         if work > 0 {
-            self.wire.flush();
+            self.flush_wire();
         }
         self.publish_lazily(true);
         work
@@ -118,7 +127,7 @@ impl DevState {
         }
         let work = self.poll_rx();
         if work > 0 {
-            self.wire.flush();
+            self.flush_wire();
         }
         let changed = work > 0 || self.wire.cable().is_some();
         self.publish_lazily(changed);
