@@ -39,7 +39,11 @@ impl DevState {
                 }
             }
         }
-        work += self.poll_rx();
+        // Nothing to receive is one load (of the receive buffer's counts) while the wire
+        // brings no frames itself.
+        if self.wire_rx || self.port.has_pending() {
+            work += self.poll_rx();
+        }
         if work > 0 {
             self.flush_wire();
         }
@@ -377,6 +381,7 @@ impl DevState {
     pub(crate) fn set_wire(&mut self, wire: WirePort) {
         self.fold_wire_drops();
         self.wire = wire;
+        self.wire_rx = self.wire.brings_frames();
         let up = self.port.up();
         if let Some(c) = self.wire.cable() {
             c.rx.set_up(up);
