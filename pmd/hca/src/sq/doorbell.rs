@@ -4,7 +4,7 @@
 //! BlueFlame copies or marks, no fault schedules, no walk tally, only the counts a run makes,
 //! added once. Anything else it meets it leaves to the general walk, from where it stopped.
 
-use super::run::{scan, End, Key, OWNER_BYTE};
+use super::run::{scan, scan_far, End, Key, OWNER_BYTE};
 use super::span::Span;
 use super::*;
 use crate::shape::{Hit, Words};
@@ -73,7 +73,16 @@ impl Sq {
             let parity = if ci & cnt != 0 { OWNER_BYTE } else { 0 };
             let mut k = 0;
             loop {
-                let (j, end) = scan(&span, k, parity, key, ws);
+                // The first two slots in line: a doorbell of one WQE ends at the second, and
+                // needs no call.
+                let (j, end) = if k == 0 {
+                    match scan(&span, (0, 2), parity, key, ws) {
+                        (2, End::Stretch) if span.len() > 2 => scan_far(&span, 2, parity, key, ws),
+                        stopped => stopped,
+                    }
+                } else {
+                    scan_far(&span, k, parity, key, ws)
+                };
                 // The span's reads against the checked loads of the full comparison, on every
                 // WQE of every debug run that the scan passed or stopped at as of the shape.
                 debug_assert!(

@@ -116,8 +116,8 @@ impl Sq {
             while k < count as usize {
                 // The heads compared as the shape says, the choice made once per stretch.
                 let (j, end) = match words {
-                    Words::Two(_, ws) => scan(&span, k, parity, key, &ws),
-                    Words::Four(_, ws) => scan(&span, k, parity, key, &ws),
+                    Words::Two(_, ws) => scan_far(&span, k, parity, key, &ws),
+                    Words::Four(_, ws) => scan_far(&span, k, parity, key, &ws),
                     Words::Heads => {
                         let heads = ByHead {
                             plan: &plan,
@@ -125,7 +125,7 @@ impl Sq {
                             base,
                             stride,
                         };
-                        scan(&span, k, parity, key, &heads)
+                        scan_far(&span, k, parity, key, &heads)
                     }
                 };
                 // The span's reads against the checked loads of the full comparison, on every
@@ -235,20 +235,22 @@ impl Heads for ByHead<'_, '_> {
     }
 }
 
-/// The WQEs of `span` from slot `from` on that are the device's, of the shape (`key` and
-/// `heads`, the latter asked of a slot only once its control segment matched) and ask for no
-/// completion: how many slots it passed, and what the one it stopped at is. No WQE's lines
-/// past its owner word are read before that word says the device owns it, so a WQE the
-/// driver is still writing keeps its lines on the driver's core.
+/// The WQEs of `span` from slot `from` on, before slot `to`, that are the device's, of the
+/// shape (`key` and `heads`, the latter asked of a slot only once its control segment
+/// matched) and ask for no completion: how many slots it passed, and what the one it stopped
+/// at is ([`End::Stretch`]: it reached `to`). No WQE's lines past its owner word are read
+/// before that word says the device owns it, so a WQE the driver is still writing keeps its
+/// lines on the driver's core.
 #[inline(always)]
 pub(super) fn scan(
     span: &Span<'_>,
-    from: usize,
+    (from, to): (usize, usize),
     parity: u8,
     key: Key,
     heads: &impl Heads,
 ) -> (usize, End) {
-    for w in from..span.len() {
+    let to = to.min(span.len());
+    for w in from..to {
         if span.owner(w)[0] & OWNER_BYTE != parity {
             return (w, End::Unowned);
         }
@@ -256,10 +258,23 @@ pub(super) fn scan(
         if lo & KEY_MASK[0] != key.lo || hi & KEY_MASK[1] != key.hi || !heads.hold(span, w) {
             return (w, End::Other);
         }
-        let flags = (hi >> 24) as u8;
-        if flags & CQ_UPDATE_BYTE == CQ_UPDATE_BYTE {
-            return (w, End::Signaled(flags));
+        // Both C bits, tested in the qword as read.
+        if !hi & u64::from(CQ_UPDATE_BYTE) << 24 == 0 {
+            return (w, End::Signaled((hi >> 24) as u8));
         }
     }
-    (span.len(), End::Stretch)
+    (to, End::Stretch)
+}
+
+/// [`scan`] from `from` to the span's end, out of line: the loop has the registers to
+/// itself, its invariants in them (about 23 instructions a WQE of two inline headers).
+#[inline(never)]
+pub(super) fn scan_far(
+    span: &Span<'_>,
+    from: usize,
+    parity: u8,
+    key: Key,
+    heads: &impl Heads,
+) -> (usize, End) {
+    scan(span, (from, span.len()), parity, key, heads)
 }
