@@ -296,6 +296,22 @@ impl Counters {
     }
 }
 
+impl Counters {
+    /// The size bucket counter of `len`-byte frames sent (see [`size_bucket`]).
+    #[inline(always)]
+    pub(crate) fn tx_size(&mut self, len: usize) -> &mut u64 {
+        match size_bucket(len) {
+            0 => &mut self.tx_size_64,
+            1 => &mut self.tx_size_65_to_127,
+            2 => &mut self.tx_size_128_to_255,
+            3 => &mut self.tx_size_256_to_511,
+            4 => &mut self.tx_size_512_to_1023,
+            5 => &mut self.tx_size_1024_to_1522,
+            _ => &mut self.tx_size_1523_to_max,
+        }
+    }
+}
+
 /// What a port's MAC counts of frames going one way: broadcast, multicast and the size
 /// buckets.
 #[derive(Debug, Default, Clone, Copy)]

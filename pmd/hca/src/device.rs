@@ -97,6 +97,9 @@ pub(crate) struct DevState {
     /// let go of it ([`crate::runner::spend`]), so the charge keeps the device busy, not the
     /// lock held.
     owed_ns: u64,
+    /// The wire brings frames in itself ([`WirePort::brings_frames`]): a poll looks at it, and
+    /// not only at the port's receive buffer, for frames.
+    wire_rx: bool,
     /// The CQ slot the last received frame completed to, which may hold a CQE for its
     /// partner until the delivery ends.
     rx_cq: Option<usize>,
@@ -147,6 +150,7 @@ impl DevState {
             scratch: Scratch::new(),
             doorbell_ns,
             owed_ns: 0,
+            wire_rx: false,
             rx_cq: None,
         }
     }

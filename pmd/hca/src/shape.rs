@@ -280,6 +280,19 @@ impl Shape {
     }
 }
 
+impl Shape {
+    /// The remembered shape as a doorbell's run checks it (`Sq::doorbell_run`): its key
+    /// ([`Plan::key`]), its heads when they are a few inline headers, and what each WQE of it
+    /// does; `None` if nothing is remembered while memory regions are as at `epoch`.
+    #[inline(always)]
+    pub(crate) fn words(&self, epoch: u64) -> Option<(&[u64; 2], &Words, &Hit)> {
+        match &self.key {
+            Some(key) if self.epoch == epoch => Some((key, &self.words, &self.hit)),
+            _ => None,
+        }
+    }
+}
+
 /// A remembered shape, taken once for a run of WQEs.
 pub(crate) struct Plan<'a> {
     key: [u64; 2],

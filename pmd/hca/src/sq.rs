@@ -12,6 +12,7 @@
 //! completion and frames (`out`).
 
 mod bf;
+mod doorbell;
 mod out;
 mod run;
 mod span;
@@ -267,7 +268,11 @@ impl Sq {
             work += self.take_bf_arrivals(cx.wc, cx.counters);
         }
         if self.walk != Walk::Idle {
-            work += self.walk(cx);
+            let (n, finished) = self.doorbell_run(cx);
+            work += n;
+            if !finished {
+                work += self.walk(cx);
+            }
         }
         let pending = self.walk != Walk::Idle;
         if pending != self.busy.load(Ordering::Relaxed) {

@@ -319,6 +319,12 @@ impl WirePort {
         !matches!(self.link, Link::Null)
     }
 
+    /// Frames arrive from outside the process's ports (a TAP interface, a cable's far end),
+    /// so receiving means looking at the wire, not only at the port's receive buffer.
+    pub(crate) fn brings_frames(&self) -> bool {
+        matches!(self.link, Link::Tap(_) | Link::Cable(_))
+    }
+
     /// The receive buffer this batch delivers into, locked at the first frame.
     fn batch_into(&mut self, own: &RxPort) -> Option<&mut Producer> {
         if self.batch.is_none() {

@@ -39,9 +39,13 @@ impl DevState {
                 }
             }
         }
-        work += self.poll_rx();
+        // Nothing to receive is one load (of the receive buffer's counts) while the wire
+        // brings no frames itself.
+        if self.wire_rx || self.port.has_pending() {
+            work += self.poll_rx();
+        }
         if work > 0 {
-            self.wire.flush();
+            self.flush_wire();
         }
         // A poll that took nothing, looked at no queue and has no cable (whose far end counts
         // drops here) changed no counter. The control path publishes what it changes itself
@@ -49,6 +53,15 @@ impl DevState {
         let changed = work > 0 || looked || self.wire.cable().is_some();
         self.publish_lazily(changed);
         work
+    }
+
+    /// End the wire's batch: publish what was delivered to receive buffers, make buffered
+    /// output visible. A null wire keeps no batch and no output.
+    #[inline]
+    fn flush_wire(&mut self) {
+        if self.wire.wants_bytes() {
+            self.wire.flush();
+        }
     }
 
     /// Publish the counters after `PUBLISH_EVERY` polls that `changed` them, or once as many
@@ -105,7 +118,7 @@ impl DevState {
             work += self.poll_sq_slot(slot);
         }
         if work > 0 {
-            self.wire.flush();
+            self.flush_wire();
         }
         self.publish_lazily(true);
         work
@@ -118,7 +131,7 @@ impl DevState {
         }
         let work = self.poll_rx();
         if work > 0 {
-            self.wire.flush();
+            self.flush_wire();
         }
         let changed = work > 0 || self.wire.cable().is_some();
         self.publish_lazily(changed);
@@ -368,6 +381,7 @@ impl DevState {
     pub(crate) fn set_wire(&mut self, wire: WirePort) {
         self.fold_wire_drops();
         self.wire = wire;
+        self.wire_rx = self.wire.brings_frames();
         let up = self.port.up();
         if let Some(c) = self.wire.cable() {
             c.rx.set_up(up);

@@ -3,10 +3,33 @@
 
 use super::span::Span;
 use super::*;
-use crate::shape::{Words, KEY_MASK};
+use crate::shape::{Plan, Words, KEY_MASK};
+
+/// A shape's control segment as a run compares it: its two qwords (memory order, read as
+/// little-endian) under [`KEY_MASK`].
+#[derive(Clone, Copy)]
+pub(super) struct Key {
+    pub(super) lo: u64,
+    pub(super) hi: u64,
+}
+
+/// Why a scan of a stretch stopped.
+#[derive(Clone, Copy)]
+pub(super) enum End {
+    /// Every WQE of the stretch from where it started is of the shape and asks for no
+    /// completion.
+    Stretch,
+    /// The WQE it stopped at is not the device's.
+    Unowned,
+    /// The WQE it stopped at is the device's but not of the shape.
+    Other,
+    /// The WQE it stopped at is of the shape and asks for a completion (its `srcrb_flags`
+    /// last byte).
+    Signaled(u8),
+}
 
 /// OWNER in byte 0 of the control segment.
-const OWNER_BYTE: u8 = (owner_opcode::OWNER >> 24) as u8;
+pub(super) const OWNER_BYTE: u8 = (owner_opcode::OWNER >> 24) as u8;
 
 impl Sq {
     /// Execute the run of WQEs of the remembered shape from the consumer on, on a wire
@@ -68,6 +91,10 @@ impl Sq {
         // In locals: the loop stores nothing to the queue until it ends.
         let (ring, qpn) = (self.ring.clone(), self.qpn);
         let stride = (slots << shift) as usize * TXBB_SIZE;
+        let key = Key {
+            lo: key_lo,
+            hi: key_hi,
+        };
         let mut ci = self.ci;
         let mut n = 0u32;
         let mut unowned = false;
@@ -85,57 +112,61 @@ impl Sq {
                 break;
             };
             let parity = if ci & cnt != 0 { OWNER_BYTE } else { 0 };
-            for k in 0..count {
-                let w = k as usize;
-                // The owner word acquire-loaded first, the rest read only once it is the
-                // device's: a WQE the driver is still writing keeps its lines on the driver's
-                // core.
-                let dw0 = span.owner(w);
-                if dw0[0] & OWNER_BYTE != parity {
-                    ci = ci.wrapping_add(k * slots);
-                    n += k;
-                    unowned = true;
-                    break 'run;
-                }
-                let [lo, hi] = span.ctrl(w);
-                let lo = lo & !0xffff_ffff | u64::from(u32::from_le_bytes(dw0));
-                let heads = match words {
-                    Words::Two(_, ws) => ws.iter().all(|&(o, v)| span.word(w, usize::from(o)) == v),
-                    Words::Four(_, ws) => {
-                        ws.iter().all(|&(o, v)| span.word(w, usize::from(o)) == v)
+            let mut k = 0;
+            while k < count as usize {
+                // The heads compared as the shape says, the choice made once per stretch.
+                let (j, end) = match words {
+                    Words::Two(_, ws) => scan_far(&span, k, parity, key, &ws),
+                    Words::Four(_, ws) => scan_far(&span, k, parity, key, &ws),
+                    Words::Heads => {
+                        let heads = ByHead {
+                            plan: &plan,
+                            ring: &ring,
+                            base,
+                            stride,
+                        };
+                        scan_far(&span, k, parity, key, &heads)
                     }
-                    Words::Heads => plan.heads_match(&ring, base + w * stride),
                 };
-                let same = lo & KEY_MASK[0] == key_lo && hi & KEY_MASK[1] == key_hi && heads;
                 // The span's reads against the checked loads of the full comparison, on every
-                // owned WQE of every debug run (the driver leaves an owned WQE alone).
+                // WQE of every debug run that the scan passed or stopped at as of the shape
+                // (the driver leaves an owned WQE alone).
                 debug_assert!(
-                    same == ring
-                        .load_guarded::<DS_SIZE>(base + w * stride)
-                        .is_some_and(|c| plan.matches(&ring, base + w * stride, &c)),
-                    "the run's comparison disagrees with the checked one at slot {}",
-                    first + k * slots
+                    (k..j.min(count as usize - 1) + 1).all(|w| {
+                        let same = ring
+                            .load_guarded::<DS_SIZE>(base + w * stride)
+                            .is_some_and(|c| plan.matches(&ring, base + w * stride, &c));
+                        same == (w < j || matches!(end, End::Signaled(_)))
+                            || (w == j && matches!(end, End::Unowned))
+                    }),
+                    "the run's comparison disagrees with the checked one from slot {}",
+                    first + k as u32 * slots
                 );
-                if !same {
-                    ci = ci.wrapping_add(k * slots);
-                    n += k;
-                    break 'run;
-                }
-                let flags = (hi >> 24) as u8;
-                if flags & CQ_UPDATE_BYTE == CQ_UPDATE_BYTE {
-                    if !credit.take(cx.cq) {
-                        ci = ci.wrapping_add(k * slots);
-                        n += k;
+                let j32 = j as u32;
+                match end {
+                    End::Stretch => break,
+                    End::Unowned | End::Other => {
+                        ci = ci.wrapping_add(j32 * slots);
+                        n += j32;
+                        unowned = matches!(end, End::Unowned);
                         break 'run;
                     }
-                    // The plain write of `push_send_cqe`: runs are off while a fault loses or
-                    // repeats completions, and its fault checks here cost the loop registers.
-                    let solicited = flags & SOLICIT_BYTE != 0;
-                    let counter = ci.wrapping_add(k * slots) as u16;
-                    if cx.cq.push(tx_cqe(qpn, counter, op, 0, 0), solicited) {
-                        t.events += 1;
+                    End::Signaled(flags) => {
+                        if !credit.take(cx.cq) {
+                            ci = ci.wrapping_add(j32 * slots);
+                            n += j32;
+                            break 'run;
+                        }
+                        // The plain write of `push_send_cqe`: runs are off while a fault loses
+                        // or repeats completions.
+                        let solicited = flags & SOLICIT_BYTE != 0;
+                        let counter = ci.wrapping_add(j32 * slots) as u16;
+                        if cx.cq.push(tx_cqe(qpn, counter, op, 0, 0), solicited) {
+                            t.events += 1;
+                        }
+                        t.cqes += 1;
+                        k = j + 1;
                     }
-                    t.cqes += 1;
                 }
             }
             ci = ci.wrapping_add(count * slots);
@@ -169,4 +200,81 @@ impl Sq {
         }
         (n as usize, at_stop, unowned)
     }
+}
+
+/// How a scan compares a slot's heads, once its control segment matched.
+pub(super) trait Heads {
+    fn hold(&self, span: &Span<'_>, w: usize) -> bool;
+}
+
+/// A few inline header words (offset in the slot, word in memory order read as
+/// little-endian), all of them compared: a fixed count without a branch per word.
+impl<const K: usize> Heads for [(u16, u32); K] {
+    #[inline(always)]
+    fn hold(&self, span: &Span<'_>, w: usize) -> bool {
+        self.iter().fold(true, |ok, &(at, v)| {
+            ok & (span.word(w, usize::from(at)) == v)
+        })
+    }
+}
+
+/// Any other shape's heads, head by head from ring memory (the WQE at ring byte `base + w *
+/// stride` lies whole before the ring's end).
+struct ByHead<'p, 'r> {
+    plan: &'p Plan<'p>,
+    ring: &'r HostMem,
+    base: usize,
+    stride: usize,
+}
+
+impl Heads for ByHead<'_, '_> {
+    #[inline(always)]
+    fn hold(&self, _: &Span<'_>, w: usize) -> bool {
+        self.plan
+            .heads_match(self.ring, self.base + w * self.stride)
+    }
+}
+
+/// The WQEs of `span` from slot `from` on, before slot `to`, that are the device's, of the
+/// shape (`key` and `heads`, the latter asked of a slot only once its control segment
+/// matched) and ask for no completion: how many slots it passed, and what the one it stopped
+/// at is ([`End::Stretch`]: it reached `to`). No WQE's lines past its owner word are read
+/// before that word says the device owns it, so a WQE the driver is still writing keeps its
+/// lines on the driver's core.
+#[inline(always)]
+pub(super) fn scan(
+    span: &Span<'_>,
+    (from, to): (usize, usize),
+    parity: u8,
+    key: Key,
+    heads: &impl Heads,
+) -> (usize, End) {
+    let to = to.min(span.len());
+    for w in from..to {
+        if span.owner(w)[0] & OWNER_BYTE != parity {
+            return (w, End::Unowned);
+        }
+        let [lo, hi] = span.ctrl(w);
+        if lo & KEY_MASK[0] != key.lo || hi & KEY_MASK[1] != key.hi || !heads.hold(span, w) {
+            return (w, End::Other);
+        }
+        // Both C bits, tested in the qword as read.
+        if !hi & u64::from(CQ_UPDATE_BYTE) << 24 == 0 {
+            return (w, End::Signaled((hi >> 24) as u8));
+        }
+    }
+    (to, End::Stretch)
+}
+
+/// [`scan`] from `from` to the span's end, out of line: the loop has the registers to
+/// itself, its invariants in them (about 23 instructions a WQE of two inline headers).
+#[inline(never)]
+pub(super) fn scan_far(
+    span: &Span<'_>,
+    from: usize,
+    parity: u8,
+    key: Key,
+    heads: &impl Heads,
+) -> (usize, End) {
+    scan(span, (from, span.len()), parity, key, heads)
 }

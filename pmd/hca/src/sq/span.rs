@@ -46,6 +46,12 @@ impl<'a> Span<'a> {
         })
     }
 
+    /// Slots of the span.
+    #[inline(always)]
+    pub(super) fn len(&self) -> usize {
+        self.count
+    }
+
     /// Where slot `k` starts, `k` clamped to the last slot (in a loop over `0..count` the
     /// clamp folds away).
     #[inline(always)]
