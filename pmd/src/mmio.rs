@@ -4,7 +4,8 @@
 //! software HCA they are pages the device polls. The driver cannot tell, which is the point:
 //! it does exactly the stores it would do to hardware.
 
-use std::sync::atomic::{fence, AtomicU8, Ordering};
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
 
 use mlx4_prm::TXBB_SIZE;
 
@@ -66,6 +67,9 @@ pub struct SendDoorbell {
     reg: *mut u32,
     /// `BE32(qpn << 8)`, precomputed as mlx4 drivers do.
     value: u32,
+    /// The polling device's count of writes ([`crate::hw::SqDesc::db_writes`]); `None` on a
+    /// card.
+    writes: Option<NonNull<AtomicU32>>,
 }
 
 // SAFETY: the register is a device page owned by the queue; ringing is a single store.
@@ -74,17 +78,28 @@ unsafe impl Send for SendDoorbell {}
 impl SendDoorbell {
     /// # Safety
     /// `reg` must be a mapped, 4-byte aligned send doorbell register (UAR page + 0x14) that
-    /// outlives this value.
-    pub unsafe fn new(reg: *mut u32, qpn: u32) -> SendDoorbell {
+    /// outlives this value; `writes`, if any, a 4-byte aligned word that outlives it too and
+    /// that the device reaches only atomically.
+    pub unsafe fn new(reg: *mut u32, writes: Option<NonNull<AtomicU32>>, qpn: u32) -> SendDoorbell {
         SendDoorbell {
             reg,
             value: mlx4_prm::doorbell_value(qpn).to_be(),
+            writes,
         }
     }
 
     /// Rings: one plain 32-bit store, after a store fence so that every WQE is visible first.
+    /// On a device that polls the register, the write count is bumped before the fence: an
+    /// atomic add, because the device takes the count by swapping it out (a plain store of
+    /// a running total would be counted again after every swap, and a load and store would
+    /// lose the swap between them). The fence then orders it before the store, so the
+    /// device never sees a doorbell without its write counted.
     #[inline(always)]
     pub fn ring(&self) {
+        if let Some(w) = self.writes {
+            // SAFETY: a live, aligned word the device reaches only atomically (`new`).
+            unsafe { w.as_ref() }.fetch_add(1, Ordering::Relaxed);
+        }
         wmb();
         // SAFETY: `reg` is a valid, aligned device register for the life of `self`.
         unsafe { self.reg.write_volatile(self.value) };

@@ -15,6 +15,7 @@
 use std::fmt;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
 
 use crate::mem::{DmaRange, Mr};
 
@@ -130,6 +131,9 @@ pub struct SqDesc {
     doorbell: NonNull<u32>,
     bf: Option<BfDesc>,
     qpn: u32,
+    /// The software HCA's count of UAR doorbell writes on the doorbell's page: `None` on a
+    /// card, which takes every posted write by itself.
+    db_writes: Option<NonNull<AtomicU32>>,
 }
 
 impl SqDesc {
@@ -152,6 +156,22 @@ impl SqDesc {
             doorbell,
             bf,
             qpn,
+            db_writes: None,
+        }
+    }
+
+    /// The descriptor of a device that polls its doorbell word rather than receiving each
+    /// write: doorbells stored between two of its polls would merge into one it takes, so
+    /// the writer bumps `count` before each store, and the device counts (and charges) the
+    /// writes. Only the software HCA hands one out; a card's page has no such word.
+    ///
+    /// # Safety
+    /// `count` is a 4-byte aligned word that the device reads and resets only atomically, and
+    /// that stays valid as long as the doorbell register does.
+    pub unsafe fn with_db_writes(self, count: NonNull<AtomicU32>) -> SqDesc {
+        SqDesc {
+            db_writes: Some(count),
+            ..self
         }
     }
 
@@ -167,6 +187,12 @@ impl SqDesc {
     /// The UAR send doorbell register.
     pub fn doorbell(&self) -> NonNull<u32> {
         self.doorbell
+    }
+
+    /// The count of doorbell writes a polling device asks its writers to keep
+    /// ([`SqDesc::with_db_writes`]), if it does.
+    pub fn db_writes(&self) -> Option<NonNull<AtomicU32>> {
+        self.db_writes
     }
 
     pub fn bf(&self) -> Option<BfDesc> {

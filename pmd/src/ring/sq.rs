@@ -57,7 +57,13 @@ impl SqRing {
     pub fn doorbell(&self) -> SendDoorbell {
         // SAFETY: the descriptor names the SQ's doorbell register, mapped until the SQ is
         // destroyed, which the caller does only after dropping this value.
-        unsafe { SendDoorbell::new(self.desc.doorbell().as_ptr(), self.desc.qpn()) }
+        unsafe {
+            SendDoorbell::new(
+                self.desc.doorbell().as_ptr(),
+                self.desc.db_writes(),
+                self.desc.qpn(),
+            )
+        }
     }
 
     /// The queue's BlueFlame register, if the device gave it one (kept as [`SqRing::doorbell`]).

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::ptr::NonNull;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use mlx4_hca::{Bar, CqAttr, Hca, HcaConfig, HcaError, RqAttr, SqAttr, Wire};
@@ -331,8 +331,13 @@ impl Device for Soft {
             reg: NonNull::new(b.reg).expect("the model maps its BlueFlame registers"),
             half_size: b.half_size,
         });
+        // The model reads the doorbell word when it polls, so stores landing between two of
+        // its polls merge; it counts each write the driver bumps this word for.
+        // SAFETY: the count is a 4-aligned word of the same UAR page.
+        let db_writes = unsafe { info.uar.add(mlx4_hca::UAR_DB_WRITES_OFFSET) }.cast::<AtomicU32>();
         // SAFETY: the ring is `mem`, kept in `self.mem` until destroy_sq takes this descriptor
-        // back; the model keeps the SQ's UAR page and BlueFlame register until then too.
+        // back; the model keeps the SQ's UAR page and BlueFlame register until then too, and
+        // reaches the count only atomically.
         let desc = unsafe {
             SqDesc::new(
                 mem.non_null(),
@@ -341,6 +346,7 @@ impl Device for Soft {
                 bf,
                 info.qpn,
             )
+            .with_db_writes(NonNull::new(db_writes).expect("the model maps its UAR pages"))
         };
         self.mem.lock().sqs.insert(info.qpn, mem);
         Ok(desc)
