@@ -4,7 +4,7 @@
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use mlx4_prm::{Cqe, CQE_SIZE};
+use mlx4_prm::{cqe_opcode, cqe_owner, Cqe, CQE_SIZE};
 
 use crate::hw::CqDesc;
 
@@ -238,6 +238,13 @@ impl CqRing {
         }
     }
 
+    /// CQEs from the consumer's to the ring's end (at least 1): how far a pass goes without
+    /// a wrap.
+    #[inline(always)]
+    pub fn to_end(&self) -> u32 {
+        self.cqe_cnt - (self.ci & (self.cqe_cnt - 1))
+    }
+
     /// The consumer counter (free-running): what a CQ arm doorbell carries.
     pub fn ci(&self) -> u32 {
         self.ci
@@ -282,6 +289,32 @@ impl<'r> Owned<'r> {
     #[inline(always)]
     pub fn next_if(&mut self, take: impl FnOnce(u8) -> bool) -> Option<Cqe<&'r [u8]>> {
         self.take(take).map(|(_, c)| c)
+    }
+
+    /// As [`Owned::next_if`] taking what is not an error CQE, for a run that stops short of
+    /// the ring's end: no test for the end.
+    ///
+    /// # Safety
+    /// The pass has not reached the ring's end: since it began, it took fewer CQEs than
+    /// [`CqRing::to_end`] said then.
+    #[inline(always)]
+    pub unsafe fn next_frame_before_end(&mut self) -> Option<Cqe<&'r [u8]>> {
+        debug_assert!(self.cqe != self.end);
+        // SAFETY: `cqe` is an entry inside the array, short of its end by the caller's
+        // contract; otherwise as in `take`.
+        let (op, bytes) = unsafe {
+            let op = AtomicU8::from_ptr(self.cqe.add(Cqe::<&[u8]>::OWNER_OFFSET))
+                .load(Ordering::Acquire);
+            (
+                op,
+                std::slice::from_raw_parts(self.cqe.cast_const(), CQE_SIZE),
+            )
+        };
+        if op & cqe_owner::OWNER != self.sw || op & cqe_owner::OPCODE_MASK == cqe_opcode::ERROR {
+            return None;
+        }
+        self.cqe = self.cqe.wrapping_add(1 << self.shift);
+        Some(Cqe::new_unchecked(bytes))
     }
 
     #[inline(always)]

@@ -122,32 +122,38 @@ impl<B: RxBuf> RxQueue<B> {
             // up as it takes its CQE. It stops before an error CQE, which the two passes below
             // take with the rest of the chunk; a pool that cannot give the whole chunk leaves
             // it to them too, which allocate for exactly the CQEs they take.
+            // A run that reaches either ring's end stops there, and the next chunk goes on
+            // from the ring's start: the pass then needs no test for a wrap.
             let at = *rq_ci as usize & cx.ring_mask;
-            if want <= cx.elts.len() - at && cq.owns_ahead(want as u32 - 1) {
-                let dst = &mut out[got..got + want];
-                let slots = &mut cx.elts[at..at + want];
+            let run = want.min(cx.elts.len() - at).min(cq.to_end() as usize);
+            if cq.owns_ahead(run as u32 - 1) {
+                let dst = &mut out[got..got + run];
+                let slots = &mut cx.elts[at..at + run];
                 dst.copy_from_slice(slots);
                 if alloc_in_place(*pool, slots, dst) {
                     let mut cqes = cq.owned();
                     let k = take_placed::<B, PLAIN>(
                         &cx.ctx,
-                        || cqes.next_if(|op| op & cqe_owner::OPCODE_MASK != cqe_opcode::ERROR),
+                        // SAFETY: `take_placed` calls this at most once per frame of `dst`,
+                        // `run` times, and `run` CQEs fit before the ring's end.
+                        #[allow(unsafe_code)]
+                        || unsafe { cqes.next_frame_before_end() },
                         dst,
                         slots,
-                        &mut cx.entries[at..at + want],
+                        &mut cx.entries[at..at + run],
                         cx.lkeys,
                         &mut cx.errors,
                         &mut bytes,
                     );
                     drop(cqes);
-                    if k < want {
+                    if k < run {
                         // The slots of the CQEs not taken keep the buffers they had.
                         release(&slots[k..]);
                         slots[k..].copy_from_slice(&dst[k..]);
                     }
                     *rq_ci = rq_ci.wrapping_add(k as u32);
                     got += k;
-                    if k == want {
+                    if k == run {
                         continue;
                     }
                     want -= k;
@@ -598,7 +604,8 @@ fn hand_up_placed<B: RxBuf, const PLAIN: bool>(
 /// The single pass of a chunk whose CQEs are ready: takes CQEs from `next` one by one (it
 /// has none for an error CQE or one the device still owns), and for each describes its
 /// frame, already in `dst`, and posts its slot's entry for the fresh buffer in `slots`.
-/// Returns the frames handed up, and adds their bytes to `bytes`.
+/// Calls `next` at most once per frame of `dst`. Returns the frames handed up, and adds
+/// their bytes to `bytes`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn take_placed<'c, B: RxBuf, const PLAIN: bool>(
