@@ -292,7 +292,8 @@ impl<'r> Owned<'r> {
     }
 
     /// As [`Owned::next_if`] taking what is not an error CQE, for a run that stops short of
-    /// the ring's end: no test for the end.
+    /// the ring's end: no test for the end, and one compare for both the owner bit and the
+    /// opcode.
     ///
     /// # Safety
     /// The pass has not reached the ring's end: since it began, it took fewer CQEs than
@@ -310,7 +311,7 @@ impl<'r> Owned<'r> {
                 std::slice::from_raw_parts(self.cqe.cast_const(), CQE_SIZE),
             )
         };
-        if op & cqe_owner::OWNER != self.sw || op & cqe_owner::OPCODE_MASK == cqe_opcode::ERROR {
+        if !is_frame(op, self.sw) {
             return None;
         }
         self.cqe = self.cqe.wrapping_add(1 << self.shift);
@@ -352,6 +353,16 @@ impl<'r> Owned<'r> {
     }
 }
 
+/// Whether an `owner_sr_opcode` byte says software owns its CQE (owner bit `sw`) and the CQE
+/// is not an error one, in one compare: with the owner bit and the opcode turned against the
+/// values software owns and the error opcode, an owned non-error CQE leaves a value from 1 to
+/// the opcode mask (a hardware-owned one has bit 7 set, an error one is 0).
+#[inline(always)]
+fn is_frame(op: u8, sw: u8) -> bool {
+    let turned = (op & (cqe_owner::OWNER | cqe_owner::OPCODE_MASK)) ^ (sw ^ cqe_opcode::ERROR);
+    u32::from(turned).wrapping_sub(1) < u32::from(cqe_owner::OPCODE_MASK)
+}
+
 impl Drop for Owned<'_> {
     /// Moves the consumer counter past the CQEs taken.
     #[inline(always)]
@@ -382,3 +393,23 @@ impl Drop for Owned<'_> {
 
 // SAFETY: as for SqRing.
 unsafe impl Send for CqRing {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn is_frame_is_owned_and_not_an_error() {
+        for sw in [0, cqe_owner::OWNER] {
+            for op in 0..=u8::MAX {
+                let owned = op & cqe_owner::OWNER == sw;
+                let error = op & cqe_owner::OPCODE_MASK == cqe_opcode::ERROR;
+                assert_eq!(
+                    is_frame(op, sw),
+                    owned && !error,
+                    "op {op:#04x} sw {sw:#04x}"
+                );
+            }
+        }
+    }
+}
