@@ -4,7 +4,7 @@
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use mlx4_prm::{Cqe, CQE_SIZE};
+use mlx4_prm::{cqe_opcode, cqe_owner, Cqe, CQE_SIZE};
 
 use crate::hw::CqDesc;
 
@@ -238,6 +238,13 @@ impl CqRing {
         }
     }
 
+    /// CQEs from the consumer's to the ring's end (at least 1): how far a pass goes without
+    /// a wrap.
+    #[inline(always)]
+    pub fn to_end(&self) -> u32 {
+        self.cqe_cnt - (self.ci & (self.cqe_cnt - 1))
+    }
+
     /// The consumer counter (free-running): what a CQ arm doorbell carries.
     pub fn ci(&self) -> u32 {
         self.ci
@@ -284,6 +291,33 @@ impl<'r> Owned<'r> {
         self.take(take).map(|(_, c)| c)
     }
 
+    /// As [`Owned::next_if`] taking what is not an error CQE, for a run that stops short of
+    /// the ring's end: no test for the end, and one compare for both the owner bit and the
+    /// opcode.
+    ///
+    /// # Safety
+    /// The pass has not reached the ring's end: since it began, it took fewer CQEs than
+    /// [`CqRing::to_end`] said then.
+    #[inline(always)]
+    pub unsafe fn next_frame_before_end(&mut self) -> Option<Cqe<&'r [u8]>> {
+        debug_assert!(self.cqe != self.end);
+        // SAFETY: `cqe` is an entry inside the array, short of its end by the caller's
+        // contract; otherwise as in `take`.
+        let (op, bytes) = unsafe {
+            let op = AtomicU8::from_ptr(self.cqe.add(Cqe::<&[u8]>::OWNER_OFFSET))
+                .load(Ordering::Acquire);
+            (
+                op,
+                std::slice::from_raw_parts(self.cqe.cast_const(), CQE_SIZE),
+            )
+        };
+        if !is_frame(op, self.sw) {
+            return None;
+        }
+        self.cqe = self.cqe.wrapping_add(1 << self.shift);
+        Some(Cqe::new_unchecked(bytes))
+    }
+
     #[inline(always)]
     fn take(&mut self, take: impl FnOnce(u8) -> bool) -> Option<(u8, Cqe<&'r [u8]>)> {
         if self.cqe == self.end {
@@ -319,6 +353,16 @@ impl<'r> Owned<'r> {
     }
 }
 
+/// Whether an `owner_sr_opcode` byte says software owns its CQE (owner bit `sw`) and the CQE
+/// is not an error one, in one compare: with the owner bit and the opcode turned against the
+/// values software owns and the error opcode, an owned non-error CQE leaves a value from 1 to
+/// the opcode mask (a hardware-owned one has bit 7 set, an error one is 0).
+#[inline(always)]
+fn is_frame(op: u8, sw: u8) -> bool {
+    let turned = (op & (cqe_owner::OWNER | cqe_owner::OPCODE_MASK)) ^ (sw ^ cqe_opcode::ERROR);
+    u32::from(turned).wrapping_sub(1) < u32::from(cqe_owner::OPCODE_MASK)
+}
+
 impl Drop for Owned<'_> {
     /// Moves the consumer counter past the CQEs taken.
     #[inline(always)]
@@ -349,3 +393,23 @@ impl Drop for Owned<'_> {
 
 // SAFETY: as for SqRing.
 unsafe impl Send for CqRing {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn is_frame_is_owned_and_not_an_error() {
+        for sw in [0, cqe_owner::OWNER] {
+            for op in 0..=u8::MAX {
+                let owned = op & cqe_owner::OWNER == sw;
+                let error = op & cqe_owner::OPCODE_MASK == cqe_opcode::ERROR;
+                assert_eq!(
+                    is_frame(op, sw),
+                    owned && !error,
+                    "op {op:#04x} sw {sw:#04x}"
+                );
+            }
+        }
+    }
+}

@@ -139,6 +139,11 @@ pub struct RxQueue<B: RxBuf> {
     /// What a burst's first pass copies out of each CQE of a chunk for the second.
     seen: [meta::Seen; CHUNK],
     lkeys: Lkeys,
+    /// The byte count and lkey (an entry's first 8 bytes) every scatter entry holds, when
+    /// they all hold the same: a burst then writes only the address of an entry whose fresh
+    /// buffer shares them, as a card reads the rest unchanged. None once an entry may differ,
+    /// until the ring is posted whole again.
+    entry_head: Option<[u8; 8]>,
     /// Bytes each buffer takes (they all come from one pool).
     room: u32,
     qpn: u32,
@@ -204,6 +209,7 @@ impl<B: RxBuf> RxQueue<B> {
             fresh,
             seen: [meta::Seen::default(); CHUNK],
             lkeys,
+            entry_head: None,
             room,
             qid,
             error_seen: None,
@@ -279,13 +285,17 @@ impl<B: RxBuf> RxQueue<B> {
     /// Writes a scatter entry for every buffer of the ring: false if one lies outside
     /// registered memory (its entry is then an empty one).
     pub(super) fn post_all_entries(&mut self) -> bool {
-        let mut ok = true;
+        let (mut ok, mut same, mut head) = (true, true, None);
         for i in 0..self.elts.len() {
-            if !self.post(i) {
-                self.post_empty(i);
-                ok = false;
+            match self.post(i) {
+                Some(h) => same &= *head.get_or_insert(h) == h,
+                None => {
+                    self.post_empty(i);
+                    ok = false;
+                }
             }
         }
+        self.entry_head = head.filter(|_| ok && same);
         ok
     }
 
@@ -315,22 +325,25 @@ impl<B: RxBuf> RxQueue<B> {
         }
     }
 
-    /// Writes scatter entry `i` for the buffer in `elts[i]`. Inlined into the burst loop,
-    /// whichever codegen unit each lands in.
+    /// Writes scatter entry `i` for the buffer in `elts[i]`, and returns the entry's first
+    /// 8 bytes (byte count and lkey); None if the buffer lies outside registered memory (and
+    /// the entry is left as it was). Inlined into the burst loop, whichever codegen unit each
+    /// lands in.
     #[inline]
-    pub(super) fn post(&mut self, i: usize) -> bool {
+    pub(super) fn post(&mut self, i: usize) -> Option<[u8; 8]> {
         let (addr, room) = self.elts[i].data_area();
-        let Some(lkey) = self.lkeys.lookup(addr, room as usize) else {
-            return false;
-        };
-        // SAFETY: slot `i` is the driver's (its completion consumed, or never posted), and it
-        // gets a buffer the queue took from its pool, inside the region of `lkey`.
-        #[allow(unsafe_code)]
-        let mut d = unsafe { self.rq.entry_mut(i) };
+        let lkey = self.lkeys.lookup(addr, room as usize)?;
+        let mut e = [0u8; mlx4_prm::DS_SIZE];
+        let mut d = mlx4_prm::DataSeg::new_unchecked(&mut e[..]);
         d.set_addr(addr as u64);
         d.set_lkey(lkey);
         d.set_byte_count(room);
-        true
+        // SAFETY: slot `i` is the driver's (its completion consumed, or never posted), and it
+        // gets a buffer the queue took from its pool, inside the region of `lkey`.
+        #[allow(unsafe_code)]
+        let entry = unsafe { self.rq.scatter_entry(i) };
+        *entry = e;
+        Some(entry_head(&e))
     }
 
     /// Writes scatter entry `i` as one the device cannot use (no room, invalid key).
@@ -348,6 +361,17 @@ impl<B: RxBuf> RxQueue<B> {
             release(&self.elts);
         }
     }
+}
+
+/// Bytes of a scatter entry before its address: the byte count and the lkey.
+pub(super) const ENTRY_HEAD: usize = 8;
+
+/// The byte count and lkey of a scatter entry, as they lie in it.
+#[inline(always)]
+pub(super) fn entry_head(e: &[u8; mlx4_prm::DS_SIZE]) -> [u8; ENTRY_HEAD] {
+    let mut h = [0u8; ENTRY_HEAD];
+    h.copy_from_slice(&e[..ENTRY_HEAD]);
+    h
 }
 
 /// Gives buffers the queue owns back to their pool.

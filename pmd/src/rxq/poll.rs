@@ -5,10 +5,14 @@ use std::mem::MaybeUninit;
 use mlx4_prm::{cqe_opcode, cqe_owner, Cqe, DataSeg};
 
 use super::meta::{parse_rx_cqe, rx_meta, with_tunnel, Seen, RX_META};
-use super::{alloc_in_place, alloc_into, release, RxBuf, RxConfig, RxQueue, CHUNK, FRESH};
+use super::{
+    alloc_in_place, alloc_into, entry_head, release, RxBuf, RxConfig, RxQueue, CHUNK, ENTRY_HEAD,
+    FRESH,
+};
 use crate::mem::{DmaArray, Lkeys, Mr};
 use crate::ring::RqRing;
 use crate::stats::RxStats;
+use std::cell::Cell;
 
 impl<B: RxBuf> RxQueue<B> {
     /// Receives up to `out.len()` frames.
@@ -76,6 +80,9 @@ impl<B: RxBuf> RxQueue<B> {
         );
         let (elt, entry) = (&mut cx.elts[slot], &mut cx.entries[slot]);
         *out = frame::<B, false>(&cx.ctx, elt, entry, &seen, fresh, cx.lkeys, &mut cx.errors);
+        // Its entry is written apart from a template: telling whether it kept the ring's byte
+        // count and lkey costs a burst of one more than it could save a later burst.
+        self.entry_head = None;
         let errors = cx.errors;
         let st = &mut self.stats;
         st.packets += 1;
@@ -109,9 +116,17 @@ impl<B: RxBuf> RxQueue<B> {
             error_seen,
             rq_ci,
             room,
+            entry_head: head,
             ..
         } = self;
         let mut cx = Refill::new(elts, rq, lkeys, *cfg, Some(*room));
+        // Entries that all hold the template's byte count and lkey get only their address.
+        // Otherwise the template's whole entries make them differ (until the ring is posted
+        // whole again), as does an entry written apart from the template.
+        let addr_only = *head == Some(cx.ctx.posting.head());
+        if !addr_only {
+            *head = None;
+        }
         // A burst of more than CHUNK frames takes them a chunk at a time; each chunk ends the
         // loop when the CQ had fewer than it asked for.
         while got < out.len() {
@@ -122,32 +137,40 @@ impl<B: RxBuf> RxQueue<B> {
             // up as it takes its CQE. It stops before an error CQE, which the two passes below
             // take with the rest of the chunk; a pool that cannot give the whole chunk leaves
             // it to them too, which allocate for exactly the CQEs they take.
+            // A run that reaches either ring's end stops there, and the next chunk goes on
+            // from the ring's start: the pass then needs no test for a wrap.
             let at = *rq_ci as usize & cx.ring_mask;
-            if want <= cx.elts.len() - at && cq.owns_ahead(want as u32 - 1) {
-                let dst = &mut out[got..got + want];
-                let slots = &mut cx.elts[at..at + want];
+            let run = want.min(cx.elts.len() - at).min(cq.to_end() as usize);
+            if cq.owns_ahead(run as u32 - 1) {
+                let dst = &mut out[got..got + run];
+                let slots = &mut cx.elts[at..at + run];
                 dst.copy_from_slice(slots);
                 if alloc_in_place(*pool, slots, dst) {
                     let mut cqes = cq.owned();
-                    let k = take_placed::<B, PLAIN>(
-                        &cx.ctx,
-                        || cqes.next_if(|op| op & cqe_owner::OPCODE_MASK != cqe_opcode::ERROR),
-                        dst,
-                        slots,
-                        &mut cx.entries[at..at + want],
-                        cx.lkeys,
-                        &mut cx.errors,
-                        &mut bytes,
-                    );
+                    // SAFETY: `take_placed` calls this at most once per frame of `dst`, `run`
+                    // times, and `run` CQEs fit before the ring's end.
+                    #[allow(unsafe_code)]
+                    let next = || unsafe { cqes.next_frame_before_end() };
+                    let entries = &mut cx.entries[at..at + run];
+                    let (lk, errors) = (&mut *cx.lkeys, &mut cx.errors);
+                    let k = if addr_only {
+                        take_placed::<B, PLAIN, true>(
+                            &cx.ctx, next, dst, slots, entries, lk, errors, &mut bytes,
+                        )
+                    } else {
+                        take_placed::<B, PLAIN, false>(
+                            &cx.ctx, next, dst, slots, entries, lk, errors, &mut bytes,
+                        )
+                    };
                     drop(cqes);
-                    if k < want {
+                    if k < run {
                         // The slots of the CQEs not taken keep the buffers they had.
                         release(&slots[k..]);
                         slots[k..].copy_from_slice(&dst[k..]);
                     }
                     *rq_ci = rq_ci.wrapping_add(k as u32);
                     got += k;
-                    if k == want {
+                    if k == run {
                         continue;
                     }
                     want -= k;
@@ -280,6 +303,9 @@ impl<B: RxBuf> RxQueue<B> {
                 break;
             }
         }
+        if cx.ctx.apart.get() {
+            *head = None;
+        }
         let errors = cx.errors;
         let st = stats;
         st.packets += got as u64;
@@ -291,6 +317,8 @@ impl<B: RxBuf> RxQueue<B> {
 
     /// Frames that may take several buffers (scattered RX).
     fn burst_scattered(&mut self, out: &mut [B]) -> usize {
+        // Its entries may point at buffers of any region.
+        self.entry_head = None;
         let mut got = 0;
         while got < out.len() {
             // A chunk's replacements must fit `fresh`, whatever the frames' sizes.
@@ -358,7 +386,7 @@ impl<B: RxBuf> RxQueue<B> {
                 for i in 0..k {
                     self.elts[base + i] = fresh[f];
                     f += 1;
-                    if !self.post(base + i) {
+                    if self.post(base + i).is_none() {
                         // A buffer outside registered memory (the pool grew into memory we
                         // never saw): the entry must no longer point at the buffer just
                         // handed up, so it becomes an empty one and its frames fail.
@@ -497,6 +525,12 @@ impl Posting {
         }
     }
 
+    /// The byte count and lkey every entry of the template holds.
+    #[inline(always)]
+    fn head(&self) -> [u8; ENTRY_HEAD] {
+        entry_head(&self.entry)
+    }
+
     /// The entry for a buffer at `addr` of `room` bytes, if [`Region::covers`] holds it with
     /// the queue's room (the test [`Posting`] skips is the room's).
     #[inline(always)]
@@ -518,6 +552,9 @@ struct FrameCtx {
     posting: Posting,
     table: &'static [(u32, u32); 512],
     cfg: RxConfig,
+    /// An entry was written apart from `posting`'s template (its byte count and lkey may
+    /// differ).
+    apart: Cell<bool>,
 }
 
 impl<'a, B: RxBuf> Refill<'a, B> {
@@ -548,6 +585,7 @@ impl<'a, B: RxBuf> Refill<'a, B> {
                 region,
                 table: &RX_META[usize::from(cfg.csum)],
                 cfg,
+                apart: Cell::new(false),
             },
             lkeys,
             errors: 0,
@@ -591,17 +629,18 @@ fn hand_up_placed<B: RxBuf, const PLAIN: bool>(
     let frames = taken.iter().zip(dst);
     for ((s, d), (b, entry)) in frames.zip(slots.iter().zip(entries)) {
         describe::<B, PLAIN>(cx, d, s);
-        post_entry(cx, entry, b, lkeys, errors);
+        post_entry::<B, false>(cx, entry, b, lkeys, errors);
     }
 }
 
 /// The single pass of a chunk whose CQEs are ready: takes CQEs from `next` one by one (it
 /// has none for an error CQE or one the device still owns), and for each describes its
 /// frame, already in `dst`, and posts its slot's entry for the fresh buffer in `slots`.
-/// Returns the frames handed up, and adds their bytes to `bytes`.
+/// Calls `next` at most once per frame of `dst`. Returns the frames handed up, and adds
+/// their bytes to `bytes`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn take_placed<'c, B: RxBuf, const PLAIN: bool>(
+fn take_placed<'c, B: RxBuf, const PLAIN: bool, const ADDR_ONLY: bool>(
     cx: &FrameCtx,
     mut next: impl FnMut() -> Option<Cqe<&'c [u8]>>,
     dst: &mut [B],
@@ -622,7 +661,7 @@ fn take_placed<'c, B: RxBuf, const PLAIN: bool>(
             vlan: if PLAIN { 0 } else { c.vlan_my_qpn() },
         };
         describe::<B, PLAIN>(cx, d, &s);
-        post_entry(cx, entry, b, lkeys, errors);
+        post_entry::<B, ADDR_ONLY>(cx, entry, b, lkeys, errors);
         sum += u64::from(len);
         k += 1;
     }
@@ -657,14 +696,16 @@ fn frame<B: RxBuf, const PLAIN: bool>(
 ) -> B {
     let mut head = std::mem::replace(elt, fresh);
     describe::<B, PLAIN>(cx, &mut head, s);
-    post_entry(cx, entry, &fresh, lkeys, errors);
+    post_entry::<B, false>(cx, entry, &fresh, lkeys, errors);
     head
 }
 
 /// Posts `fresh` in a slot's scatter entry; an entry that cannot point at it becomes one the
-/// device cannot use, counted in `errors`.
+/// device cannot use, counted in `errors`. `ADDR_ONLY`: the entry holds the template's byte
+/// count and lkey already, so a buffer the template fits changes only its address. An entry
+/// written apart from the template is noted in [`FrameCtx::apart`].
 #[inline(always)]
-fn post_entry<B: RxBuf>(
+fn post_entry<B: RxBuf, const ADDR_ONLY: bool>(
     cx: &FrameCtx,
     entry: &mut [u8; mlx4_prm::DS_SIZE],
     fresh: &B,
@@ -673,9 +714,14 @@ fn post_entry<B: RxBuf>(
 ) {
     let (addr, room) = fresh.data_area();
     if let Some(e) = cx.posting.entry(addr, room) {
-        *entry = e;
+        if ADDR_ONLY {
+            entry[ENTRY_HEAD..].copy_from_slice(&e[ENTRY_HEAD..]);
+        } else {
+            *entry = e;
+        }
         return;
     }
+    cx.apart.set(true);
     let lkey = if cx.region.covers(addr, room) {
         Some(cx.region.lkey)
     } else {
@@ -703,6 +749,25 @@ fn post_entry<B: RxBuf>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_address_lies_after_its_head() {
+        // The address-only refill rewrites the bytes after ENTRY_HEAD: the address, and only it.
+        let mut e = [0u8; mlx4_prm::DS_SIZE];
+        DataSeg::new_unchecked(&mut e[..]).set_addr(u64::MAX);
+        assert_eq!(e[..ENTRY_HEAD], [0; ENTRY_HEAD]);
+        assert_eq!(e[ENTRY_HEAD..], [0xff; mlx4_prm::DS_SIZE - ENTRY_HEAD]);
+        let mut d = DataSeg::new_unchecked(&mut e[..]);
+        d.set_lkey(0x1234_5678);
+        d.set_byte_count(0x780);
+        let head = entry_head(&e);
+        let d = DataSeg::new_unchecked(&e[..]);
+        assert_eq!(
+            (d.lkey(), d.byte_count(), d.addr()),
+            (0x1234_5678, 0x780, u64::MAX)
+        );
+        assert_eq!(head, [0, 0, 0x07, 0x80, 0x12, 0x34, 0x56, 0x78]);
+    }
 
     #[test]
     fn region_covers_what_the_region_contains() {
