@@ -285,7 +285,8 @@ impl FrameRing {
             pos: (tail % self.cap as u64) as usize,
             n: 0,
             budget,
-            at: None,
+            frame: (std::ptr::null(), 0),
+            step: 0,
             scratch: Vec::new(),
         }
     }
@@ -365,9 +366,11 @@ pub(crate) struct Records<'r> {
     /// Frames taken.
     n: usize,
     budget: usize,
-    /// The frame [`Records::advance`] found and not yet taken: where it lies in the data
-    /// area (or `scratch`, on a guarded ring), its length, and its record's length.
-    at: Option<(usize, usize, usize)>,
+    /// The frame [`Records::advance`] found and not yet taken: where it lies (in the data
+    /// area, or `scratch` on a guarded ring) and its length; and its record's length, 0
+    /// while there is none (a record is 8 bytes at least).
+    frame: (*const u8, usize),
+    step: usize,
     scratch: Vec<u8>,
 }
 
@@ -376,7 +379,7 @@ impl Records<'_> {
     /// budget is spent or nothing more is published.
     #[inline(always)]
     pub(crate) fn advance(&mut self) -> bool {
-        if self.at.is_some() {
+        if self.step != 0 {
             return true;
         }
         let ring = self.ring;
@@ -391,9 +394,15 @@ impl Records<'_> {
                     self.tail = self.head;
                     return false;
                 }
-                Some((None, step)) => self.step(step),
-                Some((Some(from), step)) => {
-                    self.at = Some((from.0, from.1, step));
+                Some((None, step)) => self.move_on(step),
+                Some((Some((from, len)), step)) => {
+                    let at = if ring.guarded {
+                        self.scratch.as_ptr()
+                    } else {
+                        ring.data().wrapping_add(from).cast_const()
+                    };
+                    self.frame = (at, len);
+                    self.step = step;
                     return true;
                 }
             }
@@ -401,33 +410,34 @@ impl Records<'_> {
         false
     }
 
-    /// The frame [`Records::advance`] found.
-    ///
-    /// # Panics
-    /// If there is none.
+    /// The frame [`Records::advance`] found (empty if it found none).
     #[inline(always)]
     pub(crate) fn frame(&self) -> &[u8] {
-        let (from, len, _) = self.at.expect("advance found a frame");
-        if self.ring.guarded {
-            return &self.scratch[..len];
+        if self.step == 0 {
+            return &[];
         }
-        // SAFETY: `record` checked `[from, from + len)` lies inside the data area; records
-        // between tail and head belong to the consumer, and a producer in this program wrote
-        // them before publishing head.
-        unsafe { std::slice::from_raw_parts(self.ring.data().add(from), len) }
+        let (at, len) = self.frame;
+        // SAFETY: `record` checked that the frame lies inside the data area, where records
+        // between tail and head belong to the consumer (a producer in this program wrote them
+        // before publishing head), or `advance` pointed at the copy in `scratch`, which stays
+        // as it is until the next `advance` (that needs `&mut self`, so not while the slice
+        // lives).
+        unsafe { std::slice::from_raw_parts(at, len) }
     }
 
     /// Consume the frame [`Records::advance`] found.
     #[inline(always)]
     pub(crate) fn take(&mut self) {
-        if let Some((_, _, step)) = self.at.take() {
+        if self.step != 0 {
             self.n += 1;
-            self.step(step);
+            self.move_on(self.step);
+            self.step = 0;
         }
     }
 
     #[inline(always)]
-    fn step(&mut self, step: usize) {
+    fn move_on(&mut self, step: usize) {
+        debug_assert!(step != 0);
         self.tail = self.tail.wrapping_add(step as u64);
         self.pos += step;
         if self.pos == self.ring.cap {

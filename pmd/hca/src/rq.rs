@@ -260,8 +260,6 @@ pub(crate) struct RqRun<'a> {
     /// The lkey of the last scatter entry and its region.
     last: Option<(u32, &'a HostMem)>,
     tally: Tally,
-    /// What the port counters count of the run's frames (all of one flow's headers).
-    mac: Option<RxMac>,
 }
 
 impl<'a> RqRun<'a> {
@@ -279,27 +277,23 @@ impl<'a> RqRun<'a> {
             inject,
             last: None,
             tally: Tally::default(),
-            mac: None,
         }
     }
 
-    /// Add the run's counts to `counters`.
+    /// Add the run's counts to `counters`; `mac` is what the port counters count of each of
+    /// its frames (one flow's: every frame of a run has the same headers).
     #[inline(always)]
-    pub(crate) fn end(self, counters: &mut Counters) {
+    pub(crate) fn end(self, mac: RxMac, counters: &mut Counters) {
         let t = self.tally;
         counters.rx_frames += t.frames;
         counters.rx_bytes += t.bytes;
         counters.dma_write_bytes += t.dma_write_bytes;
         counters.cqes += t.cqes;
         counters.cq_events += t.cq_events;
-        if let Some(mac) = self.mac {
-            counters.count_rx(mac, t.frames);
-        }
+        counters.count_rx(mac, t.frames);
     }
 
     /// Receive `frame` (its headers `heads`, RSS hash `hash`) into the RQ's next posted WQE.
-    /// Every frame of a run has the same `heads` (its flow's): the run's port counters are
-    /// those of the first.
     #[inline(always)]
     pub(crate) fn receive(
         &mut self,
@@ -380,7 +374,6 @@ impl<'a> RqRun<'a> {
                 t.frames += 1;
                 t.bytes += frame.len() as u64;
                 t.dma_write_bytes += len as u64;
-                self.mac = Some(heads.mac);
             }
             Err(syn) => {
                 let mut w = Cqe::new_unchecked(&mut cqe[..]);

@@ -77,7 +77,7 @@ impl DevState {
             let (heads, counters) = (self.rx.memo.heads(), &mut self.counters);
             loop {
                 if run.receive(recs.frame(), heads, to.hash, counters) == Rx::Wait {
-                    run.end(counters);
+                    run.end(heads.mac, counters);
                     break 'frames;
                 }
                 recs.take();
@@ -86,7 +86,7 @@ impl DevState {
                     break;
                 }
             }
-            run.end(counters);
+            run.end(heads.mac, counters);
         }
         recs.finish()
     }
