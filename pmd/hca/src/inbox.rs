@@ -256,8 +256,8 @@ impl FrameRing {
     /// frames consumed. The caller must be the ring's only consumer.
     pub(crate) fn consume(&self, budget: usize, mut f: impl FnMut(&[u8]) -> bool) -> usize {
         let mut recs = self.records(budget);
-        while recs.advance() {
-            if !f(recs.frame()) {
+        while let Some(frame) = recs.peek() {
+            if !f(frame) {
                 break;
             }
             recs.take();
@@ -366,7 +366,7 @@ pub(crate) struct Records<'r> {
     /// Frames taken.
     n: usize,
     budget: usize,
-    /// The frame [`Records::advance`] found and not yet taken: where it lies (in the data
+    /// The frame [`Records::peek`] found and not yet taken: where it lies (in the data
     /// area, or `scratch` on a guarded ring) and its length; and its record's length, 0
     /// while there is none (a record is 8 bytes at least).
     frame: (*const u8, usize),
@@ -375,13 +375,24 @@ pub(crate) struct Records<'r> {
 }
 
 impl Records<'_> {
-    /// Find the next frame (the one found before, while it is not taken); false when the
-    /// budget is spent or nothing more is published.
+    /// The next frame (the one found before, while it is not taken); `None` when the budget
+    /// is spent or nothing more is published.
     #[inline(always)]
-    pub(crate) fn advance(&mut self) -> bool {
-        if self.step != 0 {
-            return true;
+    pub(crate) fn peek(&mut self) -> Option<&[u8]> {
+        if self.step == 0 && !self.advance() {
+            return None;
         }
+        let (at, len) = self.frame;
+        // SAFETY: `record` checked that the frame lies inside the data area, where records
+        // between tail and head belong to the consumer (a producer in this program wrote them
+        // before publishing head), or `advance` pointed at the copy in `scratch`, which stays
+        // as it is while the slice borrows `self`.
+        Some(unsafe { std::slice::from_raw_parts(at, len) })
+    }
+
+    /// Find the record of the next frame.
+    #[inline(always)]
+    fn advance(&mut self) -> bool {
         let ring = self.ring;
         while self.n < self.budget && self.tail != self.head {
             match ring.record(
@@ -410,22 +421,7 @@ impl Records<'_> {
         false
     }
 
-    /// The frame [`Records::advance`] found (empty if it found none).
-    #[inline(always)]
-    pub(crate) fn frame(&self) -> &[u8] {
-        if self.step == 0 {
-            return &[];
-        }
-        let (at, len) = self.frame;
-        // SAFETY: `record` checked that the frame lies inside the data area, where records
-        // between tail and head belong to the consumer (a producer in this program wrote them
-        // before publishing head), or `advance` pointed at the copy in `scratch`, which stays
-        // as it is until the next `advance` (that needs `&mut self`, so not while the slice
-        // lives).
-        unsafe { std::slice::from_raw_parts(at, len) }
-    }
-
-    /// Consume the frame [`Records::advance`] found.
+    /// Consume the frame [`Records::peek`] found.
     #[inline(always)]
     pub(crate) fn take(&mut self) {
         if self.step != 0 {

@@ -48,8 +48,8 @@ impl DevState {
     #[inline(always)]
     fn deliver(&mut self, ring: &FrameRing) -> usize {
         let mut recs = ring.records(RX_BUDGET);
-        'frames: while recs.advance() {
-            let Some(to) = self.route(recs.frame()) else {
+        'frames: while let Some(first) = recs.peek() {
+            let Some(to) = self.route(first) else {
                 recs.take();
                 continue;
             };
@@ -75,15 +75,18 @@ impl DevState {
             };
             let mut run = RqRun::new(rq, cq, &self.mrs, &mut self.faults.rx_error);
             let (heads, counters) = (self.rx.memo.heads(), &mut self.counters);
+            let mut frame = first;
             loop {
-                if run.receive(recs.frame(), heads, to.hash, counters) == Rx::Wait {
+                if run.receive(frame, heads, to.hash, counters) == Rx::Wait {
                     run.end(heads.mac, counters);
                     break 'frames;
                 }
                 recs.take();
-                if !recs.advance() || !self.flows.is_empty() || !self.rx.memo.recalls(recs.frame())
-                {
-                    break;
+                match recs.peek() {
+                    Some(next) if self.flows.is_empty() && self.rx.memo.recalls(next) => {
+                        frame = next
+                    }
+                    _ => break,
                 }
             }
             run.end(heads.mac, counters);
