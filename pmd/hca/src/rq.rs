@@ -236,22 +236,14 @@ impl Rq {
     }
 }
 
-/// What a run's frames add to the port's counters, kept apart and added once when the run
-/// ends ([`RqRun::end`]).
-#[derive(Debug, Default, Clone, Copy)]
-struct Tally {
-    frames: u64,
-    bytes: u64,
-    dma_write_bytes: u64,
-    cqes: u64,
-    cq_events: u64,
-}
-
 /// A run of frames delivered to one RQ: the RQ, its CQ and the region of the lkey last used
 /// are found once for the run, not once per frame, and its counters are added once at its
 /// end. Each frame still has everything a card does: the RQ's state, its doorbell record
 /// (once the WQEs it announced are used up), room in the CQ, the scatter entry read and its
 /// lkey and range checked, the copy, the checksum verdict, the CQE.
+///
+/// The frames of a run are of one flow and one length (the remembered headers compare the
+/// length too), so the run counts frames and multiplies at its end.
 pub(crate) struct RqRun<'a> {
     rq: &'a mut Rq,
     cq: &'a mut Cq,
@@ -259,16 +251,21 @@ pub(crate) struct RqRun<'a> {
     inject: &'a mut Every,
     /// The lkey of the last scatter entry and its region.
     last: Option<(u32, &'a HostMem)>,
-    tally: Tally,
+    /// The length of each of the run's frames.
+    len: usize,
+    /// Frames delivered.
+    frames: u64,
 }
 
 impl<'a> RqRun<'a> {
+    /// A run of frames of `len` bytes each.
     #[inline(always)]
     pub(crate) fn new(
         rq: &'a mut Rq,
         cq: &'a mut Cq,
         mrs: &'a MrTable,
         inject: &'a mut Every,
+        len: usize,
     ) -> RqRun<'a> {
         RqRun {
             rq,
@@ -276,21 +273,22 @@ impl<'a> RqRun<'a> {
             mrs,
             inject,
             last: None,
-            tally: Tally::default(),
+            len,
+            frames: 0,
         }
     }
 
     /// Add the run's counts to `counters`; `mac` is what the port counters count of each of
-    /// its frames (one flow's: every frame of a run has the same headers).
+    /// its frames (one flow's).
     #[inline(always)]
     pub(crate) fn end(self, mac: RxMac, counters: &mut Counters) {
-        let t = self.tally;
-        counters.rx_frames += t.frames;
-        counters.rx_bytes += t.bytes;
-        counters.dma_write_bytes += t.dma_write_bytes;
-        counters.cqes += t.cqes;
-        counters.cq_events += t.cq_events;
-        counters.count_rx(mac, t.frames);
+        let (n, len) = (self.frames, self.len as u64);
+        let fcs = if self.rq.scatter_fcs { 4 } else { 0 };
+        counters.rx_frames += n;
+        counters.rx_bytes += n * len;
+        counters.dma_write_bytes += n * (len + fcs);
+        counters.cqes += n;
+        counters.count_rx(mac, n);
     }
 
     /// Receive `frame` (its headers `heads`, RSS hash `hash`) into the RQ's next posted WQE.
@@ -302,6 +300,7 @@ impl<'a> RqRun<'a> {
         hash: u32,
         counters: &mut Counters,
     ) -> Rx {
+        debug_assert_eq!(frame.len(), self.len, "a run's frames are of one length");
         let rq = &mut *self.rq;
         let cq = &mut *self.cq;
         match rq.state {
@@ -370,16 +369,14 @@ impl<'a> RqRun<'a> {
                 w.set_byte_cnt(len as u32);
                 w.set_checksum(csum);
                 w.set_owner_sr_opcode(cqe_opcode::RX_SEND);
-                let t = &mut self.tally;
-                t.frames += 1;
-                t.bytes += frame.len() as u64;
-                t.dma_write_bytes += len as u64;
+                self.frames += 1;
             }
             Err(syn) => {
                 let mut w = Cqe::new_unchecked(&mut cqe[..]);
                 w.set_syndrome(syn);
                 w.set_owner_sr_opcode(cqe_opcode::ERROR);
                 counters.error_cqes += 1;
+                counters.cqes += 1;
                 if syn == syndrome::LOCAL_LENGTH {
                     counters.rx_drops_too_long += 1;
                 } else {
@@ -390,9 +387,8 @@ impl<'a> RqRun<'a> {
         }
         // Received frames are not solicited events (only errors count as such).
         if cq.push(cqe, false) {
-            self.tally.cq_events += 1;
+            counters.cq_events += 1;
         }
-        self.tally.cqes += 1;
         rq.ci = rq.ci.wrapping_add(1);
         Rx::Done
     }

@@ -73,7 +73,7 @@ impl DevState {
                 recs.take();
                 continue;
             };
-            let mut run = RqRun::new(rq, cq, &self.mrs, &mut self.faults.rx_error);
+            let mut run = RqRun::new(rq, cq, &self.mrs, &mut self.faults.rx_error, first.len());
             let (heads, counters) = (self.rx.memo.heads(), &mut self.counters);
             let mut frame = first;
             loop {
