@@ -154,14 +154,13 @@ impl Rq {
                         mem
                     }
                 };
-                let off = d
-                    .addr()
-                    .checked_sub(mem.base() as u64)
-                    .filter(|off| {
-                        off.checked_add(cap as u64)
-                            .is_some_and(|e| e <= mem.len() as u64)
-                    })
-                    .ok_or(syndrome::LOCAL_PROT)? as usize;
+                // `[addr, addr + cap)` inside the region: an address below its base wraps
+                // to an offset past its end.
+                let (off, room) = (d.addr().wrapping_sub(mem.base() as u64), mem.len() as u64);
+                if off > room || cap as u64 > room - off {
+                    return Err(syndrome::LOCAL_PROT);
+                }
+                let off = off as usize;
                 mem.write(off, frame);
                 if !fcs.is_empty() {
                     mem.write(off + frame.len(), fcs);
