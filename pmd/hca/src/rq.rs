@@ -335,11 +335,7 @@ impl<'a> RqRun<'a> {
         }
         rq.full_since = None;
         let mut cqe = [0u8; CQE_SIZE];
-        {
-            let mut w = Cqe::new_unchecked(&mut cqe[..]);
-            w.set_qpn(rq.qpn);
-            w.set_wqe_index(rq.ci as u16);
-        }
+        Cqe::new_unchecked(&mut cqe[..]).set_wqe_index(rq.ci as u16);
         // The FCS goes on the wire least significant byte first.
         let fcs_bytes;
         let fcs: &[u8] = if rq.scatter_fcs {
@@ -372,6 +368,7 @@ impl<'a> RqRun<'a> {
             }
             Err(syn) => {
                 let mut w = Cqe::new_unchecked(&mut cqe[..]);
+                w.set_qpn(rq.qpn);
                 w.set_syndrome(syn);
                 w.set_owner_sr_opcode(cqe_opcode::ERROR);
                 counters.error_cqes += 1;
