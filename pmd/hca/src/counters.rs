@@ -274,13 +274,13 @@ impl RxMac {
 }
 
 impl Counters {
-    /// The port counters of one frame received into an RX queue, whose [`RxMac`] is `mac`.
+    /// The port counters of `n` frames received into an RX queue, whose [`RxMac`] is `mac`.
     #[inline(always)]
-    pub(crate) fn count_rx(&mut self, mac: RxMac) {
+    pub(crate) fn count_rx(&mut self, mac: RxMac, n: u64) {
         match mac.cast {
             Cast::Unicast => {}
-            Cast::Broadcast => self.rx_broadcast += 1,
-            Cast::Multicast => self.rx_multicast += 1,
+            Cast::Broadcast => self.rx_broadcast += n,
+            Cast::Multicast => self.rx_multicast += n,
         }
         // A match, not an array of the seven references: that array is built per frame.
         let bucket = match mac.bucket {
@@ -292,7 +292,7 @@ impl Counters {
             5 => &mut self.rx_size_1024_to_1522,
             _ => &mut self.rx_size_1523_to_max,
         };
-        *bucket += 1;
+        *bucket += n;
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod poll;
 mod port;
+mod recv;
 
 use std::sync::Arc;
 

@@ -254,45 +254,41 @@ impl FrameRing {
     /// Offer up to `budget` frames, oldest first, to `f`; a frame is consumed when `f` returns
     /// true, and the first it refuses (to be offered again later) ends the call. Returns the
     /// frames consumed. The caller must be the ring's only consumer.
-    /// Each record moves the tail on by 8 bytes at least and never past the head, which is
-    /// at most `cap` bytes ahead: at most `cap / 8` records a call, whatever the header says.
     pub(crate) fn consume(&self, budget: usize, mut f: impl FnMut(&[u8]) -> bool) -> usize {
+        let mut recs = self.records(budget);
+        while let Some(frame) = recs.peek() {
+            if !f(frame) {
+                break;
+            }
+            recs.take();
+        }
+        recs.finish()
+    }
+
+    /// A cursor over up to `budget` pending frames, oldest first, for a consumer that holds
+    /// state across frames (the receive delivery's runs); what it took is given back to the
+    /// producers by [`Records::finish`]. The caller must be the ring's only consumer.
+    #[inline(always)]
+    pub(crate) fn records(&self, budget: usize) -> Records<'_> {
         let head = self.word(hdr::HEAD).load(Ordering::Acquire);
         let mut tail = self.word(hdr::TAIL).load(Ordering::Relaxed);
-        let mut n = 0;
         if !positions_ok(head, tail, self.cap) {
             // A foreign writer broke the header: give up on everything published.
             tail = head;
         }
-        let mut scratch = Vec::new();
-        // The position in the data area follows the tail record by record: one division per
-        // call, not one per record.
-        let mut pos = (tail % self.cap as u64) as usize;
-        while n < budget && tail != head {
-            let Some((frame, step)) = self.record(pos, head.wrapping_sub(tail), &mut scratch)
-            else {
-                // A corrupt record (a foreign writer): give up on everything published.
-                tail = head;
-                break;
-            };
-            if let Some(frame) = frame {
-                if !f(frame) {
-                    break;
-                }
-                n += 1;
-            }
-            tail = tail.wrapping_add(step as u64);
-            pos += step;
-            if pos == self.cap {
-                pos = 0;
-            }
+        Records {
+            ring: self,
+            head,
+            tail,
+            // The position in the data area follows the tail record by record: one division
+            // per call, not one per record.
+            pos: (tail % self.cap as u64) as usize,
+            n: 0,
+            budget,
+            frame: (std::ptr::null(), 0),
+            step: 0,
+            scratch: Vec::new(),
         }
-        // The only consumer: a load and a store, no read-modify-write.
-        let popped = self.word(hdr::POPPED).load(Ordering::Relaxed);
-        self.word(hdr::POPPED)
-            .store(popped.wrapping_add(n as u64), Ordering::Release);
-        self.word(hdr::TAIL).store(tail, Ordering::Release);
-        n
     }
 
     /// Discard everything pending (the consumer's side of a port reset); returns how many
@@ -303,16 +299,18 @@ impl FrameRing {
 
     /// The record at `pos` in the data area (8-aligned, below `cap`: where a free-running
     /// tail lands, since every record's length is a multiple of 8), with `left` bytes
-    /// published from it: its frame (`None` for a wrap marker) and its length in the ring;
-    /// `None` if it is malformed or runs past what was published. On a guarded ring the frame
-    /// is copied into `scratch` by atomic loads: the peer may be rewriting it.
+    /// published from it: where its frame lies in the data area and its length (`None` for a
+    /// wrap marker), and its length in the ring; `None` if it is malformed or runs past what
+    /// was published. On a guarded ring the frame is copied into `scratch` by atomic loads
+    /// (the peer may be rewriting it), and is read there.
     #[inline(always)]
-    fn record<'s>(
-        &'s self,
+    #[allow(clippy::type_complexity)]
+    fn record(
+        &self,
         pos: usize,
         left: u64,
-        scratch: &'s mut Vec<u8>,
-    ) -> Option<(Option<&'s [u8]>, usize)> {
+        scratch: &mut Vec<u8>,
+    ) -> Option<(Option<(usize, usize)>, usize)> {
         debug_assert!(pos % 8 == 0 && pos + REC_HDR <= self.cap);
         // SAFETY: `pos + 8 <= cap`, 8-aligned, inside the data area; read atomically, as the
         // producer may be another program.
@@ -346,17 +344,114 @@ impl FrameRing {
                 scratch.extend_from_slice(&v.to_ne_bytes());
             }
             scratch.truncate(len);
-            return Some((Some(&scratch[..]), step));
         }
-        // SAFETY: in range (checked); records between tail and head belong to the consumer,
-        // and a producer in this program wrote them before publishing head.
-        let frame = unsafe { std::slice::from_raw_parts(self.data().add(from), len) };
-        Some((Some(frame), step))
+        Some((Some((from, len)), step))
     }
 
     /// Largest frame the ring can ever hold.
     pub(crate) fn max_frame(&self) -> usize {
         self.cap / 2 - REC_HDR
+    }
+}
+
+/// A consumer's pass over a ring's records ([`FrameRing::records`]).
+///
+/// Each record moves the tail on by 8 bytes at least and never past the head, which is at
+/// most `cap` bytes ahead: at most `cap / 8` records a pass, whatever the header says.
+pub(crate) struct Records<'r> {
+    ring: &'r FrameRing,
+    head: u64,
+    tail: u64,
+    pos: usize,
+    /// Frames taken.
+    n: usize,
+    budget: usize,
+    /// The frame [`Records::peek`] found and not yet taken: where it lies (in the data
+    /// area, or `scratch` on a guarded ring) and its length; and its record's length, 0
+    /// while there is none (a record is 8 bytes at least).
+    frame: (*const u8, usize),
+    step: usize,
+    scratch: Vec<u8>,
+}
+
+impl Records<'_> {
+    /// The next frame (the one found before, while it is not taken); `None` when the budget
+    /// is spent or nothing more is published.
+    #[inline(always)]
+    pub(crate) fn peek(&mut self) -> Option<&[u8]> {
+        if self.step == 0 && !self.advance() {
+            return None;
+        }
+        let (at, len) = self.frame;
+        // SAFETY: `record` checked that the frame lies inside the data area, where records
+        // between tail and head belong to the consumer (a producer in this program wrote them
+        // before publishing head), or `advance` pointed at the copy in `scratch`, which stays
+        // as it is while the slice borrows `self`.
+        Some(unsafe { std::slice::from_raw_parts(at, len) })
+    }
+
+    /// Find the record of the next frame.
+    #[inline(always)]
+    fn advance(&mut self) -> bool {
+        let ring = self.ring;
+        while self.n < self.budget && self.tail != self.head {
+            match ring.record(
+                self.pos,
+                self.head.wrapping_sub(self.tail),
+                &mut self.scratch,
+            ) {
+                None => {
+                    // A corrupt record (a foreign writer): give up on everything published.
+                    self.tail = self.head;
+                    return false;
+                }
+                Some((None, step)) => self.move_on(step),
+                Some((Some((from, len)), step)) => {
+                    let at = if ring.guarded {
+                        self.scratch.as_ptr()
+                    } else {
+                        ring.data().wrapping_add(from).cast_const()
+                    };
+                    self.frame = (at, len);
+                    self.step = step;
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Consume the frame [`Records::peek`] found.
+    #[inline(always)]
+    pub(crate) fn take(&mut self) {
+        if self.step != 0 {
+            self.n += 1;
+            self.move_on(self.step);
+            self.step = 0;
+        }
+    }
+
+    #[inline(always)]
+    fn move_on(&mut self, step: usize) {
+        debug_assert!(step != 0);
+        self.tail = self.tail.wrapping_add(step as u64);
+        self.pos += step;
+        if self.pos == self.ring.cap {
+            self.pos = 0;
+        }
+    }
+
+    /// Hand what was taken back to the producers; returns the frames taken. A frame found
+    /// and not taken stays for the next pass.
+    #[inline(always)]
+    pub(crate) fn finish(self) -> usize {
+        let r = self.ring;
+        // The only consumer: a load and a store, no read-modify-write.
+        let popped = r.word(hdr::POPPED).load(Ordering::Relaxed);
+        r.word(hdr::POPPED)
+            .store(popped.wrapping_add(self.n as u64), Ordering::Release);
+        r.word(hdr::TAIL).store(self.tail, Ordering::Release);
+        self.n
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use mlx4_prm::{cqe_opcode, cqe_vlan, syndrome, Cqe, RxDataSeg, CQE_SIZE, INVALID_LKEY};
 
-use crate::counters::Counters;
+use crate::counters::{Counters, RxMac};
 use crate::cq::Cq;
 use crate::dma::HostMem;
 use crate::fault::{Every, INJECTED_VENDOR_ERR};
@@ -100,112 +100,6 @@ impl Rq {
         self.state = state;
     }
 
-    /// Receive `frame` (its headers `heads`, RSS hash `hash`) into the next posted WQE.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    pub(crate) fn receive(
-        &mut self,
-        frame: &[u8],
-        heads: &net::Headers,
-        hash: u32,
-        mrs: &MrTable,
-        cq: &mut Cq,
-        counters: &mut Counters,
-        inject: &mut Every,
-    ) -> Rx {
-        match self.state {
-            QueueState::Ready => {}
-            QueueState::Error => {
-                counters.rx_drops_error += 1;
-                return Rx::Done;
-            }
-            QueueState::Reset => {
-                counters.rx_drops_not_ready += 1;
-                return Rx::Done;
-            }
-        }
-        if self.ci & 0xffff == self.posted {
-            self.posted = self.db.load_be32(0).unwrap_or(0) & 0xffff;
-            if self.ci & 0xffff == self.posted {
-                counters.rx_drops_no_wqe += 1;
-                return Rx::Done;
-            }
-        }
-        if !cq.has_room() {
-            // Wait (a driver may repost buffers before it moves the consumer index), but not
-            // forever: a CQ that stays full makes the port drop, and count, like a NIC.
-            let since = *self.full_since.get_or_insert_with(|| {
-                counters.cq_full_stalls += 1;
-                Instant::now()
-            });
-            if since.elapsed() < RX_CQ_PATIENCE {
-                return Rx::Wait;
-            }
-            counters.rx_drops_cq_full += 1;
-            return Rx::Done;
-        }
-        self.full_since = None;
-        let mut cqe = [0u8; CQE_SIZE];
-        {
-            let mut w = Cqe::new_unchecked(&mut cqe[..]);
-            w.set_qpn(self.qpn);
-            w.set_wqe_index(self.ci as u16);
-        }
-        // The FCS goes on the wire least significant byte first.
-        let fcs_bytes;
-        let fcs: &[u8] = if self.scatter_fcs {
-            fcs_bytes = net::crc32(frame).to_le_bytes();
-            &fcs_bytes
-        } else {
-            &[]
-        };
-        let injected = inject.tick();
-        let scattered = if injected {
-            counters.inj_rx_errors += 1;
-            let mut w = Cqe::new_unchecked(&mut cqe[..]);
-            w.set_vendor_err(INJECTED_VENDOR_ERR);
-            Err(syndrome::LOCAL_PROT)
-        } else {
-            self.scatter(frame, fcs, mrs)
-        };
-        match scattered {
-            Ok(()) => {
-                let len = frame.len() + fcs.len();
-                let (status, csum, tunnel) = self.classify(frame, heads);
-                let mut w = Cqe::new_unchecked(&mut cqe[..]);
-                w.set_vlan_my_qpn(self.qpn | tunnel);
-                w.set_immed_rss_invalid(hash);
-                w.set_status(status);
-                w.set_byte_cnt(len as u32);
-                w.set_checksum(csum);
-                w.set_owner_sr_opcode(cqe_opcode::RX_SEND);
-                counters.rx_frames += 1;
-                counters.rx_bytes += frame.len() as u64;
-                counters.count_rx(heads.mac);
-                counters.dma_write_bytes += len as u64;
-            }
-            Err(syn) => {
-                let mut w = Cqe::new_unchecked(&mut cqe[..]);
-                w.set_syndrome(syn);
-                w.set_owner_sr_opcode(cqe_opcode::ERROR);
-                counters.error_cqes += 1;
-                if syn == syndrome::LOCAL_LENGTH {
-                    counters.rx_drops_too_long += 1;
-                } else {
-                    counters.rx_drops_error += 1;
-                    self.state = QueueState::Error;
-                }
-            }
-        }
-        // Received frames are not solicited events (only errors count as such).
-        if cq.push(cqe, false) {
-            counters.cq_events += 1;
-        }
-        counters.cqes += 1;
-        self.ci = self.ci.wrapping_add(1);
-        Rx::Done
-    }
-
     /// The status word, checksum field and `vlan_my_qpn` tunnel bits for `frame`. On a Pro, a
     /// VXLAN frame's status describes the inner packet (its types and checksum verdicts, which
     /// DPDK maps to inner packet types), and the tunnel bits the outer headers.
@@ -236,17 +130,37 @@ impl Rq {
     /// it all (one buffer per WQE, as drivers post them) is the whole scatter list, since the
     /// device reads no entry past the one that fills the frame.
     #[inline(always)]
-    fn scatter(&mut self, frame: &[u8], fcs: &[u8], mrs: &MrTable) -> Result<(), u8> {
+    fn scatter<'m>(
+        &mut self,
+        frame: &[u8],
+        fcs: &[u8],
+        mrs: &'m MrTable,
+        last: &mut Option<(u32, &'m HostMem)>,
+    ) -> Result<(), u8> {
         let len = frame.len() + fcs.len();
         if self.sges != 0 && len != 0 {
             let mut raw = [0u8; RxDataSeg::<&[u8]>::LEN];
             self.ring.read_array(self.wqe_offset(), &mut raw);
             let d = RxDataSeg::new_unchecked(&raw[..]);
-            let cap = d.length() as usize;
-            if d.lkey() != INVALID_LKEY && cap >= len {
-                let (mem, off) = mrs
-                    .resolve_mem(d.lkey(), d.addr(), cap)
-                    .ok_or(syndrome::LOCAL_PROT)?;
+            let (lkey, cap) = (d.lkey(), d.length() as usize);
+            if lkey != INVALID_LKEY && cap >= len {
+                // The region of the run's last lkey, looked up again only for another key:
+                // regions do not change while a delivery holds the table.
+                let mem = match *last {
+                    Some((k, mem)) if k == lkey => mem,
+                    _ => {
+                        let mem = mrs.region(lkey).ok_or(syndrome::LOCAL_PROT)?;
+                        *last = Some((lkey, mem));
+                        mem
+                    }
+                };
+                // `[addr, addr + cap)` inside the region: an address below its base wraps
+                // to an offset past its end.
+                let (off, room) = (d.addr().wrapping_sub(mem.base() as u64), mem.len() as u64);
+                if off > room || cap as u64 > room - off {
+                    return Err(syndrome::LOCAL_PROT);
+                }
+                let off = off as usize;
                 mem.write(off, frame);
                 if !fcs.is_empty() {
                     mem.write(off + frame.len(), fcs);
@@ -318,6 +232,161 @@ impl Rq {
             return Err(syndrome::LOCAL_LENGTH);
         }
         Ok(n)
+    }
+}
+
+/// A run of frames delivered to one RQ: the RQ, its CQ and the region of the lkey last used
+/// are found once for the run, not once per frame, and its counters are added once at its
+/// end. Each frame still has everything a card does: the RQ's state, its doorbell record
+/// (once the WQEs it announced are used up), room in the CQ, the scatter entry read and its
+/// lkey and range checked, the copy, the checksum verdict, the CQE.
+///
+/// The frames of a run are of one flow and one length (the remembered headers compare the
+/// length too), so the run counts frames and multiplies at its end.
+pub(crate) struct RqRun<'a> {
+    rq: &'a mut Rq,
+    cq: &'a mut Cq,
+    mrs: &'a MrTable,
+    inject: &'a mut Every,
+    /// The lkey of the last scatter entry and its region.
+    last: Option<(u32, &'a HostMem)>,
+    /// The length of each of the run's frames.
+    len: usize,
+    /// Frames delivered.
+    frames: u64,
+}
+
+impl<'a> RqRun<'a> {
+    /// A run of frames of `len` bytes each.
+    #[inline(always)]
+    pub(crate) fn new(
+        rq: &'a mut Rq,
+        cq: &'a mut Cq,
+        mrs: &'a MrTable,
+        inject: &'a mut Every,
+        len: usize,
+    ) -> RqRun<'a> {
+        RqRun {
+            rq,
+            cq,
+            mrs,
+            inject,
+            last: None,
+            len,
+            frames: 0,
+        }
+    }
+
+    /// Add the run's counts to `counters`; `mac` is what the port counters count of each of
+    /// its frames (one flow's).
+    #[inline(always)]
+    pub(crate) fn end(self, mac: RxMac, counters: &mut Counters) {
+        let (n, len) = (self.frames, self.len as u64);
+        let fcs = if self.rq.scatter_fcs { 4 } else { 0 };
+        counters.rx_frames += n;
+        counters.rx_bytes += n * len;
+        counters.dma_write_bytes += n * (len + fcs);
+        counters.cqes += n;
+        counters.count_rx(mac, n);
+    }
+
+    /// Receive `frame` (its headers `heads`, RSS hash `hash`) into the RQ's next posted WQE.
+    #[inline(always)]
+    pub(crate) fn receive(
+        &mut self,
+        frame: &[u8],
+        heads: &net::Headers,
+        hash: u32,
+        counters: &mut Counters,
+    ) -> Rx {
+        debug_assert_eq!(frame.len(), self.len, "a run's frames are of one length");
+        let rq = &mut *self.rq;
+        let cq = &mut *self.cq;
+        match rq.state {
+            QueueState::Ready => {}
+            QueueState::Error => {
+                counters.rx_drops_error += 1;
+                return Rx::Done;
+            }
+            QueueState::Reset => {
+                counters.rx_drops_not_ready += 1;
+                return Rx::Done;
+            }
+        }
+        if rq.ci & 0xffff == rq.posted {
+            rq.posted = rq.db.load_be32(0).unwrap_or(0) & 0xffff;
+            if rq.ci & 0xffff == rq.posted {
+                counters.rx_drops_no_wqe += 1;
+                return Rx::Done;
+            }
+        }
+        if !cq.has_room() {
+            // Wait (a driver may repost buffers before it moves the consumer index), but not
+            // forever: a CQ that stays full makes the port drop, and count, like a NIC.
+            let since = *rq.full_since.get_or_insert_with(|| {
+                counters.cq_full_stalls += 1;
+                Instant::now()
+            });
+            if since.elapsed() < RX_CQ_PATIENCE {
+                return Rx::Wait;
+            }
+            counters.rx_drops_cq_full += 1;
+            return Rx::Done;
+        }
+        rq.full_since = None;
+        let mut cqe = [0u8; CQE_SIZE];
+        Cqe::new_unchecked(&mut cqe[..]).set_wqe_index(rq.ci as u16);
+        // The FCS goes on the wire least significant byte first.
+        let fcs_bytes;
+        let fcs: &[u8] = if rq.scatter_fcs {
+            fcs_bytes = net::crc32(frame).to_le_bytes();
+            &fcs_bytes
+        } else {
+            &[]
+        };
+        let injected = self.inject.tick();
+        let scattered = if injected {
+            counters.inj_rx_errors += 1;
+            let mut w = Cqe::new_unchecked(&mut cqe[..]);
+            w.set_vendor_err(INJECTED_VENDOR_ERR);
+            Err(syndrome::LOCAL_PROT)
+        } else {
+            rq.scatter(frame, fcs, self.mrs, &mut self.last)
+        };
+        match scattered {
+            Ok(()) => {
+                let len = frame.len() + fcs.len();
+                let (status, csum, tunnel) = rq.classify(frame, heads);
+                let mut w = Cqe::new_unchecked(&mut cqe[..]);
+                w.set_vlan_my_qpn(rq.qpn | tunnel);
+                w.set_immed_rss_invalid(hash);
+                w.set_status(status);
+                w.set_byte_cnt(len as u32);
+                w.set_checksum(csum);
+                w.set_owner_sr_opcode(cqe_opcode::RX_SEND);
+                self.frames += 1;
+            }
+            Err(syn) => {
+                let mut w = Cqe::new_unchecked(&mut cqe[..]);
+                w.set_qpn(rq.qpn);
+                w.set_syndrome(syn);
+                w.set_owner_sr_opcode(cqe_opcode::ERROR);
+                counters.error_cqes += 1;
+                counters.cqes += 1;
+                if syn == syndrome::LOCAL_LENGTH {
+                    counters.rx_drops_too_long += 1;
+                } else {
+                    counters.rx_drops_error += 1;
+                    rq.state = QueueState::Error;
+                }
+            }
+        }
+        // Received frames are not solicited events (only errors count as such).
+        if cq.push(cqe, false) {
+            counters.cq_events += 1;
+        }
+        rq.ci = rq.ci.wrapping_add(1);
+        Rx::Done
     }
 }
 
@@ -416,7 +485,7 @@ mod tests {
             let full = rq.scatter_pieces(&frame, fcs, &mrs);
             let full_mem = snapshot();
             restore(&before);
-            let short = rq.scatter(&frame, fcs, &mrs);
+            let short = rq.scatter(&frame, fcs, &mrs, &mut None);
             assert_eq!(short, full, "round {round}: verdict");
             assert!(snapshot() == full_mem, "round {round}: memory differs");
             fast += usize::from(first && !frame.is_empty());

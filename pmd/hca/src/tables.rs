@@ -82,22 +82,13 @@ impl MrTable {
         Some((slot, off as usize))
     }
 
-    /// [`MrTable::resolve`], with the region's memory itself rather than its slot: one lookup
-    /// where the caller writes at once.
+    /// The region `lkey` names; `None` for an unknown lkey (a protection error). The range
+    /// within it is the caller's to check.
     #[inline(always)]
-    pub(crate) fn resolve_mem(
-        &self,
-        lkey: u32,
-        addr: u64,
-        len: usize,
-    ) -> Option<(&HostMem, usize)> {
+    pub(crate) fn region(&self, lkey: u32) -> Option<&HostMem> {
         let slot = (lkey >> 8).checked_sub(1)? as usize;
         let mr = self.mrs.get(slot)?.as_ref().filter(|mr| mr.lkey == lkey)?;
-        let off = addr.checked_sub(mr.mem.base() as u64)?;
-        if off.checked_add(len as u64)? > mr.mem.len() as u64 {
-            return None;
-        }
-        Some((&mr.mem, off as usize))
+        Some(&mr.mem)
     }
 
     /// The memory of a slot [`MrTable::resolve`] returned (still registered: the table is not

@@ -177,7 +177,7 @@ impl RxMemo {
 
     /// Whether `frame` starts as the last frame learnt did (and has its length).
     #[inline(always)]
-    fn recalls(&self, frame: &[u8]) -> bool {
+    pub(crate) fn recalls(&self, frame: &[u8]) -> bool {
         let n = self.key_len;
         n != 0 && frame.len() == self.len && frame.get(..n) == Some(&self.key[..n])
     }
