@@ -10,8 +10,15 @@ impl<B: TxBuf> TxQueue<B> {
     /// the poster's set-up for a run (the run's end, the pending owner store, the loop and its
     /// tally), which a burst of one pays in full for nothing; the end of the burst is the
     /// same. Anything else is a burst like any other ([`TxQueue::post`]).
+    ///
+    /// `BF`: the queue has a BF register. Chosen by the caller, so that the doorbell path's
+    /// copy holds no BlueFlame code, whose registers it would save and restore on every call.
     #[inline(never)]
-    pub(super) fn post_one<const AVOID: bool>(&mut self, pkt: &B, room: u32) -> usize {
+    pub(super) fn post_one<const AVOID: bool, const BF: bool>(
+        &mut self,
+        pkt: &B,
+        room: u32,
+    ) -> usize {
         let pkts = std::slice::from_ref(pkt);
         let Some(data) = pkt.plain() else {
             return self.post::<AVOID>(pkts, room);
@@ -59,7 +66,11 @@ impl<B: TxBuf> TxQueue<B> {
         (p.since_comp, p.txbbs_since_comp) = (since, since_txbbs);
         p.prod = start.wrapping_add(txbbs);
         p.stats.bytes += len as u64;
-        self.ring_for(last);
+        if BF {
+            self.ring_for(last);
+        } else {
+            self.ring_doorbell(last);
+        }
         release(pkts, self.cfg.fast_free);
         self.prod.stats.packets += 1;
         1
@@ -293,6 +304,15 @@ impl<B: TxBuf> TxQueue<B> {
                 p.stats.doorbells += 1;
             }
         }
+    }
+
+    /// [`TxQueue::ring_for`] on a queue without a BF register.
+    #[inline(always)]
+    fn ring_doorbell(&mut self, last: LastWqe) {
+        debug_assert!(self.hw.bf.is_none());
+        self.hw.sq.publish(last.start, u32::from_be(last.send_be));
+        self.hw.doorbell.ring();
+        self.prod.stats.doorbells += 1;
     }
 
     /// With doorbell avoidance on: whether the burst ending at `end`, of `n` packets, may
