@@ -35,6 +35,16 @@ pub const FIRST_CHUNK: usize = TXBB_SIZE - CTRL_LEN - 4;
 pub const NEXT_CHUNK: usize = INLINE_ALIGN - 4;
 /// Longest packet the straight-line inline path takes: two TXBBs, mlx4_en's `MAX_INLINE`.
 pub const PLAIN_INLINE_MAX: usize = FIRST_CHUNK + NEXT_CHUNK;
+/// The two-TXBB lengths whose second chunk is 16 to 32 bytes, copied by exactly two 16-byte
+/// moves ([`WqeMut::put_small`]'s first case): every minimum-size Ethernet frame (60 bytes,
+/// 64 with room for the FCS). A loop that knows a length is in this class needs no other
+/// test to write it.
+pub const PLAIN_SHORT2_MIN: usize = FIRST_CHUNK + 16;
+pub const PLAIN_SHORT2_MAX: usize = FIRST_CHUNK + 32;
+/// `PLAIN_SHORT2_MAX - PLAIN_SHORT2_MIN`: a length `len` is in the class when
+/// `len.wrapping_sub(PLAIN_SHORT2_MIN) <= PLAIN_SHORT2_SPAN`, the test the class's writer
+/// repeats (and a caller's identical one folds).
+pub const PLAIN_SHORT2_SPAN: usize = PLAIN_SHORT2_MAX - PLAIN_SHORT2_MIN;
 /// Data segments a WQE can hold (63 DS less the control segment).
 pub const MAX_GATHER_SEGS: usize = mlx4_prm::MAX_WQE_DS as usize - 1;
 
@@ -267,6 +277,27 @@ pub fn write_plain_inline2(w: &mut WqeMut<'_, 2>, pkt: &[u8]) {
     w.put_array(CTRL_SRCRB, &PLAIN_INLINE2_8);
     w.put_array::<FIRST_CHUNK>(CTRL_LEN + 4, head.try_into().expect("split at FIRST_CHUNK"));
     w.put_small(TXBB_SIZE + 4, tail);
+    // The second header is the first dword of its TXBB: never valid before its data.
+    io_wmb();
+    w.put_array(TXBB_SIZE, &e.header);
+}
+
+/// [`write_plain_inline2`] for a length of the short class ([`PLAIN_SHORT2_MIN`] to
+/// [`PLAIN_SHORT2_MAX`]): the second chunk by two 16-byte moves, no test of its length. A
+/// length outside the class takes [`write_plain_inline2`]; a caller that tested the class
+/// with [`PLAIN_SHORT2_SPAN`] pays nothing for that.
+#[inline(always)]
+pub fn write_plain_inline2_short(w: &mut WqeMut<'_, 2>, pkt: &[u8]) {
+    let len = pkt.len();
+    if len.wrapping_sub(PLAIN_SHORT2_MIN) > PLAIN_SHORT2_SPAN {
+        return write_plain_inline2(w, pkt);
+    }
+    let e = &PLAIN_INLINE[len];
+    let (head, tail) = pkt.split_at(FIRST_CHUNK);
+    w.put_dword1(plain_dword1(e));
+    w.put_array(CTRL_SRCRB, &PLAIN_INLINE2_8);
+    w.put_array::<FIRST_CHUNK>(CTRL_LEN + 4, head.try_into().expect("split at FIRST_CHUNK"));
+    w.put_16_to_32(TXBB_SIZE + 4, tail);
     // The second header is the first dword of its TXBB: never valid before its data.
     io_wmb();
     w.put_array(TXBB_SIZE, &e.header);
@@ -526,6 +557,26 @@ mod tests {
                 68 + len - FIRST_CHUNK
             };
             assert!(fast[end..].iter().all(|&b| b == 0xee), "len {len}");
+        }
+    }
+
+    #[test]
+    fn the_short_class_writer_is_the_two_txbb_writer() {
+        let pkt: Vec<u8> = (0..PLAIN_INLINE_MAX as u32)
+            .map(|i| (i * 29 + 3) as u8)
+            .collect();
+        assert_eq!((PLAIN_SHORT2_MIN, PLAIN_SHORT2_MAX), (60, 76));
+        // The class and, through the fallback, every other two-TXBB length.
+        for len in FIRST_CHUNK + 1..=PLAIN_INLINE_MAX {
+            let short = built(2, |w| {
+                write_plain_inline2_short(&mut w.fixed::<2>(), &pkt[..len])
+            });
+            let two = built(2, |w| write_plain_inline2(&mut w.fixed::<2>(), &pkt[..len]));
+            assert_eq!(short, two, "len {len}");
+            assert!(
+                short[68 + len - FIRST_CHUNK..].iter().all(|&b| b == 0xee),
+                "len {len}"
+            );
         }
     }
 

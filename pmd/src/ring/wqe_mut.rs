@@ -177,6 +177,27 @@ impl<const TXBBS: usize> WqeMut<'_, TXBBS> {
     }
 }
 
+impl<const TXBBS: usize> WqeMut<'_, TXBBS> {
+    /// `src` (16 to 32 bytes) at `off` by two 16-byte moves that may overlap: `put_small`'s
+    /// first case alone, for a caller that knows the length's class (its test folds into
+    /// the caller's).
+    #[inline(always)]
+    pub fn put_16_to_32(&mut self, off: usize, src: &[u8]) {
+        let n = src.len();
+        if n.wrapping_sub(16) > 16 {
+            wqe_overrun();
+        }
+        let d = self.span(off, n);
+        let s = src.as_ptr();
+        // SAFETY: for n in [16, 32] (tested above) the moves of 16 bytes at 0 and n - 16 read
+        // inside `src` and write inside `[d, d + n)`, which lies in the WQE (span).
+        unsafe {
+            mov::<16>(d, s);
+            mov::<16>(d.add(n - 16), s.add(n - 16));
+        }
+    }
+}
+
 /// The one panic on the TX path: a write outside its WQE means the queue sized a WQE for a
 /// length it did not check, a broken invariant of ours (lengths are checked once, before a
 /// WQE is sized: `TxBuf::check`, `TxBuf::plain`), never a bad mbuf.

@@ -634,7 +634,8 @@ impl<B: TxBuf> TxQueue<B> {
     #[inline(always)]
     fn post_any<const AVOID: bool>(&mut self, pkts: &[B], room: u32) -> usize {
         match pkts {
-            [pkt] => self.post_one::<AVOID>(pkt, room),
+            [pkt] if self.hw.bf.is_some() => self.post_one::<AVOID, true>(pkt, room),
+            [pkt] => self.post_one::<AVOID, false>(pkt, room),
             _ => self.post::<AVOID>(pkts, room),
         }
     }

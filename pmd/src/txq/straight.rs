@@ -10,8 +10,15 @@ impl<B: TxBuf> TxQueue<B> {
     /// the poster's set-up for a run (the run's end, the pending owner store, the loop and its
     /// tally), which a burst of one pays in full for nothing; the end of the burst is the
     /// same. Anything else is a burst like any other ([`TxQueue::post`]).
+    ///
+    /// `BF`: the queue has a BF register. Chosen by the caller, so that the doorbell path's
+    /// copy holds no BlueFlame code, whose registers it would save and restore on every call.
     #[inline(never)]
-    pub(super) fn post_one<const AVOID: bool>(&mut self, pkt: &B, room: u32) -> usize {
+    pub(super) fn post_one<const AVOID: bool, const BF: bool>(
+        &mut self,
+        pkt: &B,
+        room: u32,
+    ) -> usize {
         let pkts = std::slice::from_ref(pkt);
         let Some(data) = pkt.plain() else {
             return self.post::<AVOID>(pkts, room);
@@ -59,7 +66,11 @@ impl<B: TxBuf> TxQueue<B> {
         (p.since_comp, p.txbbs_since_comp) = (since, since_txbbs);
         p.prod = start.wrapping_add(txbbs);
         p.stats.bytes += len as u64;
-        self.ring_for(last);
+        if BF {
+            self.ring_for(last);
+        } else {
+            self.ring_doorbell(last);
+        }
         release(pkts, self.cfg.fast_free);
         self.prod.stats.packets += 1;
         1
@@ -295,6 +306,15 @@ impl<B: TxBuf> TxQueue<B> {
         }
     }
 
+    /// [`TxQueue::ring_for`] on a queue without a BF register.
+    #[inline(always)]
+    fn ring_doorbell(&mut self, last: LastWqe) {
+        debug_assert!(self.hw.bf.is_none());
+        self.hw.sq.publish(last.start, u32::from_be(last.send_be));
+        self.hw.doorbell.ring();
+        self.prod.stats.doorbells += 1;
+    }
+
     /// With doorbell avoidance on: whether the burst ending at `end`, of `n` packets, may
     /// leave its doorbell to a later call (see [`DbAvoid`] for the conditions); if so, counts
     /// its packets against the bound. If not, the burst rings: this records it, and makes its
@@ -407,7 +427,13 @@ fn inline_loop<B: TxBuf, const CHECK: bool>(
     max: usize,
 ) -> (usize, u64, Stop) {
     if !CHECK {
-        return inline_loop_hoisted(poster, todo, max);
+        // With a threshold that takes the whole short class, its test is one compare with a
+        // constant.
+        return if max >= wqe::PLAIN_SHORT2_MAX {
+            inline_loop_hoisted::<B, true>(poster, todo, max)
+        } else {
+            inline_loop_hoisted::<B, false>(poster, todo, max)
+        };
     }
     let mut sum = 0u64;
     let base = todo.as_ptr() as usize;
@@ -467,8 +493,12 @@ fn inline_loop<B: TxBuf, const CHECK: bool>(
 /// `todo`. A run of two-TXBB WQEs (every frame of 45 to 104 bytes) publishes each WQE where
 /// it is, the two TXBBs before the next one, so that no WQE pointer is carried from one
 /// packet to the next; a runt's one-TXBB WQE breaks the run, and the next starts another.
+/// `SHORT`: the threshold takes the whole short class (`wqe::PLAIN_SHORT2_MIN` to
+/// `wqe::PLAIN_SHORT2_MAX`, every minimum-size frame), so that a burst that starts with a
+/// run of it writes that run first, each packet told by one compare with a constant and
+/// written with no other test; the rest of the burst takes the loop for any length.
 #[inline(always)]
-fn inline_loop_hoisted<B: TxBuf>(
+fn inline_loop_hoisted<B: TxBuf, const SHORT: bool>(
     poster: &mut Cursor<'_, '_>,
     todo: &[B],
     max: usize,
@@ -491,6 +521,35 @@ fn inline_loop_hoisted<B: TxBuf>(
     }
     let mut sum = 0u64;
     let mut i = 0;
+    #[inline(always)]
+    fn short<B: TxBuf>(pkt: &B) -> Option<&[u8]> {
+        pkt.plain()
+            .filter(|d| d.len().wrapping_sub(wqe::PLAIN_SHORT2_MIN) <= wqe::PLAIN_SHORT2_SPAN)
+    }
+    if let Some(data) = todo.first().and_then(|p| short(p).filter(|_| SHORT)) {
+        // SAFETY: the caller found room for two TXBBs per packet of `todo`.
+        #[allow(unsafe_code)]
+        let mut w = unsafe { poster.take_unchecked::<2>() };
+        wqe::write_plain_inline2_short(&mut w, data);
+        sum += data.len() as u64;
+        let mut rest = todo[1..].iter();
+        while let Some(data) = rest.as_slice().first().and_then(short) {
+            rest.next();
+            // SAFETY: room for two TXBBs per packet of `todo`; the two TXBBs before the
+            // cursor are the WQE of the packet before, taken from this cursor and not
+            // published.
+            #[allow(unsafe_code)]
+            let mut w = unsafe { poster.take_after_unchecked::<2>() };
+            wqe::write_plain_inline2_short(&mut w, data);
+            sum += data.len() as u64;
+        }
+        // SAFETY: the run's first WQE came from `take_unchecked`, every one is of two TXBBs.
+        #[allow(unsafe_code)]
+        unsafe {
+            poster.last_is_pending::<2>()
+        };
+        i = todo.len() - rest.as_slice().len();
+    }
     while let Some(pkt) = todo.get(i) {
         let Some(data) = fits(pkt, max) else {
             return (i, sum, Stop::Other);
