@@ -1,5 +1,6 @@
 //! Calls on a full ring with the device held: each takes nothing and is counted in
-//! `ring_full`, and every 64th in a row without progress rings again for a lost doorbell, on
+//! `ring_full`, and the 64th in a row without progress rings again for a lost doorbell, then
+//! twice as many calls later each time a ring again brought no progress, on
 //! a healthy queue and with doorbell avoidance on (where the burst's front takes its detour
 //! from the full ring's path). Once the device runs, every frame taken is on the wire, in
 //! order, byte for byte.
@@ -68,15 +69,17 @@ fn full_ring_rings_again(path: TxPath, avoid: bool) {
             "{path:?} avoid {avoid}: no ring again in {calls} calls"
         );
     }
-    // From there, exactly the patience between two, each call counted.
+    // From there the patience to the next; then, as that ring again brought no progress,
+    // twice it, then four times; each call counted.
     let st = q.stats();
-    for i in 1..=2 * PATIENCE {
+    let rings_after = |i: u64| [1, 3, 7].iter().filter(|&&k| i >= k * PATIENCE).count() as u64;
+    for i in 1..=7 * PATIENCE {
         call(&mut q);
         let now = q.stats();
         assert_eq!(now.ring_full, st.ring_full + i, "{path:?} avoid {avoid}");
         assert_eq!(
             now.doorbell_rerings,
-            st.doorbell_rerings + i / PATIENCE,
+            st.doorbell_rerings + rings_after(i),
             "{path:?} avoid {avoid}: call {i}"
         );
     }

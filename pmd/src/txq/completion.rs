@@ -220,7 +220,8 @@ impl<B: TxBuf> TxQueue<B> {
     /// A burst that found no room looks for a lost doorbell: a full ring whose last doorbell
     /// was lost would otherwise take nothing from every later burst, and so never ring again.
     /// An application spinning on a full ring calls often while the device is merely behind,
-    /// so this rings only after [`FULL_PATIENCE`] calls without progress. The burst's front
+    /// so this rings only after [`FULL_PATIENCE`] calls without progress, and after twice as
+    /// many each time a ring again brought none ([`TxQueue::ring_again`]). The burst's front
     /// found no completion waiting and the queue healthy, so the look is only the count.
     /// The count is a countdown that the completion side winds up whenever the consumer
     /// moves, so that a look is one decrement and its test.
@@ -268,7 +269,16 @@ impl<B: TxBuf> TxQueue<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn ring_again(&mut self) {
-        self.set_full_left(FULL_PATIENCE);
+        let r = &mut self.recovery;
+        r.rering_patience = if r.rering_cons == self.comp.cons {
+            r.rering_patience.saturating_mul(2)
+        } else {
+            0
+        }
+        .clamp(FULL_PATIENCE, FULL_PATIENCE_MAX);
+        r.rering_cons = self.comp.cons;
+        let patience = r.rering_patience;
+        self.set_full_left(patience);
         self.prod.stats.doorbell_rerings += 1;
         if self.recovery.nop_at != Some(self.prod.prod) && self.ask_completion_even_if_signaled() {
             self.recovery.nop_at = Some(self.prod.prod);

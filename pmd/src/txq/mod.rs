@@ -263,10 +263,18 @@ struct Recovery {
     /// The producer just after the NOP the last look without progress posted: while nothing
     /// was posted since, that NOP's completion is the one to wait for.
     nop_at: Option<u32>,
+    /// `comp.cons` at the last ring again, and the looks it gave the next one: a ring again
+    /// that brought no progress doubles them (up to [`FULL_PATIENCE_MAX`]), so that a device
+    /// merely slow is not sent a doorbell every few calls, each costing it a UAR write.
+    rering_cons: u32,
+    rering_patience: u32,
 }
 
 /// Calls finding a full ring without progress before it rings again for a lost doorbell.
 const FULL_PATIENCE: u32 = 64;
+/// The most calls between two rings again without progress: 1024 times the patience, about
+/// half a millisecond of a lcore spinning on a full ring.
+const FULL_PATIENCE_MAX: u32 = FULL_PATIENCE << 10;
 
 /// Packets gathered for one release when gather packets come between inline ones.
 const FREE_BATCH: usize = 64;
