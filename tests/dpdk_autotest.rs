@@ -37,6 +37,10 @@ struct Session {
     child: KillOnDrop,
     stdin: Option<ChildStdin>,
     out: Arc<Mutex<String>>,
+    /// stdout alone, where the prompt and the test's lines are looked for: a log line from
+    /// stderr can land inside a prompt in `out` (`R` + `APP: HPET is not enabled...` +
+    /// `TE>>`).
+    stdout: Arc<Mutex<String>>,
     prefix: EalPrefix,
 }
 
@@ -64,9 +68,13 @@ impl Session {
                 }),
         );
         let out = Arc::new(Mutex::new(String::new()));
-        for pipe in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
+        let stdout = Arc::new(Mutex::new(String::new()));
+        for (pipe, own) in [
+            (
+                Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+                Some(stdout.clone()),
+            ),
+            (Box::new(child.stderr.take().unwrap()), None),
         ] {
             let out = out.clone();
             std::thread::spawn(move || {
@@ -76,9 +84,12 @@ impl Session {
                     if n == 0 {
                         break;
                     }
-                    out.lock()
-                        .unwrap()
-                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                    let piece = String::from_utf8_lossy(&buf[..n]);
+                    // `out` first: what `wait_for` finds on stdout is in `out` already.
+                    out.lock().unwrap().push_str(&piece);
+                    if let Some(own) = &own {
+                        own.lock().unwrap().push_str(&piece);
+                    }
                 }
             });
         }
@@ -87,6 +98,7 @@ impl Session {
             child,
             stdin,
             out,
+            stdout,
             prefix,
         };
         s.wait_for("RTE>>", 0, Duration::from_secs(60));
@@ -107,14 +119,15 @@ impl Session {
         mark
     }
 
-    /// Waits for the `n`-th (from 0) occurrence of `needle` in the output; returns the output.
+    /// Waits for the `n`-th (from 0) occurrence of `needle` on stdout; returns the whole
+    /// output.
     fn wait_for(&self, needle: &str, n: usize, limit: Duration) -> String {
         let start = Instant::now();
         loop {
-            let t = self.text();
-            if t.matches(needle).count() > n {
-                return t;
+            if self.stdout.lock().unwrap().matches(needle).count() > n {
+                return self.text();
             }
+            let t = self.text();
             assert!(
                 start.elapsed() < limit,
                 "no {needle:?} (#{n}) from {PROGRAM} after {limit:?}:\n{t}"
