@@ -64,9 +64,11 @@ pub use crate::stats::TxStats;
 use crate::wqe::{self, TxOffloads, MAX_GATHER_SEGS};
 
 mod completion;
+mod gather_run;
 mod general;
 mod straight;
 
+use gather_run::*;
 use general::*;
 use straight::*;
 
