@@ -14,9 +14,12 @@ use crate::mem::{DmaArray, Lkeys, MemSource, Mr};
 use crate::ring::{CqRing, RqRing};
 pub use crate::stats::RxStats;
 
+mod entry;
 mod meta;
 mod poll;
 mod recovery;
+
+use entry::entry_head;
 
 pub use meta::{
     parse_rx_cqe, with_tunnel, RxMeta, PTYPE_INNER_L2_ETHER, PTYPE_L2_ETHER,
@@ -361,17 +364,6 @@ impl<B: RxBuf> RxQueue<B> {
             release(&self.elts);
         }
     }
-}
-
-/// Bytes of a scatter entry before its address: the byte count and the lkey.
-pub(super) const ENTRY_HEAD: usize = 8;
-
-/// The byte count and lkey of a scatter entry, as they lie in it.
-#[inline(always)]
-pub(super) fn entry_head(e: &[u8; mlx4_prm::DS_SIZE]) -> [u8; ENTRY_HEAD] {
-    let mut h = [0u8; ENTRY_HEAD];
-    h.copy_from_slice(&e[..ENTRY_HEAD]);
-    h
 }
 
 /// Gives buffers the queue owns back to their pool.
