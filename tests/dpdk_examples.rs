@@ -254,13 +254,17 @@ fn ethtool_answers_and_echoes() {
         app.type_line(cmd);
     }
     // It is not promiscuous: the peer sends to its address. While the peer is plugged in,
-    // the link is up; once it left, down.
+    // the link is up; once it left, down. The peer sends, and so leaves, only once the app
+    // has seen the link up (the gate), however fast its session runs.
+    let gate = cables.dir.join("link-seen");
     let mut link_up = false;
     let peer = std::thread::scope(|s| {
         let peer = s.spawn(|| {
-            traffic(
+            traffic_of(
                 &cables,
                 Some("--eth-peer=0,02:ee:00:00:00:00"),
+                PER_PORT / 32,
+                Some(&gate),
                 got_one_port,
             )
         });
@@ -269,6 +273,7 @@ fn ethtool_answers_and_echoes() {
             app.type_line("link");
             link_up = app.wait_for(|o| o.contains("Port 0: Up"), Duration::from_millis(300));
         }
+        std::fs::write(&gate, b"").unwrap();
         peer.join().unwrap()
     });
     app.type_line("link");
