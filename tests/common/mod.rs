@@ -506,19 +506,9 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
                 written += 1;
             }
             Step::Until { cmd, done, limit } => {
-                let start = Instant::now();
-                loop {
-                    let answer = ask(&mut stdin, &seen, &mut written, cmd, *limit, &out_t);
-                    if done(&answer) {
-                        break;
-                    }
-                    if start.elapsed() > *limit || out_t.is_finished() {
-                        eprintln!(
-                            "gave up waiting after {limit:?}; last answer to {cmd:?}:\n{answer}"
-                        );
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
+                let mut query = |c: &str| ask(&mut stdin, &seen, &mut written, c, *limit, &out_t);
+                if let Err(answer) = repeat(&mut query, cmd, *limit, &out_t, done) {
+                    eprintln!("gave up waiting after {limit:?}; last answer to {cmd:?}:\n{answer}");
                 }
             }
             Step::Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
@@ -529,20 +519,14 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
                 limit,
             } => {
                 let sum = |a: &str| numbers_after(a, key).iter().sum::<u64>();
-                let start = Instant::now();
-                let from = sum(&ask(&mut stdin, &seen, &mut written, cmd, *limit, &out_t));
-                loop {
-                    let answer = ask(&mut stdin, &seen, &mut written, cmd, *limit, &out_t);
-                    if sum(&answer) >= from + by {
-                        break;
-                    }
-                    if start.elapsed() > *limit || out_t.is_finished() {
-                        eprintln!(
-                            "gave up waiting after {limit:?} for {key} to grow by {by}:\n{answer}"
-                        );
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
+                let mut query = |c: &str| ask(&mut stdin, &seen, &mut written, c, *limit, &out_t);
+                let from = sum(&query(cmd));
+                if let Err(answer) =
+                    repeat(&mut query, cmd, *limit, &out_t, |a| sum(a) >= from + by)
+                {
+                    eprintln!(
+                        "gave up waiting after {limit:?} for {key} to grow by {by}:\n{answer}"
+                    );
                 }
             }
             Step::Shell(c) => {
@@ -558,6 +542,28 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
         stdout: out_t.join().unwrap(),
         stderr: err_t.join().unwrap(),
         status,
+    }
+}
+
+/// Asks `cmd` (every 20 ms, each time once its answer is complete) until `done` holds for
+/// its answer; the last answer if `limit` passed or testpmd (`reader`) exited first.
+fn repeat(
+    ask: &mut impl FnMut(&str) -> String,
+    cmd: &str,
+    limit: Duration,
+    reader: &std::thread::JoinHandle<String>,
+    done: impl Fn(&str) -> bool,
+) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let answer = ask(cmd);
+        if done(&answer) {
+            return Ok(());
+        }
+        if start.elapsed() > limit || reader.is_finished() {
+            return Err(answer);
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
