@@ -9,6 +9,9 @@ pub mod examples;
 pub mod huge;
 pub mod telemetry;
 
+mod prompt;
+use prompt::{cleaned, PROMPT};
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -343,57 +346,19 @@ fn ask(
     let start = Instant::now();
     loop {
         {
-            let text = without_events(&seen.lock().unwrap());
-            let prompts: Vec<usize> = text.match_indices("testpmd> ").map(|(i, _)| i).collect();
+            let text = cleaned(&seen.lock().unwrap());
+            let prompts: Vec<usize> = text.match_indices(PROMPT).map(|(i, _)| i).collect();
             if prompts.len() > *written {
-                let from = prompts[*written - 1] + "testpmd> ".len();
+                let from = prompts[*written - 1] + PROMPT.len();
                 return text[from..prompts[*written]].to_owned();
             }
             if start.elapsed() > limit || reader.is_finished() {
-                let from = prompts.last().map_or(0, |i| i + "testpmd> ".len());
+                let from = prompts.last().map_or(0, |i| i + PROMPT.len());
                 return text[from..].to_owned();
             }
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// `text` without testpmd's event lines (`\nPort 0: link state change event\n`). They come
-/// from EAL's interrupt thread at any moment, and line-buffered stdio writes one as two pieces
-/// (`\nPort ` and `0: link state change event\n`), between which the main thread may write
-/// part of a prompt, a byte at a time: the pieces go, whatever came between them stays.
-fn without_events(text: &str) -> String {
-    let mut out = text.to_owned();
-    let mut from = out.len();
-    while let Some(end) = out[..from].rfind(" event\n") {
-        from = end;
-        // `<digits>: <lowercase words> event\n`
-        let head = &out[..end];
-        let Some(colon) = head.rfind(": ") else { break };
-        let desc_ok = head[colon + 2..]
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c == ' ');
-        let digits = head[..colon].len()
-            - head[..colon]
-                .trim_end_matches(|c: char| c.is_ascii_digit())
-                .len();
-        if !desc_ok || digits == 0 {
-            continue;
-        }
-        let num = colon - digits;
-        // `\nPort ` before the number, perhaps with prompt bytes between.
-        let Some(port) = out[..num].rfind("\nPort ") else {
-            continue;
-        };
-        let between = &out[port + "\nPort ".len()..num];
-        if between.len() > "testpmd> ".len() || !between.chars().all(|c| "testpmd> ".contains(c)) {
-            continue;
-        }
-        out.replace_range(num..end + " event\n".len(), "");
-        out.replace_range(port..port + "\nPort ".len(), "");
-        from = port;
-    }
-    out
 }
 
 /// Runs `dpdk-testpmd` with the plugin and `vdevs`, feeding `steps` to its `-i` prompt over a
@@ -483,7 +448,7 @@ pub fn run_interactive(mut cmd: Command, steps: &[Step], limit: Duration) -> Out
     // Commands typed before the prompt would race initialisation (slow on a busy 2-core
     // machine): wait for the first prompt, or for the program to give up.
     let start = Instant::now();
-    while !without_events(&seen.lock().unwrap()).contains("testpmd> ") && start.elapsed() < limit {
+    while !cleaned(&seen.lock().unwrap()).contains(PROMPT) && start.elapsed() < limit {
         if child.try_wait().unwrap().is_some() {
             break;
         }
@@ -737,13 +702,4 @@ pub fn inet_csum(data: &[u8]) -> u16 {
         s = (s & 0xffff) + (s >> 16);
     }
     !(s as u16)
-}
-
-#[cfg(test)]
-mod event_tests {
-    #[test]
-    fn event_lines_go_even_across_a_prompt() {
-        let t = "Done\ntes\nPort tpmd> 0: link state change event\nshow\nPort 1: device removal event\n";
-        assert_eq!(super::without_events(t), "Done\ntestpmd> show");
-    }
 }
