@@ -84,8 +84,8 @@ fn unspliced(text: &str) -> String {
     while at < b.len() {
         let mut next = None;
         let mut grown: Vec<(usize, Begun)> = Vec::new();
-        for have in 1..whole {
-            let Some(pieces) = &begun[have] else {
+        for (have, pieces) in begun.iter().enumerate().skip(1) {
+            let Some(pieces) = pieces else {
                 continue;
             };
             let n = matching(b, at, have);
