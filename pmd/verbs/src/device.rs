@@ -392,6 +392,10 @@ impl Adapter {
             let _ = h.join();
         }
         self.hca.stop();
+        // The device is gone for the application: frames still in the port's receive buffer
+        // are lost as when the port goes down, and counted so (`rx_drops_wire`) rather than
+        // vanishing from the counters written below.
+        self.hca.set_port_up(false);
         // Unplug the wire now (a pcap file is flushed, a TAP released) rather than when the last
         // handle goes: objects the application never destroyed still hold the adapter.
         let _ = self.hca.set_wire(Wire::Null);
