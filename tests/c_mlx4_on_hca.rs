@@ -255,25 +255,28 @@ fn io_on_a_looped_wire_counts_and_survives_stop_start() {
         m["tx_frames"], tx,
         "the device sent what the driver counted"
     );
+    // Each run keeps the 32 frames of `start tx_first` circulating. Those in flight when a
+    // run's `port stop all` took the queues and rules away are dropped, counted (how depends on
+    // how far the C driver's stop had got); the device may also have delivered frames testpmd
+    // never polled. Either way at most 32 a run, and none lost uncounted.
+    let dropped: u64 = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("rx_drops_"))
+        .map(|(_, v)| v)
+        .sum();
     assert_eq!(
-        m["rx_frames"], tx,
-        "the loop brought every frame back to an RX WQE"
+        m["rx_frames"] + dropped,
+        tx,
+        "every frame the loop brought back was delivered or counted as dropped: {m:?}\n{}",
+        diagnose(&out)
     );
-    for k in [
-        "rx_drops_no_wqe",
-        "rx_drops_wire",
-        "rx_drops_filter",
-        "rx_drops_mtu",
-        "error_cqes",
-    ] {
+    for k in ["rx_drops_mtu", "rx_drops_too_long", "error_cqes"] {
         assert_eq!(m[k], 0, "{k}: {m:?}");
     }
-    // What the device delivered but testpmd had not polled when it stopped: at most the 32
-    // frames in flight of each run.
     assert!(
-        rx <= m["rx_frames"] && m["rx_frames"] - rx <= 64,
-        "driver RX {rx}, device delivered {}",
-        m["rx_frames"]
+        rx <= m["rx_frames"] && tx - rx <= 64,
+        "at most the 32 circulating frames of each run not polled back: driver TX {tx}, RX {rx}, \
+         {m:?}"
     );
 }
 
