@@ -3,7 +3,8 @@
 //! twice as many calls later each time a ring again brought no progress, on
 //! a healthy queue and with doorbell avoidance on (where the burst's front takes its detour
 //! from the full ring's path). Once the device runs, every frame taken is on the wire, in
-//! order, byte for byte.
+//! order, byte for byte. Empty bursts (`kick`) ring again on their first look without
+//! progress, then after twice as many looks each time.
 
 mod traffic;
 
@@ -115,4 +116,60 @@ fn a_full_ring_rings_again_after_its_patience() {
 fn a_full_ring_with_doorbell_avoidance_rings_again_after_its_patience() {
     full_ring_rings_again(TxPath::Doorbell, true);
     full_ring_rings_again(TxPath::BlueFlame, true);
+}
+
+/// Empty bursts against a held device: the first look without progress rings again, then the
+/// 3rd, 7th, 15th ... (each ring again that brought no progress doubles the looks to the
+/// next); once the device runs and completes, the next stall rings at its first look again.
+fn empty_bursts_back_off(path: TxPath) {
+    let mut r = rig(true);
+    let mut rng = Rng(0xb0ff);
+    let mut q: TxQueue<Pkt> =
+        // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
+        unsafe { TxQueue::new(&r.dev, "tx_kick", 0, 64, tx_config(path, 104), &[r.mr]) }
+            .unwrap();
+    let cases: Vec<Case> = (0..8)
+        .map(|_| Case {
+            bytes: (0..64).map(|_| rng.next() as u8).collect(),
+            cuts: vec![],
+            off: TxOffloads::default(),
+        })
+        .collect();
+    let mut segtab = Vec::new();
+    let mut arena = std::mem::take(&mut r.arena);
+    let pkts = build(&mut arena, &cases, &mut segtab, 0);
+    r.arena = arena;
+    let looks = 1000u32;
+    let want: Vec<u32> = (1..=looks).filter(|k| (k + 1).is_power_of_two()).collect();
+    for half in pkts.chunks(4) {
+        // SAFETY: test buffers, each handed over once; their release only records it.
+        assert_eq!(unsafe { q.burst(half) }, 4, "{path:?}");
+        let before = q.stats().doorbell_rerings;
+        let rang: Vec<u32> = (1..=looks).filter(|_| q.kick()).collect();
+        assert_eq!(rang, want, "{path:?}: the looks that rang again");
+        assert_eq!(
+            q.stats().doorbell_rerings - before,
+            want.len() as u64,
+            "{path:?}"
+        );
+        // The device runs: everything posted completes, and the next stall starts over.
+        r.hca.step();
+        q.complete();
+        assert!(
+            !q.kick(),
+            "{path:?}: the device progressed, nothing to ring for"
+        );
+    }
+    let wire = r.wire.lock().unwrap().clone();
+    assert_eq!(wire.len(), cases.len(), "{path:?}: frames on the wire");
+    for (i, (w, c)) in wire.iter().zip(&cases).enumerate() {
+        assert!(*w == c.bytes, "{path:?}: frame {i} differs");
+    }
+    q.destroy(&r.dev);
+}
+
+#[test]
+fn empty_bursts_ring_again_with_a_back_off() {
+    empty_bursts_back_off(TxPath::Doorbell);
+    empty_bursts_back_off(TxPath::BlueFlame);
 }

@@ -239,9 +239,11 @@ impl<B: TxBuf> TxQueue<B> {
     /// a burst with packets needs none of this, as its doorbell covers everything posted
     /// before. So: if WQEs are outstanding and no completion progressed since the last look,
     /// ring again, first asking for a completion, so that the next look can see progress.
-    /// Counted in `doorbell_rerings`. Called by `tx_burst` with no packets, `tx_done_cleanup`
-    /// and [`TxQueue::drain`] (a burst that finds no room has its own, more patient look);
-    /// returns whether it rang.
+    /// The first look without progress rings; after that, each ring again that brought no
+    /// progress doubles the looks to the next ([`Recovery::kick_left`]), counted in calls so
+    /// that a look reads no clock. Counted in `doorbell_rerings`. Called by `tx_burst` with
+    /// no packets, `tx_done_cleanup` and [`TxQueue::drain`] (a burst that finds no room has
+    /// its own, more patient look); returns whether it rang.
     #[cold]
     #[inline(never)]
     pub fn kick(&mut self) -> bool {
@@ -252,13 +254,26 @@ impl<B: TxBuf> TxQueue<B> {
             return true;
         }
         let cons = self.comp.cons;
-        if std::mem::replace(&mut self.recovery.kick_cons, cons) != cons
-            || self.failed()
-            || cons == self.prod.prod
-        {
+        let r = &mut self.recovery;
+        let progressed = std::mem::replace(&mut r.kick_cons, cons) != cons;
+        if progressed || cons == self.prod.prod {
+            (r.kick_left, r.kick_patience) = (1, 1);
+        }
+        if progressed || self.failed() || cons == self.prod.prod {
             self.set_full_left(FULL_PATIENCE);
             return false;
         }
+        // A queue made before any look starts as one that just progressed.
+        let r = &mut self.recovery;
+        r.kick_left = r.kick_left.max(1) - 1;
+        if r.kick_left != 0 {
+            return false;
+        }
+        r.kick_patience = r
+            .kick_patience
+            .saturating_mul(2)
+            .clamp(2, FULL_PATIENCE_MAX);
+        r.kick_left = r.kick_patience;
         self.ring_again();
         true
     }
