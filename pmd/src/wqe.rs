@@ -252,6 +252,13 @@ fn plain_dword1(e: &PlainInline) -> u32 {
     u32::from_ne_bytes(e.dword1)
 }
 
+/// Bytes 4-7 of the control segment, as stored, that [`write_plain_inline1`] and
+/// [`write_plain_inline2`] write for a packet of `len` bytes.
+#[inline(always)]
+pub fn plain_inline_dword1(len: usize) -> u32 {
+    plain_dword1(&PLAIN_INLINE[len.min(PLAIN_INLINE_MAX)])
+}
+
 /// The straight-line inline WQE of a plain packet of 1..=[`FIRST_CHUNK`] bytes: one TXBB,
 /// unsignaled, the layout [`write_inline`] makes, the data copied by at most two fixed-size
 /// moves.
@@ -550,6 +557,12 @@ mod tests {
                 write_inline(&mut w, len, std::iter::once(&pkt[..len]));
             });
             assert_eq!(fast, general, "len {len}");
+            // The size word the BlueFlame copy's head takes without reading the ring back.
+            assert_eq!(
+                plain_inline_dword1(len).to_ne_bytes(),
+                fast[4..8],
+                "len {len}"
+            );
             // Only the data and its headers were written past the control segment.
             let end = if len <= FIRST_CHUNK {
                 20 + len

@@ -67,7 +67,9 @@ impl<B: TxBuf> TxQueue<B> {
         p.prod = start.wrapping_add(txbbs);
         p.stats.bytes += len as u64;
         if BF {
-            self.ring_for(last);
+            // The control segment's size word is the one just written: no read of the ring,
+            // and a plain WQE has no VLAN tag to keep it off BlueFlame.
+            self.ring_for_with::<true>(last, wqe::plain_inline_dword1(len));
         } else {
             self.ring_doorbell(last);
         }
@@ -274,17 +276,24 @@ impl<B: TxBuf> TxQueue<B> {
     /// is live and the WQE fits a half, else the doorbell.
     #[inline(always)]
     pub(super) fn ring_for(&mut self, last: LastWqe) {
+        // As stored (big-endian), so that neither it nor the head is swapped.
+        let dword1_be = self.hw.sq.ctrl_dword1(last.start).to_be();
+        self.ring_for_with::<false>(last, dword1_be);
+    }
+
+    /// [`TxQueue::ring_for`] with bytes 4-7 of the WQE's control segment, as stored, given.
+    /// `PLAIN`: a straight-line WQE, which carries no VLAN tag.
+    #[inline(always)]
+    fn ring_for_with<const PLAIN: bool>(&mut self, last: LastWqe, dword1_be: u32) {
         let p = &mut self.prod;
         let word = u32::from_be(last.send_be);
         let hw = &mut self.hw;
         match hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
             Some(half) => {
-                // As stored (big-endian), so that neither it nor the head is swapped.
-                let dword1_be = hw.sq.ctrl_dword1(last.start).to_be();
                 // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its
                 // tag: such a WQE never goes through BF. The ring keeps a plain WQE for a
                 // device that falls back to fetching it.
-                if dword1_be & (0xff_u32 << 8).to_be() == 0 {
+                if PLAIN || dword1_be & (0xff_u32 << 8).to_be() == 0 {
                     let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
                     let mut head = [0u8; 8];
                     head[..4].copy_from_slice(&word.to_be_bytes());
