@@ -288,26 +288,21 @@ impl<B: TxBuf> TxQueue<B> {
         let p = &mut self.prod;
         let word = u32::from_be(last.send_be);
         let hw = &mut self.hw;
+        // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its tag: such a
+        // WQE never goes through BF. The ring keeps a plain WQE for a device that falls back
+        // to fetching it.
+        let untagged = PLAIN || dword1_be & (0xff_u32 << 8).to_be() == 0;
         match hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
-            Some(half) => {
-                // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its
-                // tag: such a WQE never goes through BF. The ring keeps a plain WQE for a
-                // device that falls back to fetching it.
-                if PLAIN || dword1_be & (0xff_u32 << 8).to_be() == 0 {
-                    let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
-                    let mut head = [0u8; 8];
-                    head[..4].copy_from_slice(&word.to_be_bytes());
-                    let size_be = dword1_be & 0xff_u32.to_be();
-                    head[4..].copy_from_slice(&(hw.bf_qpn_be | size_be).to_ne_bytes());
-                    half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
-                    p.stats.bf_writes += 1;
-                } else {
-                    hw.sq.publish(last.start, word);
-                    hw.doorbell.ring();
-                    p.stats.doorbells += 1;
-                }
+            Some(half) if untagged => {
+                let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
+                let mut head = [0u8; 8];
+                head[..4].copy_from_slice(&word.to_be_bytes());
+                let size_be = dword1_be & 0xff_u32.to_be();
+                head[4..].copy_from_slice(&(hw.bf_qpn_be | size_be).to_ne_bytes());
+                half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
+                p.stats.bf_writes += 1;
             }
-            None => {
+            _ => {
                 hw.sq.publish(last.start, word);
                 hw.doorbell.ring();
                 p.stats.doorbells += 1;
