@@ -451,7 +451,11 @@ fn rte_flow_rules_steer_on_a_verbs_port() {
         "a rule verbs cannot express is refused, saying why:\n{both}"
     );
     let q = [0, 1, 2, 3].map(|i| common::xstat(all, &format!("rx_q{i}_packets")).unwrap());
-    assert!(q[2] >= 4096 && q[0] + q[1] + q[3] == 0, "{q:?}\n{all}");
+    assert!(
+        q[2] >= 4096 && q[0] + q[1] + q[3] == 0,
+        "{q:?}, the model's counters {:?}\n{all}",
+        c.model(0, &out)
+    );
     let q = [0, 1, 2, 3].map(|i| common::xstat(isolated, &format!("rx_q{i}_packets")).unwrap());
     assert_eq!(q, [0; 4], "isolated:\n{isolated}");
     let m = c.model(0, &out);

@@ -276,24 +276,28 @@ impl<B: TxBuf> TxQueue<B> {
     /// is live and the WQE fits a half, else the doorbell.
     #[inline(always)]
     pub(super) fn ring_for(&mut self, last: LastWqe) {
-        // As stored (big-endian), so that neither it nor the head is swapped.
-        let dword1_be = self.hw.sq.ctrl_dword1(last.start).to_be();
-        self.ring_for_with::<false>(last, dword1_be);
+        self.ring_for_with::<false>(last, 0);
     }
 
-    /// [`TxQueue::ring_for`] with bytes 4-7 of the WQE's control segment, as stored, given.
-    /// `PLAIN`: a straight-line WQE, which carries no VLAN tag.
+    /// [`TxQueue::ring_for`]. `PLAIN`: the WQE is a straight-line one, which carries no VLAN
+    /// tag, and bytes 4-7 of its control segment, as stored, are `plain_dword1_be`, so the
+    /// ring is not read back for them.
     #[inline(always)]
-    fn ring_for_with<const PLAIN: bool>(&mut self, last: LastWqe, dword1_be: u32) {
+    fn ring_for_with<const PLAIN: bool>(&mut self, last: LastWqe, plain_dword1_be: u32) {
         let p = &mut self.prod;
         let word = u32::from_be(last.send_be);
         let hw = &mut self.hw;
-        // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its tag: such a
-        // WQE never goes through BF. The ring keeps a plain WQE for a device that falls back
-        // to fetching it.
-        let untagged = PLAIN || dword1_be & (0xff_u32 << 8).to_be() == 0;
-        match hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
-            Some(half) if untagged => {
+        if let Some(half) = hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
+            // As stored (big-endian), so that neither it nor the head is swapped.
+            let dword1_be = if PLAIN {
+                plain_dword1_be
+            } else {
+                hw.sq.ctrl_dword1(last.start).to_be()
+            };
+            // The copy's bytes 4-6 carry the QPN where a VLAN-inserting WQE has its tag: such
+            // a WQE never goes through BF. The ring keeps a plain WQE for a device that falls
+            // back to fetching it.
+            if PLAIN || dword1_be & (0xff_u32 << 8).to_be() == 0 {
                 let word = word | (last.start & 0xffff) << owner_opcode::BF_COUNTER_SHIFT;
                 let mut head = [0u8; 8];
                 head[..4].copy_from_slice(&word.to_be_bytes());
@@ -301,13 +305,12 @@ impl<B: TxBuf> TxQueue<B> {
                 head[4..].copy_from_slice(&(hw.bf_qpn_be | size_be).to_ne_bytes());
                 half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
                 p.stats.bf_writes += 1;
-            }
-            _ => {
-                hw.sq.publish(last.start, word);
-                hw.doorbell.ring();
-                p.stats.doorbells += 1;
+                return;
             }
         }
+        hw.sq.publish(last.start, word);
+        hw.doorbell.ring();
+        p.stats.doorbells += 1;
     }
 
     /// [`TxQueue::ring_for`] on a queue without a BF register.
