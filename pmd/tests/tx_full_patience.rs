@@ -9,7 +9,6 @@
 mod traffic;
 
 use mlx4rs::txq::{DbAvoid, TxPath, TxQueue};
-use mlx4rs::wqe::TxOffloads;
 use traffic::*;
 
 /// Calls on a full ring without progress between two rings again (the queue's patience).
@@ -30,17 +29,8 @@ fn full_ring_rings_again(path: TxPath, avoid: bool) {
         }));
     }
     // 64-byte packets take two TXBBs; the ring holds far fewer than these.
-    let cases: Vec<Case> = (0..4096)
-        .map(|_| Case {
-            bytes: (0..64).map(|_| rng.next() as u8).collect(),
-            cuts: vec![],
-            off: TxOffloads::default(),
-        })
-        .collect();
     let mut segtab = Vec::new();
-    let mut arena = std::mem::take(&mut r.arena);
-    let pkts = build(&mut arena, &cases, &mut segtab, 0);
-    r.arena = arena;
+    let (cases, pkts) = plain_packets(&mut r, &mut rng, (4096, 64), &mut segtab);
     let wire_before = r.wire.lock().unwrap().len();
     // Fill with the device held: bursts of 32 until one is cut short.
     let mut taken = 0;
@@ -128,17 +118,8 @@ fn empty_bursts_back_off(path: TxPath) {
         // SAFETY: the device outlives the queue, which is destroyed on it or leaked.
         unsafe { TxQueue::new(&r.dev, "tx_kick", 0, 64, tx_config(path, 104), &[r.mr]) }
             .unwrap();
-    let cases: Vec<Case> = (0..8)
-        .map(|_| Case {
-            bytes: (0..64).map(|_| rng.next() as u8).collect(),
-            cuts: vec![],
-            off: TxOffloads::default(),
-        })
-        .collect();
     let mut segtab = Vec::new();
-    let mut arena = std::mem::take(&mut r.arena);
-    let pkts = build(&mut arena, &cases, &mut segtab, 0);
-    r.arena = arena;
+    let (cases, pkts) = plain_packets(&mut r, &mut rng, (8, 64), &mut segtab);
     let looks = 1000u32;
     let want: Vec<u32> = (1..=looks).filter(|k| (k + 1).is_power_of_two()).collect();
     for half in pkts.chunks(4) {

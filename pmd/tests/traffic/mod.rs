@@ -241,6 +241,27 @@ pub fn random_case(rng: &mut Rng) -> Case {
     Case { bytes, cuts, off }
 }
 
+/// `n` plain packets of `len` random bytes (one segment, no offload) laid out in the rig's
+/// arena: their cases, and the packets (segment tables live in `segtab`).
+pub fn plain_packets(
+    r: &mut Rig,
+    rng: &mut Rng,
+    (n, len): (usize, usize),
+    segtab: &mut Vec<Vec<Seg>>,
+) -> (Vec<Case>, Vec<Pkt>) {
+    let cases: Vec<Case> = (0..n)
+        .map(|_| Case {
+            bytes: (0..len).map(|_| rng.next() as u8).collect(),
+            cuts: vec![],
+            off: TxOffloads::default(),
+        })
+        .collect();
+    let mut arena = std::mem::take(&mut r.arena);
+    let pkts = build(&mut arena, &cases, segtab, 0);
+    r.arena = arena;
+    (cases, pkts)
+}
+
 /// Lays out cases in the arena and builds the packets (segment tables live in `segtab`).
 pub fn build(
     arena: &mut [u8],
