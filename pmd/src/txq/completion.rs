@@ -240,7 +240,7 @@ impl<B: TxBuf> TxQueue<B> {
     /// before. So: if WQEs are outstanding and no completion progressed since the last look,
     /// ring again, first asking for a completion, so that the next look can see progress.
     /// The first look without progress rings; after that, each ring again that brought no
-    /// progress doubles the looks to the next ([`Recovery::kick_left`]), counted in calls so
+    /// progress doubles the looks to the next ([`Recovery::kick_stalled`]), counted in calls so
     /// that a look reads no clock. Counted in `doorbell_rerings`. Called by `tx_burst` with
     /// no packets, `tx_done_cleanup` and [`TxQueue::drain`] (a burst that finds no room has
     /// its own, more patient look); returns whether it rang.
@@ -257,23 +257,21 @@ impl<B: TxBuf> TxQueue<B> {
         let r = &mut self.recovery;
         let progressed = std::mem::replace(&mut r.kick_cons, cons) != cons;
         if progressed || cons == self.prod.prod {
-            (r.kick_left, r.kick_patience) = (1, 1);
+            r.kick_stalled = 0;
         }
         if progressed || self.failed() || cons == self.prod.prod {
             self.set_full_left(FULL_PATIENCE);
             return false;
         }
-        // A queue made before any look starts as one that just progressed.
         let r = &mut self.recovery;
-        r.kick_left = r.kick_left.max(1) - 1;
-        if r.kick_left != 0 {
+        r.kick_stalled = r.kick_stalled.wrapping_add(1);
+        // The n-th look in a row rings where n + 1 is a power of two, then every
+        // FULL_PATIENCE_MAX looks once the gaps reach that.
+        let n = u64::from(r.kick_stalled) + 1;
+        let max = u64::from(FULL_PATIENCE_MAX);
+        if !(n.is_power_of_two() && n <= max || n > max && n % max == 0) {
             return false;
         }
-        r.kick_patience = r
-            .kick_patience
-            .saturating_mul(2)
-            .clamp(2, FULL_PATIENCE_MAX);
-        r.kick_left = r.kick_patience;
         self.ring_again();
         true
     }

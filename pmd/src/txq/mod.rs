@@ -262,12 +262,11 @@ struct Recovery {
     error_wqe: u16,
     /// `comp.cons` when the last [`TxQueue::kick`] looked for a lost doorbell.
     kick_cons: u32,
-    /// Looks of `kick` without progress left before it rings again, and the looks the last
-    /// ring again gave: 1 after progress, then twice as many after each ring again that
-    /// brought none (up to [`FULL_PATIENCE_MAX`]), so that an application spinning on empty
-    /// bursts against a slow or stuck device rings a few times, not on every other call.
-    kick_left: u32,
-    kick_patience: u32,
+    /// Looks of `kick` in a row that saw no progress; it rings again at the 1st, 3rd, 7th
+    /// ... of them (twice the looks each time, up to [`FULL_PATIENCE_MAX`] apart), so that an
+    /// application spinning on empty bursts against a slow or stuck device rings a few
+    /// times, not on every call.
+    kick_stalled: u32,
     /// The producer just after the NOP the last look without progress posted: while nothing
     /// was posted since, that NOP's completion is the one to wait for.
     nop_at: Option<u32>,
