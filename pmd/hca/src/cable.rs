@@ -38,6 +38,9 @@ const RING_DATA: usize = 8 << 20;
 /// How long plugging in waits for the layout lock.
 const INIT_LOCK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// How long plugging in waits for a side to come free.
+const SIDE_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Byte of the file whose lock serialises laying the file out.
 const INIT_LOCK: i64 = 2;
 
@@ -246,6 +249,11 @@ fn ofd_lock(file: &File, start: i64, wait: bool) -> std::io::Result<bool> {
     }
 }
 
+/// Take side 0 or side 1 of the cable, whichever is free.
+fn claim_side(file: &File) -> Option<usize> {
+    (0..2).find(|&s| matches!(ofd_lock(file, s as i64, false), Ok(true)))
+}
+
 fn ofd_unlock(file: &File, start: i64) {
     // SAFETY: as in `ofd_lock`.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
@@ -276,22 +284,37 @@ impl Cable {
         // system calls: one held for seconds belongs to a stuck or hostile process, and port
         // start fails rather than waits for ever.
         let start = std::time::Instant::now();
-        while !ofd_lock(&file, INIT_LOCK, false).map_err(|e| io("lock", e))? {
-            if start.elapsed() >= INIT_LOCK_DEADLINE {
+        loop {
+            while !ofd_lock(&file, INIT_LOCK, false).map_err(|e| io("lock", e))? {
+                if start.elapsed() >= INIT_LOCK_DEADLINE {
+                    return Err(HcaError::Io(format!(
+                        "cable {}: another process has held the layout lock for {:?}",
+                        path.display(),
+                        INIT_LOCK_DEADLINE
+                    )));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            if let Some(side) = claim_side(&file) {
+                return Cable::plug(path, file, side);
+            }
+            ofd_unlock(&file, INIT_LOCK);
+            // A side lock lives as long as its open file description, and a child forked
+            // between the far end's open and its close holds that description until it
+            // execs: an end unplugged a moment ago can look taken for that long.
+            if start.elapsed() >= SIDE_DEADLINE {
                 return Err(HcaError::Io(format!(
-                    "cable {}: another process has held the layout lock for {:?}",
-                    path.display(),
-                    INIT_LOCK_DEADLINE
+                    "cable {}: both ends are plugged in",
+                    path.display()
                 )));
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        Cable::plug(path, file)
     }
 
-    /// With the layout lock held (released before returning): lay the file out if needed,
-    /// claim a side, map it.
-    fn plug(path: &Path, file: File) -> Result<Cable, HcaError> {
+    /// With the layout lock and the side `side` held (the layout lock released before
+    /// returning): lay the file out if needed, map it.
+    fn plug(path: &Path, file: File, side: usize) -> Result<Cable, HcaError> {
         let io = |what: &str, e: std::io::Error| {
             HcaError::Io(format!("cable {}: {what}: {e}", path.display()))
         };
@@ -311,17 +334,6 @@ impl Cable {
                 return Err(io("size", e));
             }
         }
-        let side = if matches!(ofd_lock(&file, 0, false), Ok(true)) {
-            0
-        } else if matches!(ofd_lock(&file, 1, false), Ok(true)) {
-            1
-        } else {
-            done(&file);
-            return Err(HcaError::Io(format!(
-                "cable {}: both ends are plugged in",
-                path.display()
-            )));
-        };
         // SAFETY: maps the whole file shared; checked for failure below.
         let ptr = unsafe {
             libc::mmap(

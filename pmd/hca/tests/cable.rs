@@ -169,6 +169,43 @@ fn two_ports_cabled_through_a_file_conserve_frames_and_carry_them_intact() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// A child forked while an end is plugged in shares that end's file description, and with it
+/// the side's lock, until it execs or exits: plugging in again right after the unplug must wait
+/// for it, not fail with "both ends are plugged in". (Tests beside this one spawn `ip` and child
+/// processes; CI once failed on exactly this.)
+#[test]
+fn an_end_held_by_a_forked_child_is_taken_once_the_child_is_gone() {
+    let path = cable_path("fork");
+    let a = Hca::open(step_cfg()).unwrap();
+    let b = Hca::open(step_cfg()).unwrap();
+    a.set_wire(Wire::Cable(path.clone())).unwrap();
+    b.set_wire(Wire::Cable(path.clone())).unwrap();
+    // SAFETY: the child calls only async-signal-safe functions (nanosleep, _exit).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        // SAFETY: as above; the child never returns into the test harness.
+        unsafe {
+            libc::nanosleep(&t, std::ptr::null_mut());
+            libc::_exit(0);
+        }
+    }
+    drop(b);
+    let b = Hca::open(step_cfg()).unwrap();
+    b.set_wire(Wire::Cable(path.clone()))
+        .expect("the end comes free when the child exits");
+    let mut status = 0;
+    // SAFETY: waiting for the child forked above.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(a.link_up() && b.link_up());
+    drop((a, b));
+    std::fs::remove_file(&path).unwrap();
+}
+
 #[test]
 fn a_cable_takes_two_ends_and_a_freed_end_can_be_taken_again() {
     let path = cable_path("ends");
