@@ -40,32 +40,40 @@ impl<B: TxBuf> TxQueue<B> {
         unsafe {
             std::hint::assert_unchecked(len <= wqe::PLAIN_INLINE_MAX)
         };
-        if len <= wqe::FIRST_CHUNK {
-            wqe::write_plain_inline1(&mut self.hw.sq.wqe_fixed::<1>(start), data);
-        } else {
-            wqe::write_plain_inline2(&mut self.hw.sq.wqe_fixed::<2>(start), data);
+        // On the doorbell path the WQE is written once the burst's end is decided and booked,
+        // so that only its address and owner word live across the copy, in registers the call
+        // need not save (113.1 -> 107.2 instructions). The BlueFlame path, whose copy needs
+        // more of them, keeps the first order (it measured 0.9 more the other way).
+        let late = !AVOID && !BF;
+        if !late {
+            self.write_one(start, data);
         }
         if AVOID {
             // Every burst decides a doorbell skip and most ask for a completion: the end of
             // any burst, in place (a call to `end_one` would be paid on each).
             return self.end_one_inline::<AVOID>(pkts, len);
         }
-        let last = LastWqe {
-            start,
-            txbbs,
-            send_be: self.hw.sq.owner_word(start, opcode::SEND).to_be(),
-        };
         // The end of the burst, `end_burst`'s for one WQE that asks for no completion and
-        // decides no doorbell skip: no call on the way, so no register to save. The others go
-        // out of line.
+        // decides no doorbell skip, in place; the others go out of line.
         let p = &mut self.prod;
         let (since, since_txbbs) = (p.since_comp + 1, p.txbbs_since_comp + txbbs);
         if since >= self.comp_every || since_txbbs >= self.comp_txbbs {
+            if late {
+                self.write_one(start, data);
+            }
             return self.end_one::<AVOID>(pkts, len);
         }
         (p.since_comp, p.txbbs_since_comp) = (since, since_txbbs);
         p.prod = start.wrapping_add(txbbs);
         p.stats.bytes += len as u64;
+        let last = LastWqe {
+            start,
+            txbbs,
+            send_be: self.hw.sq.owner_word(start, opcode::SEND).to_be(),
+        };
+        if late {
+            self.write_one(start, data);
+        }
         if BF {
             // The control segment's size word is the one just written: no read of the ring,
             // and a plain WQE has no VLAN tag to keep it off BlueFlame.
@@ -76,6 +84,17 @@ impl<B: TxBuf> TxQueue<B> {
         release(pkts, self.cfg.fast_free);
         self.prod.stats.packets += 1;
         1
+    }
+
+    /// [`TxQueue::post_one`]'s WQE: `data` (1..=`PLAIN_INLINE_MAX` bytes) inline at `start`,
+    /// which has two TXBBs before the ring's end.
+    #[inline(always)]
+    fn write_one(&mut self, start: u32, data: &[u8]) {
+        if data.len() <= wqe::FIRST_CHUNK {
+            wqe::write_plain_inline1(&mut self.hw.sq.wqe_fixed::<1>(start), data);
+        } else {
+            wqe::write_plain_inline2(&mut self.hw.sq.wqe_fixed::<2>(start), data);
+        }
     }
 
     /// [`TxQueue::post_one`]'s end when its WQE asks for a completion or doorbell avoidance
