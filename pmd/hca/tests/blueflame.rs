@@ -194,7 +194,11 @@ fn sustained_blueflame_counts_replaced_copies_as_superseded_not_torn() {
 /// differs only in its flags, half the time. Every completion must be exactly the one asked
 /// for, none lost and none added (the driver counts on it). The window in which the device
 /// could take an older copy's flags is a few cycles wide here, so this rarely caught the old
-/// model; `bf_split.rs` steps through it.
+/// model; `bf_split.rs` steps through it. The copies are stored as the driver stores them,
+/// the head last: a writer that stores the head first and is preempted before the flags for
+/// longer than the device's patience cannot be told from the WC self-test's copy
+/// (`bf_split.rs`), and got one completion too many here about once in ten runs on a loaded
+/// 2-core machine.
 #[test]
 fn bursts_of_one_complete_exactly_what_they_asked_for() {
     let pace = Pace {
@@ -202,7 +206,7 @@ fn bursts_of_one_complete_exactly_what_they_asked_for() {
         every: 4,
         spin: true,
     };
-    for store in BfStore::available() {
+    for store in BfStore::available().into_iter().map(BfStore::as_the_driver) {
         let (k, bursts) = run(store, 40_000, false, pace);
         assert_accounted(&k, bursts, store);
         assert_eq!(k.cqes, u64::from(bursts / pace.every), "{store:?}: {k:?}");

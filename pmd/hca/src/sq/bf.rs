@@ -210,6 +210,13 @@ impl Sq {
                     bf.latch[h].srcrb = srcrb;
                     return Taken::Whole;
                 }
+                // A request the ring WQE lacks counts only while no newer BlueFlame write is
+                // known (the WC self-test makes one). Once the other half holds one, the
+                // driver is posting on, and such flags are the write after that one landing in
+                // this half under this write's head (a writer that stores the head last,
+                // stopped between the two): taken, they would add a completion nobody asked
+                // for.
+                Some(CopySrcrb::Asks(_)) if waited && self.newer_bf_write(bf, h, ahead) => break,
                 Some(CopySrcrb::Asks(srcrb)) if waited => {
                     bf.latch[h].srcrb = srcrb;
                     return Taken::Whole;
@@ -221,6 +228,22 @@ impl Sq {
         // Still no posted WQE to be a copy of (the write is only a doorbell), or the copy
         // never became whole.
         Taken::Torn
+    }
+
+    /// Whether the half other than `h` holds a write, arrived or latched, for a WQE past the
+    /// one `ahead` slots past the consumer. Heads land in the order they were written, so a
+    /// newer write whose head is visible is seen here no later than the older one's.
+    fn newer_bf_write(&self, bf: &Bf, h: usize, ahead: u32) -> bool {
+        let other = 1 - h;
+        let newer = |c: u16| {
+            let a = u32::from(c.wrapping_sub(self.ci as u16));
+            a < self.cnt && a > ahead
+        };
+        let arrived = bf.halves[other]
+            .load_bytes8(0)
+            .filter(|q| *q != [0; 8])
+            .map(|q| CtrlSeg::new_unchecked(&q[..]).bf_counter());
+        arrived.is_some_and(newer) || bf.latch[other].counter.is_some_and(newer)
     }
 
     /// Whether the first `len` bytes of the BlueFlame copy in `half` are the WQE starting at

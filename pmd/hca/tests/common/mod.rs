@@ -350,6 +350,9 @@ impl TestSq {
 pub enum BfStore {
     /// 8-byte stores, ascending (rdma-core's `mmio_memcpy_x64`).
     Qwords,
+    /// 8-byte stores, ascending except that the copy's first qword (its head) goes last, as
+    /// the driver's 8-byte and SSE routines store (`Copy64::Qwords`, `Copy64::Sse`).
+    QwordsHeadLast,
     /// One 64-byte AVX-512 store per block.
     Avx512,
     /// One `movdir64b` direct store per block.
@@ -357,6 +360,15 @@ pub enum BfStore {
 }
 
 impl BfStore {
+    /// The store the driver makes where it stores in the way of `self`: its 8-byte routine
+    /// puts the head last, its 64-byte ones are as the CPU's.
+    pub fn as_the_driver(self) -> BfStore {
+        match self {
+            BfStore::Qwords => BfStore::QwordsHeadLast,
+            s => s,
+        }
+    }
+
     /// The ways this CPU can store.
     pub fn available() -> Vec<BfStore> {
         let mut v = vec![BfStore::Qwords];
@@ -435,6 +447,16 @@ impl TestSq {
         let wqe = self.bf_image(counter, wqe);
         let dst = self.bf_dst();
         fence(Ordering::SeqCst);
+        if how == BfStore::QwordsHeadLast {
+            let q = |i: usize| u64::from_ne_bytes(wqe[i * 8..i * 8 + 8].try_into().unwrap());
+            for i in (1..wqe.len() / 8).chain([0]) {
+                // SAFETY: inside the half (as below), 8-aligned.
+                unsafe { (dst.add(i * 8) as *mut u64).write_volatile(q(i)) };
+            }
+            fence(Ordering::SeqCst);
+            self.bf_half ^= 1;
+            return;
+        }
         for (i, block) in wqe.chunks_exact(64).enumerate() {
             // SAFETY: the half is `half_size` bytes of 4 KiB-aligned device memory and the WQE
             // fits in it; the caller picked a store this CPU has.
