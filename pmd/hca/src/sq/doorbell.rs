@@ -76,7 +76,7 @@ impl Sq {
                 // The first two slots in line: a doorbell of one WQE ends at the second, and
                 // needs no call.
                 let (j, end) = if k == 0 {
-                    match scan(&span, (0, 2), parity, key, ws) {
+                    match scan::<false>(&span, (0, 2), parity, key, ws) {
                         (2, End::Stretch) if span.len() > 2 => scan_far(&span, 2, parity, key, ws),
                         stopped => stopped,
                     }

@@ -86,6 +86,16 @@ impl<'a> Span<'a> {
         }
     }
 
+    /// Bytes 4-7 of slot `k` (the control segment's second dword), in memory order, as a
+    /// little-endian value: [`Span::word`] at an offset that needs no clamp.
+    #[inline(always)]
+    pub(super) fn dword1(&self, k: usize) -> u32 {
+        let p = self.slot(k).wrapping_add(4);
+        // SAFETY: bytes 4-7 of a slot inside the span (`stride >= 16`), valid for reads;
+        // unaligned reads of plain bytes, as in `ctrl`.
+        u32::from_le(unsafe { std::ptr::read_unaligned(p.cast::<u32>()) })
+    }
+
     /// The 4 bytes at `at` of slot `k`, in memory order, as a little-endian value; `at` is
     /// clamped to the slot's last word (a wrong offset reads wrong bytes, never outside).
     #[inline(always)]
