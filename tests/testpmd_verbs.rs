@@ -409,6 +409,7 @@ fn rte_flow_rules_steer_on_a_verbs_port() {
             "--rxq=4",
             "--txq=4",
             "--total-num-mbufs=8192",
+            "--rxd=1024",
             "--forward-mode=flowgen",
             "--flowgen-flows=2",
         ],
@@ -456,16 +457,22 @@ fn rte_flow_rules_steer_on_a_verbs_port() {
         "{q:?}, the model's counters {:?}\n{all}",
         c.model(0, &out)
     );
+    let polled = q[2];
     let q = [0, 1, 2, 3].map(|i| common::xstat(isolated, &format!("rx_q{i}_packets")).unwrap());
     assert_eq!(q, [0; 4], "isolated:\n{isolated}");
     let m = c.model(0, &out);
     assert!(m["rx_drops_filter"] > 0, "{m:?}");
-    // Of the frames that met the rules (the looped wire drops what the port cannot take in
-    // time, rx_drops_wire, before that).
-    let (dropped, total) = (m["rx_drops_flow"], m["rx_drops_flow"] + m["rx_frames"]);
+    // The drop rule took as many as the queue rule (the looped wire drops what the port
+    // cannot take in time, rx_drops_wire, before either sees it): at least what queue 2's
+    // polls counted, and at most that plus what its 1024 buffers held unpolled at `stop` and
+    // what found them all taken. Not the model's `rx_frames`: testpmd flushes the rules at
+    // `port stop` before it stops the port, and the frames still on the loop then take the
+    // port's default way, RSS over the four queues, into buffers nobody polls (up to 2240 of
+    // them in runs beside a busy CI, which made the halves look 40-60).
+    let dropped = m["rx_drops_flow"];
     assert!(
-        dropped * 100 >= total * 45 && dropped * 100 <= total * 55,
-        "the drop rule took {dropped} of {total}: {m:?}"
+        dropped >= polled && dropped <= polled + 1024 + m["rx_drops_no_wqe"],
+        "the drop rule took {dropped}, queue 2 polled {polled}: {m:?}"
     );
 }
 
