@@ -51,6 +51,14 @@ const UNITS_PER_TXBB: usize = TXBB_SIZE / DS_SIZE;
 /// TXBBs of the largest WQE.
 const MAX_WQE_TXBBS: usize = WQE_UNITS / UNITS_PER_TXBB;
 
+/// WQEs a walk executes before the rest waits for the next poll. A driver that posts as fast
+/// as the device executes would otherwise keep one walk going for ever, and with it the
+/// port's receive side, the other queues and the wire's batch (whose frames the receive side
+/// sees only once the walk ends): a card's engines take turns. Four times the receive side's
+/// budget per poll (`RX_BUDGET`), so that on a looped port with a few busy queues the frames
+/// coming back are not mostly dropped at the port while the walks go on.
+const WALK_BUDGET: usize = 256;
+
 /// How far the device should walk a send queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Walk {
@@ -376,7 +384,16 @@ impl Sq {
         self.walk = Walk::Idle;
         // Runs need the shape as learnt and no fault to count WQEs or completions for.
         let runs = fast && !cx.faults.per_send_wqe();
+        let budget = WALK_BUDGET;
+        let resume = match stop {
+            None => Walk::All,
+            Some(c) => Walk::UpTo(c),
+        };
         loop {
+            if done >= budget {
+                self.walk = resume;
+                break;
+            }
             if runs {
                 let (n, at_stop, unowned) =
                     self.run(stop, epoch, bf_live, &mut credit, &out, &mut t, cx);
