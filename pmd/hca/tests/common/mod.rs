@@ -448,14 +448,8 @@ impl TestSq {
         let dst = self.bf_dst();
         fence(Ordering::SeqCst);
         if how == BfStore::QwordsHeadLast {
-            let q = |i: usize| u64::from_ne_bytes(wqe[i * 8..i * 8 + 8].try_into().unwrap());
-            for i in (1..wqe.len() / 8).chain([0]) {
-                // SAFETY: inside the half (as below), 8-aligned.
-                unsafe { (dst.add(i * 8) as *mut u64).write_volatile(q(i)) };
-            }
-            fence(Ordering::SeqCst);
-            self.bf_half ^= 1;
-            return;
+            let order: Vec<usize> = (1..wqe.len() / 8).chain([0]).collect();
+            return self.bf_copy_split(&wqe, &order, order.len(), || {});
         }
         for (i, block) in wqe.chunks_exact(64).enumerate() {
             // SAFETY: the half is `half_size` bytes of 4 KiB-aligned device memory and the WQE
