@@ -113,7 +113,43 @@ impl Cq {
     /// flushes before the driver may look (the end of every walk and delivery). Returns
     /// whether an event was raised.
     #[inline(always)]
-    pub(crate) fn push(&mut self, mut cqe: [u8; CQE_SIZE], solicited: bool) -> bool {
+    pub(crate) fn push(&mut self, cqe: [u8; CQE_SIZE], solicited: bool) -> bool {
+        let cqe = self.put(cqe);
+        self.credit = self.credit.saturating_sub(1);
+        if let Some(sol_only) = self.armed {
+            let error = cqe[OWNER_AT] & cqe_owner::OPCODE_MASK == mlx4_prm::cqe_opcode::ERROR;
+            if !sol_only || solicited || error {
+                self.flush();
+                self.fire();
+                return true;
+            }
+        }
+        false
+    }
+
+    /// CQEs that may be written now without an event or a look at the consumer record: 0
+    /// while the CQ is armed (each CQE must then be checked for the event), else the credit,
+    /// the record read again if it is spent ([`Cq::has_room`]).
+    #[inline(always)]
+    pub(crate) fn quiet_room(&mut self) -> u32 {
+        if self.armed.is_some() || !self.has_room() {
+            return 0;
+        }
+        self.credit
+    }
+
+    /// [`Cq::push`] of a CQE of the `n` that [`Cq::quiet_room`] allowed: no event can be due.
+    #[inline(always)]
+    pub(crate) fn push_quiet(&mut self, cqe: [u8; CQE_SIZE]) {
+        debug_assert!(self.armed.is_none() && self.credit != 0);
+        self.put(cqe);
+        self.credit -= 1;
+    }
+
+    /// Write `cqe` with its owner bit (or hold it for its partner) and move the producer on;
+    /// returns the CQE as written.
+    #[inline(always)]
+    fn put(&mut self, mut cqe: [u8; CQE_SIZE]) -> [u8; CQE_SIZE] {
         let owner = if self.pi & self.cnt != 0 {
             cqe_owner::OWNER
         } else {
@@ -133,16 +169,7 @@ impl Cq {
             self.ring.write_publish_last(slot as usize * CQE_SIZE, &cqe);
         }
         self.pi = self.pi.wrapping_add(1);
-        self.credit = self.credit.saturating_sub(1);
-        if let Some(sol_only) = self.armed {
-            let error = cqe[OWNER_AT] & cqe_owner::OPCODE_MASK == mlx4_prm::cqe_opcode::ERROR;
-            if !sol_only || solicited || error {
-                self.flush();
-                self.fire();
-                return true;
-            }
-        }
-        false
+        cqe
     }
 
     /// Write the CQE held for its partner, if any, alone: the driver may look now.

@@ -44,6 +44,12 @@ const REC_HDR: usize = 8;
 /// A record length that means "continue at the start of the ring".
 const WRAP: u32 = u32::MAX;
 
+/// Bytes of the record of a frame of `len` bytes: its header and the frame padded to 8.
+#[inline(always)]
+pub(crate) const fn record_step(len: usize) -> usize {
+    REC_HDR + len.next_multiple_of(8)
+}
+
 /// Bytes of a ring region holding `data` bytes of records.
 pub(crate) const fn region_len(data: usize) -> usize {
     hdr::LEN + data
@@ -325,7 +331,7 @@ impl FrameRing {
         if len > self.cap - pos - REC_HDR {
             return None;
         }
-        let step = REC_HDR + len.next_multiple_of(8);
+        let step = record_step(len);
         if step as u64 > left {
             return None;
         }
@@ -388,6 +394,50 @@ impl Records<'_> {
         // before publishing head), or `advance` pointed at the copy in `scratch`, which stays
         // as it is while the slice borrows `self`.
         Some(unsafe { std::slice::from_raw_parts(at, len) })
+    }
+
+    /// Frames [`Records::peek_len`] may still hand out: the budget left, or none on a
+    /// guarded ring, whose frames are copied out one by one.
+    #[inline(always)]
+    pub(crate) fn unguarded_left(&self) -> usize {
+        if self.ring.guarded {
+            0
+        } else {
+            self.budget - self.n
+        }
+    }
+
+    /// [`Records::peek`] for the frames of a run, which have one length: the next frame if
+    /// it is `len` bytes long, in a record of `step` bytes (`REC_HDR` and `len` padded to
+    /// 8, [`record_step`]) that lies before the end of the data area, and nothing is found
+    /// and not taken. Else `None`, and [`Records::peek`] says what is there. Only within
+    /// [`Records::unguarded_left`].
+    #[inline(always)]
+    pub(crate) fn peek_len(&mut self, len: usize, step: usize) -> Option<&[u8]> {
+        debug_assert!(!self.ring.guarded && self.n < self.budget);
+        debug_assert_eq!(step, record_step(len));
+        let ring = self.ring;
+        if self.step != 0
+            || step as u64 > self.head.wrapping_sub(self.tail)
+            || step > ring.cap - self.pos
+        {
+            return None;
+        }
+        // SAFETY: `pos` is 8-aligned and `pos + step <= cap`, inside the data area; read
+        // atomically, as the producer may be another program.
+        let rec = unsafe { AtomicU32::from_ptr(ring.data().add(self.pos).cast()) }
+            .load(Ordering::Relaxed);
+        if rec as usize != len {
+            return None;
+        }
+        self.frame = (
+            ring.data().wrapping_add(self.pos + REC_HDR).cast_const(),
+            len,
+        );
+        self.step = step;
+        // SAFETY: the record of `len` bytes lies inside the data area (`pos + step <= cap`),
+        // between tail and head (`step <= head - tail`), where records belong to the consumer.
+        Some(unsafe { std::slice::from_raw_parts(self.frame.0, len) })
     }
 
     /// Find the record of the next frame.

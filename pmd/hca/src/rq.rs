@@ -9,7 +9,8 @@ use crate::counters::{Counters, RxMac};
 use crate::cq::Cq;
 use crate::dma::HostMem;
 use crate::fault::{Every, INJECTED_VENDOR_ERR};
-use crate::net;
+use crate::inbox::{record_step, Records};
+use crate::net::{self, RxMemo};
 use crate::tables::MrTable;
 use crate::types::QueueState;
 
@@ -193,6 +194,16 @@ impl Rq {
         Ok(())
     }
 
+    /// WQEs announced and not yet used, the doorbell record read again only once the ones
+    /// it showed are used up.
+    #[inline(always)]
+    fn ready_wqes(&mut self) -> u32 {
+        if self.ci & 0xffff == self.posted {
+            self.posted = self.db.load_be32(0).unwrap_or(0) & 0xffff;
+        }
+        self.posted.wrapping_sub(self.ci) & 0xffff
+    }
+
     /// Offset in the ring of the WQE at the consumer.
     #[inline(always)]
     fn wqe_offset(&self) -> usize {
@@ -288,6 +299,87 @@ impl<'a> RqRun<'a> {
         counters.dma_write_bytes += n * (len + fcs);
         counters.cqes += n;
         counters.count_rx(mac, n);
+    }
+
+    /// Receive the frames after the one just received that the remembered headers `memo`
+    /// recall, with the RSS hash `hash`, while only the common case can happen: the RQ ready,
+    /// WQEs announced, room in a CQ that is not armed, each WQE's first scatter entry in the
+    /// region of the run's last lkey and holding the frame, no FCS kept, no VXLAN inner
+    /// verdict, no error to inject. Those are decided once for the stretch rather than per
+    /// frame, and the CQEs differ only in the WQE index, the L4 verdict and the owner bit.
+    /// The first frame that leaves the common case is left to [`RqRun::receive`]. Only for
+    /// a delivery without flow rules, whose hits count per frame.
+    #[inline(always)]
+    pub(crate) fn stretch(&mut self, recs: &mut Records<'_>, memo: &RxMemo, hash: u32) {
+        let (rq, cq) = (&mut *self.rq, &mut *self.cq);
+        let Some((lkey, mem)) = self.last else {
+            return;
+        };
+        if rq.state != QueueState::Ready || rq.scatter_fcs || self.inject.armed() {
+            return;
+        }
+        if rq.tunnels {
+            // Whether a frame is VXLAN depends on its length and its bytes up to the ports,
+            // which every frame the memo recalls shares.
+            match recs.peek() {
+                Some(frame) if net::vxlan(frame).is_none() => {}
+                _ => return,
+            }
+        }
+        let n = rq.ready_wqes().min(cq.quiet_room());
+        if n == 0 {
+            return;
+        }
+        rq.full_since = None;
+        let (len, verdict) = (self.len, memo.heads().verdict_for(self.len));
+        let mut tmpl = [0u8; CQE_SIZE];
+        {
+            let mut w = Cqe::new_unchecked(&mut tmpl[..]);
+            w.set_vlan_my_qpn(rq.qpn);
+            w.set_immed_rss_invalid(hash);
+            w.set_byte_cnt(len as u32);
+            w.set_owner_sr_opcode(cqe_opcode::RX_SEND);
+        }
+        let (mask, stride) = (rq.cnt - 1, rq.sges as usize * RxDataSeg::<&[u8]>::LEN);
+        let (base, room) = (mem.base() as u64, mem.len() as u64);
+        let n = n.min(recs.unguarded_left() as u32);
+        let step = record_step(len);
+        let mut done = 0;
+        while done < n {
+            let Some(frame) = recs.peek_len(len, step) else {
+                break;
+            };
+            if !memo.recalls(frame) {
+                break;
+            }
+            // The entry as two qwords: four loads and swaps where a byte array's accessors
+            // would load byte by byte.
+            let Some([lo, hi]) = rq.ring.load_qwords::<2>((rq.ci & mask) as usize * stride) else {
+                break;
+            };
+            let mut raw = [0u8; RxDataSeg::<&[u8]>::LEN];
+            raw[..8].copy_from_slice(&lo.to_ne_bytes());
+            raw[8..].copy_from_slice(&hi.to_ne_bytes());
+            let d = RxDataSeg::new_unchecked(&raw[..]);
+            let cap = d.length() as u64;
+            // As in `Rq::scatter`: an address below the region wraps to an offset past it.
+            let off = d.addr().wrapping_sub(base);
+            if d.lkey() != lkey || cap < len as u64 || off > room || cap > room - off {
+                break;
+            }
+            mem.write(off as usize, frame);
+            let (status, csum) = verdict.of(frame);
+            let mut cqe = tmpl;
+            let mut w = Cqe::new_unchecked(&mut cqe[..]);
+            w.set_wqe_index(rq.ci as u16);
+            w.set_status(status);
+            w.set_checksum(csum);
+            cq.push_quiet(cqe);
+            rq.ci = rq.ci.wrapping_add(1);
+            done += 1;
+            recs.take();
+        }
+        self.frames += u64::from(done);
     }
 
     /// Receive `frame` (its headers `heads`, RSS hash `hash`) into the RQ's next posted WQE.

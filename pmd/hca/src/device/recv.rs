@@ -82,6 +82,9 @@ impl DevState {
                     break 'frames;
                 }
                 recs.take();
+                if self.flows.is_empty() {
+                    run.stretch(&mut recs, &self.rx.memo, to.hash);
+                }
                 match recs.peek() {
                     Some(next) if self.flows.is_empty() && self.rx.memo.recalls(next) => {
                         frame = next

@@ -18,7 +18,9 @@ const PROTO_UDP: u8 = 17;
 const VLAN_TPIDS: [u16; 3] = [0x8100, 0x88a8, 0x9100];
 
 fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+    // One range check for both bytes.
+    let w: [u8; 2] = b[at..at + 2].try_into().expect("two bytes");
+    u16::from_be_bytes(w)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -122,6 +122,56 @@ pub(crate) fn rx_status_with(frame: &[u8], h: &Headers) -> (u32, u16) {
     (st, csum)
 }
 
+/// [`rx_status_with`] for the frames of one flow and one length, the checksum's place found
+/// once for them all ([`Headers::verdict_for`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct L4Verdict {
+    status: u32,
+    /// The L4 span `[off, off + len)` and the checksum field's offset in the frame, all
+    /// inside a frame of the length the verdict is for.
+    check: Option<(usize, usize, usize)>,
+    zero_means_none: bool,
+    pseudo: u32,
+}
+
+impl L4Verdict {
+    /// The CQE status word and checksum field of `frame`, which has the headers and the
+    /// length the verdict is for.
+    #[inline(always)]
+    pub(crate) fn of(&self, frame: &[u8]) -> (u32, u16) {
+        let Some((off, len, field)) = self.check else {
+            return (self.status, 0);
+        };
+        let ok = match frame.get(field..field + 2) {
+            Some(&[0, 0]) if self.zero_means_none => true,
+            _ => frame
+                .get(off..off + len)
+                .is_some_and(|data| fold(sum16(self.pseudo, data)) == 0xffff),
+        };
+        if ok {
+            (self.status | rx_status::TCP_UDP_CSUM_OK, 0xffff)
+        } else {
+            (self.status, 0)
+        }
+    }
+}
+
+impl Headers {
+    /// What [`rx_status_with`] finds of a frame of `len` bytes with these headers, but for
+    /// the L4 bytes it sums.
+    pub(crate) fn verdict_for(&self, len: usize) -> L4Verdict {
+        let c = self
+            .l4
+            .filter(|c| c.off + c.len <= len && c.field + 2 <= c.len);
+        L4Verdict {
+            status: self.status,
+            check: c.map(|c| (c.off, c.len, c.off + c.field)),
+            zero_means_none: c.is_some_and(|c| c.zero_means_none),
+            pseudo: c.map_or(0, |c| c.pseudo),
+        }
+    }
+}
+
 /// Header bytes a [`RxMemo`] compares, at most: VLAN tags, an IPv6 header with a few
 /// extension headers, and the ports.
 const MEMO_KEY: usize = 96;
@@ -534,6 +584,8 @@ mod rss_tests {
                     memo.find(&f, k, fields);
                     assert_eq!((*memo.heads(), memo.hash()), full, "{f:02x?}");
                     assert_eq!(rx_status_with(&f, memo.heads()), rx_status(&f), "{f:02x?}");
+                    let verdict = memo.heads().verdict_for(f.len());
+                    assert_eq!(verdict.of(&f), rx_status(&f), "{f:02x?}");
                     frames += 1;
                 }
             }
