@@ -396,48 +396,52 @@ impl Records<'_> {
         Some(unsafe { std::slice::from_raw_parts(at, len) })
     }
 
-    /// Frames [`Records::peek_len`] may still hand out: the budget left, or none on a
-    /// guarded ring, whose frames are copied out one by one.
+    /// Offer up to `max` frames of a run to `f`, each `len` bytes long, while `f` takes them
+    /// (returns true); returns how many it took. The first record that is not such a frame
+    /// (another length, a wrap marker, past the end of the data area or of what was
+    /// published), or that `f` refuses, ends the call, for [`Records::peek`] to find. The
+    /// ring's positions stay in registers for the run. Nothing on a guarded ring, whose
+    /// frames are copied out one by one, or while a frame is found and not taken.
     #[inline(always)]
-    pub(crate) fn unguarded_left(&self) -> usize {
-        if self.ring.guarded {
-            0
-        } else {
-            self.budget - self.n
-        }
-    }
-
-    /// [`Records::peek`] for the frames of a run, which have one length: the next frame if
-    /// it is `len` bytes long, in a record of `step` bytes (`REC_HDR` and `len` padded to
-    /// 8, [`record_step`]) that lies before the end of the data area, and nothing is found
-    /// and not taken. Else `None`, and [`Records::peek`] says what is there. Only within
-    /// [`Records::unguarded_left`].
-    #[inline(always)]
-    pub(crate) fn peek_len(&mut self, len: usize, step: usize) -> Option<&[u8]> {
-        debug_assert!(!self.ring.guarded && self.n < self.budget);
-        debug_assert_eq!(step, record_step(len));
+    pub(crate) fn take_run(
+        &mut self,
+        len: usize,
+        max: usize,
+        mut f: impl FnMut(&[u8]) -> bool,
+    ) -> usize {
         let ring = self.ring;
-        if self.step != 0
-            || step as u64 > self.head.wrapping_sub(self.tail)
-            || step > ring.cap - self.pos
-        {
-            return None;
+        if ring.guarded || self.step != 0 {
+            return 0;
         }
-        // SAFETY: `pos` is 8-aligned and `pos + step <= cap`, inside the data area; read
-        // atomically, as the producer may be another program.
-        let rec = unsafe { AtomicU32::from_ptr(ring.data().add(self.pos).cast()) }
-            .load(Ordering::Relaxed);
-        if rec as usize != len {
-            return None;
+        let (data, cap, step) = (ring.data(), ring.cap, record_step(len));
+        let max = max.min(self.budget - self.n);
+        let (mut pos, mut left) = (self.pos, self.head.wrapping_sub(self.tail));
+        let mut took = 0;
+        while took < max && step as u64 <= left && step <= cap - pos {
+            // SAFETY: `pos` is 8-aligned and `pos + step <= cap`, inside the data area; read
+            // atomically, as the producer may be another program.
+            let rec = unsafe { AtomicU32::from_ptr(data.add(pos).cast()) }.load(Ordering::Relaxed);
+            if rec as usize != len {
+                break;
+            }
+            // SAFETY: the record of `len` bytes lies inside the data area (`pos + step <=
+            // cap`), between tail and head (`step <= head - tail`), where records belong to
+            // the consumer; the slice does not outlive this call.
+            let frame = unsafe { std::slice::from_raw_parts(data.add(pos + REC_HDR), len) };
+            if !f(frame) {
+                break;
+            }
+            took += 1;
+            left -= step as u64;
+            pos += step;
+            if pos == cap {
+                pos = 0;
+            }
         }
-        self.frame = (
-            ring.data().wrapping_add(self.pos + REC_HDR).cast_const(),
-            len,
-        );
-        self.step = step;
-        // SAFETY: the record of `len` bytes lies inside the data area (`pos + step <= cap`),
-        // between tail and head (`step <= head - tail`), where records belong to the consumer.
-        Some(unsafe { std::slice::from_raw_parts(self.frame.0, len) })
+        self.n += took;
+        self.tail = self.tail.wrapping_add((took * step) as u64);
+        self.pos = pos;
+        took
     }
 
     /// Find the record of the next frame.

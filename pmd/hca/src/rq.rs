@@ -9,7 +9,7 @@ use crate::counters::{Counters, RxMac};
 use crate::cq::Cq;
 use crate::dma::HostMem;
 use crate::fault::{Every, INJECTED_VENDOR_ERR};
-use crate::inbox::{record_step, Records};
+use crate::inbox::Records;
 use crate::net::{self, RxMemo};
 use crate::tables::MrTable;
 use crate::types::QueueState;
@@ -342,44 +342,43 @@ impl<'a> RqRun<'a> {
         }
         let (mask, stride) = (rq.cnt - 1, rq.sges as usize * RxDataSeg::<&[u8]>::LEN);
         let (base, room) = (mem.base() as u64, mem.len() as u64);
-        let n = n.min(recs.unguarded_left() as u32);
-        let step = record_step(len);
-        let mut done = 0;
-        while done < n {
-            let Some(frame) = recs.peek_len(len, step) else {
-                break;
-            };
-            if !memo.recalls(frame) {
-                break;
-            }
-            // The entry as two qwords: four loads and swaps where a byte array's accessors
-            // would load byte by byte.
-            let Some([lo, hi]) = rq.ring.load_qwords::<2>((rq.ci & mask) as usize * stride) else {
-                break;
-            };
-            let mut raw = [0u8; RxDataSeg::<&[u8]>::LEN];
-            raw[..8].copy_from_slice(&lo.to_ne_bytes());
-            raw[8..].copy_from_slice(&hi.to_ne_bytes());
-            let d = RxDataSeg::new_unchecked(&raw[..]);
-            let cap = d.length() as u64;
-            // As in `Rq::scatter`: an address below the region wraps to an offset past it.
-            let off = d.addr().wrapping_sub(base);
-            if d.lkey() != lkey || cap < len as u64 || off > room || cap > room - off {
-                break;
-            }
-            mem.write(off as usize, frame);
-            let (status, csum) = verdict.of(frame);
-            let mut cqe = tmpl;
-            let mut w = Cqe::new_unchecked(&mut cqe[..]);
-            w.set_wqe_index(rq.ci as u16);
-            w.set_status(status);
-            w.set_checksum(csum);
-            cq.push_quiet(cqe);
-            rq.ci = rq.ci.wrapping_add(1);
-            done += 1;
-            recs.take();
-        }
-        self.frames += u64::from(done);
+        let done = recs.take_run(
+            len,
+            n as usize,
+            #[inline(always)]
+            |frame| {
+                if !memo.recalls(frame) {
+                    return false;
+                }
+                // The entry as two qwords: four loads and swaps where a byte array's accessors
+                // would load byte by byte.
+                let Some([lo, hi]) = rq.ring.load_qwords::<2>((rq.ci & mask) as usize * stride)
+                else {
+                    return false;
+                };
+                let mut raw = [0u8; RxDataSeg::<&[u8]>::LEN];
+                raw[..8].copy_from_slice(&lo.to_ne_bytes());
+                raw[8..].copy_from_slice(&hi.to_ne_bytes());
+                let d = RxDataSeg::new_unchecked(&raw[..]);
+                let cap = d.length() as u64;
+                // As in `Rq::scatter`: an address below the region wraps to an offset past it.
+                let off = d.addr().wrapping_sub(base);
+                if d.lkey() != lkey || cap < len as u64 || off > room || cap > room - off {
+                    return false;
+                }
+                mem.write(off as usize, frame);
+                let (status, csum) = verdict.of(frame);
+                let mut cqe = tmpl;
+                let mut w = Cqe::new_unchecked(&mut cqe[..]);
+                w.set_wqe_index(rq.ci as u16);
+                w.set_status(status);
+                w.set_checksum(csum);
+                cq.push_quiet(cqe);
+                rq.ci = rq.ci.wrapping_add(1);
+                true
+            },
+        );
+        self.frames += done as u64;
     }
 
     /// Receive `frame` (its headers `heads`, RSS hash `hash`) into the RQ's next posted WQE.
