@@ -84,6 +84,40 @@ impl HostMem {
         true
     }
 
+    /// Copy `src` to offset `off` of the buffer `[off, off + cap)`, checked whole (a scatter
+    /// entry's buffer must lie inside its region, whatever part of it a frame fills); false,
+    /// with nothing written, if the buffer is not inside or `src` is longer than `cap`. An
+    /// offset past the end (an address below the region's base wraps to one) is outside.
+    #[inline(always)]
+    pub(crate) fn write_within(&self, off: u64, cap: u64, src: &[u8]) -> bool {
+        let room = self.len as u64;
+        if off > room || cap > room - off || src.len() as u64 > cap {
+            return false;
+        }
+        // SAFETY: `[off, off + src.len())` lies inside `[off, off + cap)`, inside the range
+        // the invariant makes valid for writes; `src` is a distinct buffer.
+        unsafe {
+            let p = (self.base + off as usize) as *mut u8;
+            std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len());
+        }
+        true
+    }
+
+    /// This memory as a ring of `count` slots (a power of two) of `stride` bytes, checked
+    /// once: `None` unless they all lie inside, 8-aligned with whole qwords.
+    pub(crate) fn slots(&self, count: u32, stride: usize) -> Option<Slots<'_>> {
+        let fits = count.is_power_of_two()
+            && stride >= 16
+            && stride % 8 == 0
+            && self.base % 8 == 0
+            && (count as usize).checked_mul(stride)? <= self.len;
+        fits.then_some(Slots {
+            mem: self,
+            mask: count - 1,
+            stride,
+        })
+    }
+
     /// Fill `n` bytes at `off` with `v`; false if out of range.
     pub(crate) fn fill(&self, off: usize, n: usize, v: u8) -> bool {
         let Some(p) = self.check(off, n) else {
@@ -253,6 +287,36 @@ impl HostMem {
             AtomicU8::from_ptr(p.add(2 * N - 1)).store(b[N - 1], Ordering::Release);
         }
         true
+    }
+}
+
+/// A ring of slots in host memory ([`HostMem::slots`]): any index reaches a slot inside it,
+/// so a slot's load needs no check of its own.
+///
+/// Invariant: `(mask + 1) * stride <= mem.len`, `stride >= 16` and both `stride` and the
+/// base are multiples of 8.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slots<'a> {
+    mem: &'a HostMem,
+    mask: u32,
+    stride: usize,
+}
+
+impl Slots<'_> {
+    /// The first two qwords of slot `i` (taken modulo the count), in memory order, each
+    /// loaded atomically (the driver may be writing them).
+    #[inline(always)]
+    pub(crate) fn qwords2(&self, i: u32) -> [u64; 2] {
+        let off = (i & self.mask) as usize * self.stride;
+        let p = (self.mem.base + off) as *mut u64;
+        // SAFETY: `off + 16 <= (mask + 1) * stride <= len` by the invariant, inside the
+        // memory, 8-aligned; see `HostMem::load_be32` for the atomic view.
+        unsafe {
+            [
+                AtomicU64::from_ptr(p).load(Ordering::Relaxed),
+                AtomicU64::from_ptr(p.add(1)).load(Ordering::Relaxed),
+            ]
+        }
     }
 }
 

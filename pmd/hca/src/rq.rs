@@ -326,12 +326,22 @@ impl<'a> RqRun<'a> {
                 _ => return,
             }
         }
+        let len = self.len;
+        let Some(key) = memo.key_for(len) else {
+            return;
+        };
         let n = rq.ready_wqes().min(cq.quiet_room());
         if n == 0 {
             return;
         }
+        let Some(wqes) = rq
+            .ring
+            .slots(rq.cnt, rq.sges as usize * RxDataSeg::<&[u8]>::LEN)
+        else {
+            return;
+        };
         rq.full_since = None;
-        let (len, verdict) = (self.len, memo.heads().verdict_for(self.len));
+        let verdict = memo.heads().verdict_for(len);
         let mut tmpl = [0u8; CQE_SIZE];
         {
             let mut w = Cqe::new_unchecked(&mut tmpl[..]);
@@ -340,33 +350,27 @@ impl<'a> RqRun<'a> {
             w.set_byte_cnt(len as u32);
             w.set_owner_sr_opcode(cqe_opcode::RX_SEND);
         }
-        let (mask, stride) = (rq.cnt - 1, rq.sges as usize * RxDataSeg::<&[u8]>::LEN);
-        let (base, room) = (mem.base() as u64, mem.len() as u64);
+        let base = mem.base() as u64;
         let done = recs.take_run(
             len,
             n as usize,
             #[inline(always)]
             |frame| {
-                if !memo.recalls(frame) {
+                if !frame.starts_with(key) {
                     return false;
                 }
                 // The entry as two qwords: four loads and swaps where a byte array's accessors
                 // would load byte by byte.
-                let Some([lo, hi]) = rq.ring.load_qwords::<2>((rq.ci & mask) as usize * stride)
-                else {
-                    return false;
-                };
+                let [lo, hi] = wqes.qwords2(rq.ci);
                 let mut raw = [0u8; RxDataSeg::<&[u8]>::LEN];
                 raw[..8].copy_from_slice(&lo.to_ne_bytes());
                 raw[8..].copy_from_slice(&hi.to_ne_bytes());
                 let d = RxDataSeg::new_unchecked(&raw[..]);
-                let cap = d.length() as u64;
                 // As in `Rq::scatter`: an address below the region wraps to an offset past it.
                 let off = d.addr().wrapping_sub(base);
-                if d.lkey() != lkey || cap < len as u64 || off > room || cap > room - off {
+                if d.lkey() != lkey || !mem.write_within(off, d.length().into(), frame) {
                     return false;
                 }
-                mem.write(off as usize, frame);
                 let (status, csum) = verdict.of(frame);
                 let mut cqe = tmpl;
                 let mut w = Cqe::new_unchecked(&mut cqe[..]);

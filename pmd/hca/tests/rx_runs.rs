@@ -43,12 +43,14 @@ fn accounted(c: &Counters) -> u64 {
 }
 
 /// What a case sets up: the CQ's size, the WQEs posted (and which of them name a key the
-/// device does not know), and faults.
+/// device does not know, or a buffer outside its region), and faults.
 #[derive(Clone, Copy)]
 struct Case {
     cqes: u32,
     posted: u32,
     bad_lkey_at: Option<u32>,
+    /// A WQE whose buffer runs past the end of its region, though the frame would fit.
+    long_buf_at: Option<u32>,
     faults: Faults,
 }
 
@@ -77,7 +79,12 @@ fn deliver(case: Case, frames: &[Vec<u8>], together: bool) -> Seen {
         } else {
             pkts.lkey
         };
-        rq.post(&[(BUF, lkey, rx_buf(i))]);
+        let len = if case.long_buf_at == Some(i) {
+            1 << 30
+        } else {
+            BUF
+        };
+        rq.post(&[(len, lkey, rx_buf(i))]);
     }
     hca.set_faults(case.faults);
     let settle = |hca: &Hca, n: u64| {
@@ -195,6 +202,7 @@ fn plain(cqes: u32, posted: u32) -> Case {
         cqes,
         posted,
         bad_lkey_at: None,
+        long_buf_at: None,
         faults: Faults::default(),
     }
 }
@@ -250,6 +258,23 @@ fn a_bad_lkey_mid_run_errs_the_rq_alike() {
     // Frame 1 (inside the first run) gets the error CQE; the rest find the RQ in error.
     assert_eq!(s.cqes.len(), 2);
     assert_eq!(s.cqes[1][31] & 0x1f, 0x1e, "error opcode");
+    assert_eq!(counter(&s, "rx_frames"), 1);
+    assert_eq!(counter(&s, "rx_drops_error"), frames.len() as u64 - 1);
+}
+
+#[test]
+fn a_buffer_past_its_region_mid_run_errs_the_rq_alike() {
+    let frames = mixed();
+    let case = Case {
+        long_buf_at: Some(1),
+        ..plain(64, 64)
+    };
+    let s = same_both_ways(case, &frames);
+    // The whole buffer must lie inside its region, not only the part the frame fills.
+    assert_eq!(s.cqes.len(), 2);
+    assert_eq!(s.cqes[1][31] & 0x1f, 0x1e, "error opcode");
+    assert_eq!(s.cqes[1][27], 0x04, "local protection error");
+    assert_eq!(s.bufs[1], vec![0; 128], "nothing written");
     assert_eq!(counter(&s, "rx_frames"), 1);
     assert_eq!(counter(&s, "rx_drops_error"), frames.len() as u64 - 1);
 }

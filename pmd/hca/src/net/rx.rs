@@ -232,6 +232,13 @@ impl RxMemo {
         n != 0 && frame.len() == self.len && frame.get(..n) == Some(&self.key[..n])
     }
 
+    /// What [`RxMemo::recalls`] compares of a frame of `len` bytes: it recalls one that
+    /// starts with these bytes, and none if there are none.
+    #[inline(always)]
+    pub(crate) fn key_for(&self, len: usize) -> Option<&[u8]> {
+        (self.key_len != 0 && self.len == len).then(|| &self.key[..self.key_len])
+    }
+
     #[cold]
     fn learn(&mut self, frame: &[u8], key: &Toeplitz, fields: RssFields) {
         self.heads = headers(frame, parse(frame));
@@ -581,6 +588,8 @@ mod rss_tests {
                     }
                     let full = (headers(&f, parse(&f)), rss_hash(&f, k, fields));
                     recalled += usize::from(memo.recalls(&f));
+                    let key = memo.key_for(f.len());
+                    assert_eq!(key.is_some_and(|k| f.starts_with(k)), memo.recalls(&f));
                     memo.find(&f, k, fields);
                     assert_eq!((*memo.heads(), memo.hash()), full, "{f:02x?}");
                     assert_eq!(rx_status_with(&f, memo.heads()), rx_status(&f), "{f:02x?}");
