@@ -248,6 +248,8 @@ impl FrameRing {
             max_frames: self.word(hdr::MAX_FRAMES).load(Ordering::Relaxed),
             locked,
             valid: locked && positions_ok(head, tail, self.cap),
+            pos: (head % self.cap as u64) as usize,
+            max_frame: self.max_frame(),
         }
     }
 
@@ -525,51 +527,67 @@ pub(crate) struct Producer {
     locked: bool,
     /// The lock was taken and the header's positions are sound: frames may be pushed.
     valid: bool,
+    /// Where `head` lies in the data area (`head % cap`), followed record by record.
+    pos: usize,
+    /// The ring's [`FrameRing::max_frame`].
+    max_frame: usize,
 }
 
 impl Producer {
     /// Append `frame`; false (and counted as dropped) when the port is down or the ring has no
     /// room for it.
     pub(crate) fn push(&mut self, frame: &[u8]) -> bool {
-        let cap = self.ring.cap as u64;
-        let need = (REC_HDR + frame.len().next_multiple_of(8)) as u64;
-        let pos = self.head % cap;
-        let to_end = cap - pos;
+        let len = frame.len();
+        if !self.valid || !self.up || len > self.max_frame {
+            self.dropped = self.dropped.wrapping_add(1);
+            return false;
+        }
+        let cap = self.ring.cap;
+        let need = record_step(len);
+        let to_end = cap - self.pos;
         let waste = if to_end < need { to_end } else { 0 };
-        let full = |p: &Self| {
-            p.head.wrapping_sub(p.tail).saturating_add(waste + need) > cap
-                || p.pushed.wrapping_sub(p.popped) >= p.max_frames
-        };
-        if self.up && frame.len() <= self.ring.max_frame() && full(self) {
+        let take = (waste + need) as u64;
+        if self.full(take) {
             // Look again: the consumer may have made room since the lock was taken.
             self.tail = self.ring.word(hdr::TAIL).load(Ordering::Acquire);
             self.popped = self.ring.word(hdr::POPPED).load(Ordering::Acquire);
-        }
-        if self.up && self.valid && !positions_ok(self.head, self.tail, self.ring.cap) {
-            // The consumer's tail, just read again, is bogus.
-            self.valid = false;
-        }
-        if !self.valid || !self.up || frame.len() > self.ring.max_frame() || full(self) {
-            self.dropped = self.dropped.wrapping_add(1);
-            return false;
+            // The consumer's tail, just read again, may be bogus.
+            self.valid = positions_ok(self.head, self.tail, cap);
+            if !self.valid || self.full(take) {
+                self.dropped = self.dropped.wrapping_add(1);
+                return false;
+            }
         }
         let data = self.ring.data();
         if waste > 0 {
             // SAFETY: `pos + 4 <= cap` (records are 8-aligned, so to_end >= 8); the bytes from
             // head up to tail + cap are the producer's.
-            unsafe { data.add(pos as usize).cast::<u32>().write(WRAP) };
-            self.head = self.head.wrapping_add(waste);
+            unsafe { data.add(self.pos).cast::<u32>().write(WRAP) };
+            self.head = self.head.wrapping_add(waste as u64);
+            self.pos = 0;
         }
-        let pos = (self.head % cap) as usize;
         // SAFETY: `pos + need <= cap` (no wrap needed, or wrapped to 0 with room checked); the
         // region between head and tail + cap is the producer's while it holds the lock.
         unsafe {
-            data.add(pos).cast::<u32>().write(frame.len() as u32);
-            std::ptr::copy_nonoverlapping(frame.as_ptr(), data.add(pos + REC_HDR), frame.len());
+            let at = data.add(self.pos);
+            at.cast::<u32>().write(len as u32);
+            std::ptr::copy_nonoverlapping(frame.as_ptr(), at.add(REC_HDR), len);
         }
-        self.head = self.head.wrapping_add(need);
+        self.head = self.head.wrapping_add(need as u64);
+        self.pos += need;
+        if self.pos == cap {
+            self.pos = 0;
+        }
         self.pushed = self.pushed.wrapping_add(1);
         true
+    }
+
+    /// Whether `take` more bytes, or one more frame, would overfill the ring as the consumer's
+    /// position last read shows it.
+    #[inline(always)]
+    fn full(&self, take: u64) -> bool {
+        self.head.wrapping_sub(self.tail).saturating_add(take) > self.ring.cap as u64
+            || self.pushed.wrapping_sub(self.popped) >= self.max_frames
     }
 }
 
