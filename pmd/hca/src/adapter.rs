@@ -521,6 +521,14 @@ impl Hca {
         self.state().set_faults(faults);
     }
 
+    /// Whether a send queue may execute a WQE that has the shape of the last one it decoded
+    /// (the same control segment and the same segment headers) from those words, without
+    /// decoding it again: on by default. Off, every WQE is decoded in full, the reference
+    /// the cache is tested against.
+    pub fn set_shape_cache(&self, on: bool) {
+        self.state().set_shape_cache(on);
+    }
+
     /// The faults being injected.
     pub fn faults(&self) -> Faults {
         self.state().faults()

@@ -104,6 +104,9 @@ pub(crate) struct DevState {
     /// The CQ slot the last received frame completed to, which may hold a CQE for its
     /// partner until the delivery ends.
     rx_cq: Option<usize>,
+    /// A send queue may execute a WQE of the shape it last decoded from its headers
+    /// ([`crate::Hca::set_shape_cache`]).
+    shape_cache: bool,
 }
 
 fn cq_slot(cqn: u32) -> usize {
@@ -153,6 +156,7 @@ impl DevState {
             owed_ns: 0,
             wire_rx: false,
             rx_cq: None,
+            shape_cache: true,
         }
     }
 

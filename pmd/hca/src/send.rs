@@ -60,6 +60,19 @@ impl Segs {
     pub(crate) fn as_slice(&self) -> &[Seg] {
         &self.list[..self.n]
     }
+
+    /// The segments of a WQE whose frame is all inline: `spans` of it (byte offset, length),
+    /// as [`Shape::inline_spans`] gives them.
+    pub(crate) fn set_inline(&mut self, spans: &[(u16, u16)]) {
+        self.n = 0;
+        for &(off, len) in spans {
+            self.push(Seg {
+                mr: INLINE,
+                off: off.into(),
+                len: len.into(),
+            });
+        }
+    }
 }
 
 #[inline(always)]
@@ -100,6 +113,10 @@ pub(crate) fn decode<const KEEP: bool>(
     let v = decode_segments::<KEEP>(wqe, ds, bf_posted, mrs, segs, shape)?;
     if !bf_posted {
         shape.learn(&wqe[0], v, mrs.epoch());
+        if KEEP {
+            let spans = segs.as_slice().iter();
+            shape.learn_spans(spans.map(|s| (s.mr == INLINE).then_some((s.off, s.len))));
+        }
     }
     Ok(v)
 }

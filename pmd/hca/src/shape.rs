@@ -105,7 +105,15 @@ pub(crate) struct Shape {
     epoch: u64,
     /// How a run compares the heads, found when the shape is learnt.
     words: Words,
+    /// Where the frame lies in a WQE of the shape, when it is all inline: `spans[..n]`
+    /// ([`Shape::inline_spans`]); `None` when not known.
+    spans: Option<usize>,
+    span_list: [(u16, u16); MAX_SPANS],
 }
+
+/// Inline segments a shape remembers the places of; a WQE with more is decoded in full when
+/// its frame is wanted.
+const MAX_SPANS: usize = 16;
 
 /// Bits of the control segment's two qwords (memory order, read as little-endian) that one
 /// shape shares: all but OWNER (bit 7 of byte 0), the BlueFlame counter (bytes 1-2) and the
@@ -143,12 +151,15 @@ impl Shape {
             },
             epoch: 0,
             words: Words::Heads,
+            spans: None,
+            span_list: [(0, 0); MAX_SPANS],
         }
     }
 
     /// Start a full decode: forget the old shape and note headers afresh.
     pub(crate) fn forget(&mut self) {
         self.key = None;
+        self.spans = None;
         self.n = 0;
         self.overflow = false;
         self.starts = 0;
@@ -220,6 +231,35 @@ impl Shape {
         };
         self.epoch = epoch;
         self.words = Words::of(&self.heads[..self.n.min(MAX_HEADS)]);
+    }
+
+    /// The frame of the WQE just learnt lies in `segs` (each an inline span's byte offset in
+    /// the WQE and length, `None` for bytes elsewhere): remember where, if it is all inline.
+    /// Each inline segment's length is in its header, which a recall compares, so a WQE
+    /// recalled has its frame in the same places.
+    pub(crate) fn learn_spans(&mut self, segs: impl ExactSizeIterator<Item = Option<(u32, u32)>>) {
+        if self.key.is_none() || segs.len() > MAX_SPANS {
+            return;
+        }
+        let mut n = 0;
+        for s in segs {
+            let Some((off, len)) = s else {
+                return;
+            };
+            let (Ok(off), Ok(len)) = (u16::try_from(off), u16::try_from(len)) else {
+                return;
+            };
+            self.span_list[n] = (off, len);
+            n += 1;
+        }
+        self.spans = Some(n);
+    }
+
+    /// Where the frame of a WQE of the remembered shape lies in it (byte offset, length), if
+    /// it is all inline.
+    #[inline(always)]
+    pub(crate) fn inline_spans(&self) -> Option<&[(u16, u16)]> {
+        self.spans.map(|n| &self.span_list[..n])
     }
 
     /// Whether the WQE whose first TXBB sits in ring slot `slot` (its control segment already

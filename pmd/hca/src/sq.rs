@@ -218,6 +218,8 @@ pub(crate) struct TxCtx<'a> {
     pub(crate) counters: &'a mut Counters,
     pub(crate) scratch: &'a mut Scratch,
     pub(crate) faults: &'a mut FaultState,
+    /// WQEs of the remembered shape may be executed from their headers.
+    pub(crate) shape_cache: bool,
 }
 
 /// The WQE at the consumer, as its first TXBB announces it.
@@ -373,8 +375,11 @@ impl Sq {
         // Copies and marks only exist after BlueFlame writes; the doorbell path skips them.
         let bf_live = self.bf_marks.any() || self.bf.as_ref().is_some_and(Bf::has_pending);
         // With no frame bytes wanted, a WQE of the remembered shape needs only its headers
-        // checked (see `shape`), whether a doorbell or a BlueFlame write announced it.
-        let fast = !out.bytes;
+        // checked (see `shape`), whether a doorbell or a BlueFlame write announced it. With
+        // them, one whose frame is all inline is fetched and put on the wire from the places
+        // the shape remembers, without a decode.
+        let fast = !out.bytes && cx.shape_cache;
+        let bytes_fast = out.bytes && cx.shape_cache;
         let epoch = cx.mrs.epoch();
         let txbb_mask = self.txbb_mask();
         // The ring's geometry in registers: the fields would be reloaded per WQE.
@@ -421,7 +426,7 @@ impl Sq {
             }
             // The WQE an injected error replaces takes the full path.
             let inject = cx.faults.tx_error.next_hits();
-            if fast && !inject {
+            if !inject && (fast || bytes_fast && self.shape.inline_spans().is_some()) {
                 let mut ctrl = [0u8; DS_SIZE];
                 self.ring.read_array(off, &mut ctrl);
                 // A latched copy is always of a WQE whose slot is marked: the rest of a BF
@@ -439,6 +444,12 @@ impl Sq {
                 if let Some(hit) = self
                     .shape
                     .recall(&self.ring, first, txbb_mask, &ctrl, bf_posted, epoch)
+                    .filter(|hit| {
+                        // A pending BlueFlame copy's bytes are the full path's to weigh.
+                        !out.bytes
+                            || hit.verdict.frames == 0
+                            || bf_half.is_none() && self.stage_inline(dw0, cx)
+                    })
                 {
                     if hit.signaled && !credit.take(cx.cq) {
                         self.stall(stop, cx.counters);
@@ -596,6 +607,23 @@ impl Sq {
             txbbs,
             oversized,
         })
+    }
+
+    /// Ready the frame of the WQE at the consumer, recalled with the remembered shape, for the
+    /// wire: its TXBBs fetched into the scratch WQE, its segments the shape's inline spans.
+    /// False (the full path takes the WQE) if the shape knows no spans or the WQE is too
+    /// large to fetch.
+    fn stage_inline(&self, dw0: u32, cx: &mut TxCtx<'_>) -> bool {
+        let Some(spans) = self.shape.inline_spans() else {
+            return false;
+        };
+        match self.fetch(dw0, &mut cx.scratch.wqe, cx.max_wqe_size) {
+            Some(w) if !w.oversized => {
+                cx.scratch.segs.set_inline(spans);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Copy TXBB `k` of the WQE at the consumer from ring memory into `dst`; a WQE's later TXBBs

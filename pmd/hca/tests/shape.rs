@@ -1,8 +1,10 @@
 //! The shape cache (a WQE whose control segment and headers match the last fully decoded one is
 //! executed from those few words) changes no result. The same stream of WQEs, many alike and
-//! some subtly different, runs on a null wire, where the device uses the cache, and on a sink
-//! wire, where every WQE is decoded in full; completions and counters must agree, whether a
-//! doorbell or a BlueFlame copy of each round's last WQE announced the round.
+//! some subtly different, runs on a null wire and on a sink wire, where the device uses the
+//! cache (on the sink, a WQE of an all-inline shape is put on the wire from the places the
+//! shape remembers), and on a sink wire with the cache off, where every WQE is decoded in
+//! full; completions, counters and the frames on the wire must agree, whether a doorbell or a
+//! BlueFlame copy of each round's last WQE announced the round.
 
 mod common;
 
@@ -14,21 +16,28 @@ struct Side {
     cq: TestCq,
     sq: TestSq,
     lkey: u32,
+    /// The frames a sink wire took.
+    frames: Option<Frames>,
 }
 
 const TXBBS: u32 = 256;
 
 impl Side {
-    fn new(null: bool, pkts: &Mem) -> Side {
+    fn new(null: bool, cache: bool, pkts: &Mem) -> Side {
         let hca = Hca::open(step_cfg()).unwrap();
-        if !null {
-            sink(&hca);
-        }
+        hca.set_shape_cache(cache);
+        let frames = (!null).then(|| sink(&hca));
         let cq = TestCq::new(&hca, 256);
         let sq = TestSq::new(&hca, TXBBS, cq.cqn);
         // SAFETY: `pkts` outlives both adapters in the test.
         let lkey = unsafe { hca.reg_mr(pkts.ptr(), pkts.len()) }.unwrap();
-        Side { hca, cq, sq, lkey }
+        Side {
+            hca,
+            cq,
+            sq,
+            lkey,
+            frames,
+        }
     }
 
     fn recreate(&mut self) {
@@ -154,31 +163,35 @@ fn cached_shapes_execute_blueflame_bursts_exactly_like_full_decodes() {
     );
 }
 
-/// Run the same random stream through both sides: rounds announced by a doorbell, or with
-/// `bf` by a BlueFlame copy of their last WQE (every third asking for a completion its ring
-/// copy does not). Returns the cached side's counters.
+/// Run the same random stream through the three sides: rounds announced by a doorbell, or
+/// with `bf` by a BlueFlame copy of their last WQE (every third asking for a completion its
+/// ring copy does not). Returns the cached null side's counters.
 fn run_stream(bf: bool) -> Counters {
     let pkts = Mem::new(1 << 16);
-    let mut a = Side::new(true, &pkts);
-    let mut b = Side::new(false, &pkts);
-    assert_eq!(a.lkey, b.lkey);
+    // The null wire and the sink with the cache, and the sink decoding every WQE in full.
+    let mut sides = [
+        Side::new(true, true, &pkts),
+        Side::new(false, true, &pkts),
+        Side::new(false, false, &pkts),
+    ];
+    let lkey = sides[0].lkey;
+    assert!(sides.iter().all(|s| s.lkey == lkey));
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut shape = 0;
     let mut errors = 0;
+    let mut frames = 0;
     for round in 0..3000 {
         if rng.below(20) == 0 {
             shape = rng.below(5);
         }
         if round == 1500 {
             // New regions (and a deregistration) must make the device re-check gather entries.
-            for s in [&a, &b] {
+            for s in &mut sides {
                 s.hca.dereg_mr(s.lkey).unwrap();
-            }
-            for s in [&mut a, &mut b] {
                 // SAFETY: as in `Side::new`.
                 s.lkey = unsafe { s.hca.reg_mr(pkts.ptr(), 4096) }.unwrap();
             }
-            assert_eq!(a.lkey, b.lkey);
+            assert!(sides.iter().all(|s| s.lkey == sides[0].lkey));
         }
         // Each round runs everything it posts (or stops at an error, after which the queue is
         // recreated), so a round has the whole ring.
@@ -187,17 +200,18 @@ fn run_stream(bf: bool) -> Counters {
         let mut posted = 0;
         let mut last = None;
         for _ in 0..n {
-            let (op, t) = wqe(&mut rng, pkts.addr(), a.lkey, shape);
+            let (op, t) = wqe(&mut rng, pkts.addr(), sides[0].lkey, shape);
             let txbbs = (u32::from(t[3] & 0x3f) * 16).div_ceil(64).max(1);
             if posted + txbbs + 16 > room {
                 break;
             }
             posted += txbbs;
-            last = Some(a.sq.write(op, &t));
-            b.sq.write(op, &t);
+            for s in &mut sides {
+                last = Some(s.sq.write(op, &t));
+            }
         }
         let signal_copy = rng.below(3) == 0;
-        for s in [&mut a, &mut b] {
+        for s in &mut sides {
             match last {
                 Some(c) if bf => {
                     let mut copy = s.sq.wqe_bytes(c);
@@ -210,24 +224,32 @@ fn run_stream(bf: bool) -> Counters {
             }
             s.hca.step();
         }
-        let (ca, cb) = (a.cq.drain(), b.cq.drain());
-        assert_eq!(ca, cb, "completions of round {round}");
-        assert_eq!(
-            seen(&a.hca.counters()),
-            seen(&b.hca.counters()),
-            "counters after round {round}"
-        );
-        for s in [&mut a, &mut b] {
+        let cqes: Vec<_> = sides.iter_mut().map(|s| s.cq.drain()).collect();
+        assert_eq!(cqes[0], cqes[2], "completions of round {round}, null wire");
+        assert_eq!(cqes[1], cqes[2], "completions of round {round}, sink");
+        let seen: Vec<_> = sides.iter().map(|s| seen(&s.hca.counters())).collect();
+        assert_eq!(seen[0], seen[2], "counters after round {round}, null wire");
+        assert_eq!(seen[1], seen[2], "counters after round {round}, sink");
+        let [cached, full] = [&sides[1], &sides[2]]
+            .map(|s| std::mem::take(&mut *s.frames.as_ref().expect("a sink").lock()));
+        assert_eq!(cached, full, "frames of round {round}");
+        frames += full.len();
+        for s in &mut sides {
             s.cq.update_ci();
         }
-        let state = a.hca.sq_state(a.sq.info.qpn).unwrap();
-        assert_eq!(state, b.hca.sq_state(b.sq.info.qpn).unwrap());
+        let state = sides[0].hca.sq_state(sides[0].sq.info.qpn).unwrap();
+        for s in &sides {
+            assert_eq!(state, s.hca.sq_state(s.sq.info.qpn).unwrap());
+        }
         if state == QueueState::Error {
             errors += 1;
-            a.recreate();
-            b.recreate();
+            for s in &mut sides {
+                s.recreate();
+            }
         }
     }
+    assert!(frames > 5_000, "frames compared ({frames})");
+    let a = &sides[0];
     let c = a.hca.counters();
     assert!(errors > 20, "the stream exercised error paths ({errors})");
     assert!(

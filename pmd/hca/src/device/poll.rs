@@ -256,6 +256,7 @@ impl DevState {
             port,
             scratch,
             faults,
+            shape_cache,
             ..
         } = self;
         let Some(Qp::Sq(sq)) = qps.get_mut(slot) else {
@@ -276,6 +277,7 @@ impl DevState {
                     counters,
                     scratch,
                     faults,
+                    shape_cache: *shape_cache,
                 });
                 cq.flush();
                 work
@@ -337,6 +339,10 @@ impl DevState {
             self.link(true);
         }
         self.faults = FaultState::new(faults);
+    }
+
+    pub(crate) fn set_shape_cache(&mut self, on: bool) {
+        self.shape_cache = on;
     }
 
     pub(crate) fn faults(&self) -> Faults {
