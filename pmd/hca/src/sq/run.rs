@@ -1,7 +1,7 @@
 //! The same-shape run: WQEs that share the layout of the last inline WQE (`shape.rs`) on a
 //! wire that wants no frame bytes are executed without being fetched or decoded.
 
-use super::span::{Mark, Slot, Span};
+use super::span::{Mark, Slot, Span, Step};
 use super::*;
 use crate::shape::{Plan, Words, KEY_MASK};
 
@@ -378,17 +378,6 @@ const HI_MASK: u64 = KEY_MASK[1] | C_BITS;
 /// The first dword's bits compared: the owner bit and the key's.
 const DW0_MASK: u32 = KEY_MASK[0] as u32 | OWNER_BYTE as u32;
 
-/// Whether the WQE in `slot` continues a stretch: three compares, its ownership word
-/// (acquired) with the owner bit and the opcode, bytes 4-7, and the second qword with the C
-/// bits, then the heads. A WQE that fails them is sorted out by [`sort`].
-#[inline(always)]
-fn quick(slot: Slot<'_>, k: Keys, heads: &impl Heads) -> bool {
-    u32::from_le_bytes(slot.owner()) & DW0_MASK == k.dw0
-        && slot.dword1() == k.dw1
-        && slot.ctrl()[1] & HI_MASK == k.hi
-        && heads.hold(slot)
-}
-
 /// The WQE in `slot` compared as the compares one by one would: `None` if it is the device's,
 /// of the shape and asks for no completion or (then recorded in `sig`) asks for one; else why
 /// the scan stops there.
@@ -463,13 +452,38 @@ fn scan_far_at(
     heads: &impl Heads,
     sig: &mut Signals,
 ) -> (Mark, End) {
-    let (at, end) = span.pass(from, |slot| {
-        if quick(slot, k, heads) {
-            return None;
-        }
-        sort::<true>(slot, k, heads, sig)
-    });
+    let (at, end) = span.pass(from, &mut Far { k, heads, sig });
     (at, end.unwrap_or(End::Stretch))
+}
+
+/// A far scan's look at each slot. A WQE that continues a stretch passes three compares: its
+/// ownership word (acquired) with the owner bit and the opcode, bytes 4-7, and the second
+/// qword with the C bits, then the heads. A signaled WQE of the shape differs from the key by
+/// its C bits alone; any other WQE that fails them is sorted out by [`sort`].
+struct Far<'h, 's, H> {
+    k: Keys,
+    heads: &'h H,
+    sig: &'s mut Signals,
+}
+
+impl<H: Heads> Step for Far<'_, '_, H> {
+    type Out = End;
+
+    #[inline(always)]
+    fn step(&mut self, slot: Slot<'_>) -> Option<End> {
+        let (k, heads) = (self.k, self.heads);
+        if u32::from_le_bytes(slot.owner()) & DW0_MASK == k.dw0 && slot.dword1() == k.dw1 {
+            if slot.ctrl()[1] & HI_MASK == k.hi && heads.hold(slot) {
+                return None;
+            }
+            // Noted from here, not after `sort`'s compares again: one signaled WQE in 32.
+            let hi = slot.ctrl_hi_again();
+            if hi ^ k.hi == C_BITS && heads.hold(slot) {
+                return (!self.sig.record(slot, (hi >> 24) as u8)).then_some(End::Full);
+            }
+        }
+        sort::<true>(slot, k, heads, self.sig)
+    }
 }
 
 /// [`scan_far_at`], as [`scan_near`] answers.

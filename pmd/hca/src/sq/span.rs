@@ -78,11 +78,7 @@ impl<'a> Span<'a> {
     /// slot it stopped at is and what it returned, or the span's end and `None`. One pointer
     /// addresses the slot and ends the loop; the slot's index is left to whoever needs it.
     #[inline(always)]
-    pub(super) fn pass<T>(
-        &self,
-        from: usize,
-        mut step: impl FnMut(Slot<'a>) -> Option<T>,
-    ) -> (Mark, Option<T>) {
+    pub(super) fn pass<S: Step>(&self, from: usize, step: &mut S) -> (Mark, Option<S::Out>) {
         let end = self.p.wrapping_add(self.count * self.stride);
         let from = from.min(self.count);
         let mut p = self.p.wrapping_add(from * self.stride);
@@ -94,7 +90,7 @@ impl<'a> Span<'a> {
         // Two slots a turn, so that a turn pays one test of the end; an odd slot first.
         if (self.count - from) % 2 == 1 {
             // `from`'s slot, one of the span's.
-            if let Some(v) = step(slot(p)) {
+            if let Some(v) = step.step(slot(p)) {
                 return (slot(p).mark(), Some(v));
             }
             p = p.wrapping_add(self.stride);
@@ -102,17 +98,24 @@ impl<'a> Span<'a> {
         while p != end {
             // `p` and `q` are slots of the span: a whole number of pairs of them lies from
             // `p` to the end.
-            if let Some(v) = step(slot(p)) {
+            if let Some(v) = step.step(slot(p)) {
                 return (slot(p).mark(), Some(v));
             }
             let q = p.wrapping_add(self.stride);
-            if let Some(v) = step(slot(q)) {
+            if let Some(v) = step.step(slot(q)) {
                 return (slot(q).mark(), Some(v));
             }
             p = opaque(q.wrapping_add(self.stride));
         }
         (Mark(end as usize), None)
     }
+}
+
+/// What [`Span::pass`] does with each slot: `Some` stops it there. A trait, not a closure,
+/// so that its one method can be asked in line at each of the pass's three call sites.
+pub(super) trait Step {
+    type Out;
+    fn step(&mut self, slot: Slot<'_>) -> Option<Self::Out>;
 }
 
 /// `p`, unknown to the optimizer: a pass's pointer is then the loop's one induction variable.
@@ -185,6 +188,22 @@ impl Slot<'_> {
         }
     }
 
+    /// [`Slot::ctrl`]'s second qword, read again: volatile, so that the compiler keeps it
+    /// apart from an earlier read, which then stays one compare with its load folded in.
+    #[inline(always)]
+    pub(super) fn ctrl_hi_again(&self) -> u64 {
+        let p = self.p.wrapping_add(8).cast::<u32>();
+        // SAFETY: bytes 8-15 of a slot of the span (`stride >= 16`), valid for reads; two
+        // 4-aligned dwords (the span's start and its stride are 4-aligned).
+        let [a, b] = unsafe {
+            [
+                std::ptr::read_volatile(p),
+                std::ptr::read_volatile(p.wrapping_add(1)),
+            ]
+        };
+        u64::from(u32::from_le(a)) | u64::from(u32::from_le(b)) << 32
+    }
+
     /// Bytes 4-7 of the slot (the control segment's second dword), in memory order, as a
     /// little-endian value: [`Slot::word`] at an offset that needs no clamp.
     #[inline(always)]
@@ -222,21 +241,28 @@ mod tests {
         assert_eq!(s.at(1).owner(), [48, 49, 50, 51]);
         assert_eq!(s.at(1).ctrl(), [le(&bytes[48..56]), le(&bytes[56..64])]);
         assert_eq!(s.at(1).dword1(), u32::from_le_bytes([52, 53, 54, 55]));
+        assert_eq!(s.at(1).ctrl_hi_again(), s.at(1).ctrl()[1]);
         assert_eq!(s.at(0).word(20), u32::from_le_bytes([36, 37, 38, 39]));
         // Past a slot's end: its last word; past the last slot: the last slot.
         assert_eq!(s.at(0).word(100), u32::from_le_bytes([44, 45, 46, 47]));
         assert_eq!(s.at(7).owner(), [48, 49, 50, 51]);
         assert_eq!((s.index(s.at(7).mark()), s.offset(s.at(1).mark())), (1, 32));
         // A pass sees every slot from where it starts, and stops where it is told.
-        let mut seen = Vec::new();
-        let (end, none) = s.pass(0, |slot| {
-            seen.push(s.index(slot.mark()));
-            None::<()>
-        });
-        assert_eq!((s.index(end), none, seen), (2, None, vec![0, 1]));
-        let (at, v) = s.pass(1, |slot| (slot.owner()[0] == 48).then_some(7));
-        assert_eq!((s.index(at), v), (1, Some(7)));
-        let (at, v) = s.pass(2, |_| Some(()));
+        struct Seen<'s>(&'s Span<'s>, Vec<usize>, u8);
+        impl Step for Seen<'_> {
+            type Out = u8;
+            fn step(&mut self, slot: Slot<'_>) -> Option<u8> {
+                self.1.push(self.0.index(slot.mark()));
+                (slot.owner()[0] == self.2).then_some(self.2)
+            }
+        }
+        let mut all = Seen(&s, Vec::new(), 0);
+        let (end, none) = s.pass(0, &mut all);
+        assert_eq!((s.index(end), none, all.1), (2, None, vec![0, 1]));
+        let mut one = Seen(&s, Vec::new(), 48);
+        let (at, v) = s.pass(1, &mut one);
+        assert_eq!((s.index(at), v, one.1), (1, Some(48), vec![1]));
+        let (at, v) = s.pass(2, &mut Seen(&s, Vec::new(), 16));
         assert_eq!((s.index(at), v), (2, None));
         assert!(Span::new(&mem, 64, 32, 3).is_none(), "past the view");
         assert!(Span::new(&mem, 2, 32, 1).is_none(), "misaligned start");
