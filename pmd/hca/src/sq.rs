@@ -179,6 +179,9 @@ pub(crate) struct Sq {
     bf_marks: Marks,
     /// The layout of the last inline WQE, which most following WQEs share.
     shape: Box<Shape>,
+    /// Where a run's scans note the signaled WQEs they pass: kept here, as a run of one WQE
+    /// would otherwise set it up for nothing.
+    signals: run::Signals,
     /// Set while a walk is pending: unfinished (its CQ was full), or asked for by a doorbell
     /// another queue's runner took from a shared UAR page; a runner comes back for it.
     busy: Arc<AtomicBool>,
@@ -266,6 +269,7 @@ impl Sq {
             stalled: false,
             bf_marks: Marks::new(cnt),
             shape: Box::new(Shape::new()),
+            signals: run::Signals::new(),
             busy: Arc::new(AtomicBool::new(false)),
         }
     }

@@ -4,7 +4,7 @@
 //! BlueFlame copies or marks, no fault schedules, no walk tally, only the counts a run makes,
 //! added once. Anything else it meets it leaves to the general walk, from where it stopped.
 
-use super::run::{scan, scan_far, End, Key, OWNER_BYTE};
+use super::run::{scan_far, scan_near, signaled_ones, End, Key, Keys, Signals, OWNER_BYTE};
 use super::span::Span;
 use super::*;
 use crate::shape::{Hit, Words};
@@ -56,6 +56,8 @@ impl Sq {
         let stride = (slots << shift) as usize * TXBB_SIZE;
         let op = cqe_owner::SEND | hit.opcode;
         let mut credit = CqCredit::default();
+        let txbb_mask = self.txbb_mask();
+        let sig = &mut self.signals;
         let (mut ci, mut n, mut cqes, mut events) = (self.ci, 0u32, 0u64, 0u64);
         // A stretch at a time, to the ring's end and on from its start in the next pass's
         // parity, as in `run`.
@@ -71,55 +73,68 @@ impl Sq {
                 break false;
             };
             let parity = if ci & cnt != 0 { OWNER_BYTE } else { 0 };
-            let mut k = 0;
-            loop {
-                // The first two slots in line: a doorbell of one WQE ends at the second, and
-                // needs no call.
-                let (j, end) = if k == 0 {
-                    match scan::<false>(&span, (0, 2), parity, key, ws) {
-                        (2, End::Stretch) if span.len() > 2 => scan_far(&span, 2, parity, key, ws),
-                        stopped => stopped,
-                    }
-                } else {
-                    scan_far(&span, k, parity, key, ws)
-                };
-                // The span's reads against the checked loads of the full comparison, on every
-                // WQE of every debug run that the scan passed or stopped at as of the shape.
+            let keys = Keys::new(key, parity);
+            // The span's reads against the checked loads of the full comparison, on every WQE
+            // of every debug run that a scan from `k` passed or stopped at as of the shape, and
+            // the completions it noted against the WQEs' C bits.
+            let agrees = |k: usize, (j, end): (usize, End), sig: &Signals| {
+                (k..j.min(count as usize - 1) + 1).all(|w| {
+                    let slot = (first + w as u32 * slots) << shift;
+                    let mut ctrl = [0u8; DS_SIZE];
+                    let epoch = cx.mrs.epoch();
+                    let same = self.ring.read_array(slot as usize * TXBB_SIZE, &mut ctrl)
+                        && self
+                            .shape
+                            .recall(&self.ring, slot, txbb_mask, &ctrl, false, epoch)
+                            .is_some();
+                    same == (w < j || end == End::Full) || (w == j && end == End::Unowned)
+                }) && signaled_ones(&self.ring, base, stride, k..j).eq(sig.slots(&span))
+            };
+            // The first two slots in line: a doorbell of one WQE ends at the second, and needs
+            // no call; nor, most often, anything but the way out.
+            let (j, end) = match scan_near(&span, (0, 2), keys, ws, sig) {
+                (2, End::Stretch) if span.len() > 2 => scan_far(&span, 2, keys, ws, sig),
+                stopped => stopped,
+            };
+            if end == End::Unowned && sig.is_empty() {
                 debug_assert!(
-                    (k..j.min(count as usize - 1) + 1).all(|w| {
-                        let slot = (first + w as u32 * slots) << shift;
-                        let mut ctrl = [0u8; DS_SIZE];
-                        let epoch = cx.mrs.epoch();
-                        let same = self.ring.read_array(slot as usize * TXBB_SIZE, &mut ctrl)
-                            && self
-                                .shape
-                                .recall(&self.ring, slot, self.txbb_mask(), &ctrl, false, epoch)
-                                .is_some();
-                        same == (w < j || matches!(end, End::Signaled(_)))
-                            || (w == j && matches!(end, End::Unowned))
-                    }),
-                    "the doorbell run's comparison disagrees with the checked one from slot {}",
+                    agrees(0, (j, end), sig),
+                    "the doorbell run disagrees with the checked reads from slot {first}"
+                );
+                ci = ci.wrapping_add(j as u32 * slots);
+                n += j as u32;
+                break true;
+            }
+            let (mut k, mut scanned) = (0, (j, end));
+            loop {
+                let (j, end) = scanned;
+                debug_assert!(
+                    agrees(k, (j, end), sig),
+                    "the doorbell run disagrees with the checked reads from slot {}",
                     first + k as u32 * slots
                 );
+                if !sig.is_empty() {
+                    let c = sig.complete(&span, ci, slots, self.qpn, op, &mut credit, cx.cq);
+                    cqes += c.cqes;
+                    events += c.events;
+                    if let Some(w) = c.full_at {
+                        ci = ci.wrapping_add(w * slots);
+                        n += w;
+                        break 'run false;
+                    }
+                }
                 let j32 = j as u32;
                 match end {
                     End::Stretch => break,
                     End::Unowned | End::Other => {
                         ci = ci.wrapping_add(j32 * slots);
                         n += j32;
-                        break 'run matches!(end, End::Unowned);
+                        break 'run end == End::Unowned;
                     }
-                    End::Signaled(flags) => {
-                        if !credit.take(cx.cq) {
-                            ci = ci.wrapping_add(j32 * slots);
-                            n += j32;
-                            break 'run false;
-                        }
-                        let counter = ci.wrapping_add(j32 * slots) as u16;
-                        let cqe = tx_cqe(self.qpn, counter, op, 0, 0);
-                        events += u64::from(cx.cq.push(cqe, flags & SOLICIT_BYTE != 0));
-                        cqes += 1;
-                        k = j + 1;
+                    // The WQE there is recorded afresh.
+                    End::Full => {
+                        k = j;
+                        scanned = scan_far(&span, k, keys, ws, sig);
                     }
                 }
             }

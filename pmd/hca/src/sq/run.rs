@@ -1,7 +1,7 @@
 //! The same-shape run: WQEs that share the layout of the last inline WQE (`shape.rs`) on a
 //! wire that wants no frame bytes are executed without being fetched or decoded.
 
-use super::span::Span;
+use super::span::{Mark, Slot, Span, Step};
 use super::*;
 use crate::shape::{Plan, Words, KEY_MASK};
 
@@ -14,18 +14,111 @@ pub(super) struct Key {
 }
 
 /// Why a scan of a stretch stopped.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum End {
-    /// Every WQE of the stretch from where it started is of the shape and asks for no
-    /// completion.
+    /// Every WQE of the stretch from where it started is of the shape.
     Stretch,
     /// The WQE it stopped at is not the device's.
     Unowned,
     /// The WQE it stopped at is the device's but not of the shape.
     Other,
-    /// The WQE it stopped at is of the shape and asks for a completion (its `srcrb_flags`
-    /// last byte).
-    Signaled(u8),
+    /// The WQE it stopped at is of the shape and asks for a completion, and the scan's
+    /// [`Signals`] have no room left for it.
+    Full,
+}
+
+/// Signaled WQEs a scan records before it stops: a doorbell's stretch of alike WQEs with a
+/// completion every 32 then costs one scan per 256, not one per 32.
+pub(super) const SIGNALS: usize = 8;
+
+/// The WQEs of the shape asking for a completion that a scan passed, in order: where they are
+/// in the span (as a [`Mark`], which the scan has at hand) and their `srcrb_flags` last
+/// bytes. A scan passes them rather than stopping, as a stop costs a call, and the caller
+/// writes their completions once it returns, before the WQEs it passed count as executed.
+#[derive(Debug)]
+pub(super) struct Signals {
+    n: usize,
+    at: [Mark; SIGNALS],
+    flags: [u8; SIGNALS],
+}
+
+/// What [`Signals::complete`] wrote.
+pub(super) struct Completed {
+    pub(super) cqes: u64,
+    pub(super) events: u64,
+    /// The slot (in the span) of the first signaled WQE whose completion found the CQ full:
+    /// it and the WQEs after it stay unexecuted.
+    pub(super) full_at: Option<u32>,
+}
+
+impl Signals {
+    pub(super) fn new() -> Signals {
+        Signals {
+            n: 0,
+            at: [Mark::default(); SIGNALS],
+            flags: [0; SIGNALS],
+        }
+    }
+
+    /// Nothing recorded.
+    #[inline(always)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Record the signaled WQE in `slot` with `srcrb_flags` last byte `flags`; `false` (and
+    /// nothing recorded) when there is no room.
+    #[inline(always)]
+    fn record(&mut self, slot: Slot<'_>, flags: u8) -> bool {
+        let n = self.n;
+        if n >= SIGNALS {
+            return false;
+        }
+        self.at[n] = slot.mark();
+        self.flags[n] = flags;
+        self.n = n + 1;
+        true
+    }
+
+    /// The recorded slots of `span`, in order.
+    pub(super) fn slots<'s>(&'s self, span: &'s Span<'_>) -> impl Iterator<Item = u32> + 's {
+        self.at[..self.n].iter().map(|&m| span.index(m) as u32)
+    }
+
+    /// Write the recorded WQEs' completions, in order, `span`'s first slot being at counter
+    /// `ci`: each takes its room from `credit` first. The plain write of `push_send_cqe`:
+    /// runs are off while a fault loses or repeats completions. Leaves nothing recorded.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn complete(
+        &mut self,
+        span: &Span<'_>,
+        ci: u32,
+        slots: u32,
+        qpn: u32,
+        op: u8,
+        credit: &mut CqCredit,
+        cq: &mut Cq,
+    ) -> Completed {
+        let mut done = Completed {
+            cqes: 0,
+            events: 0,
+            full_at: None,
+        };
+        let n = std::mem::take(&mut self.n);
+        for (&m, &flags) in self.at[..n].iter().zip(&self.flags[..n]) {
+            let w = span.index(m) as u32;
+            if !credit.take(cq) {
+                done.full_at = Some(w);
+                break;
+            }
+            let counter = ci.wrapping_add(w * slots) as u16;
+            done.events +=
+                u64::from(cq.push(tx_cqe(qpn, counter, op, 0, 0), flags & SOLICIT_BYTE != 0));
+            done.cqes += 1;
+        }
+        done
+    }
 }
 
 /// OWNER in byte 0 of the control segment.
@@ -98,6 +191,7 @@ impl Sq {
         let mut ci = self.ci;
         let mut n = 0u32;
         let mut unowned = false;
+        let sig = &mut self.signals;
         // A stretch at a time: from the consumer to the last slot a whole WQE fits before, up
         // to the ring's end (then on from its start, in the next pass's parity) or the first
         // BlueFlame mark. Its bounds are checked once, and its ownership parity is one value.
@@ -112,20 +206,21 @@ impl Sq {
                 break;
             };
             let parity = if ci & cnt != 0 { OWNER_BYTE } else { 0 };
+            let keys = Keys::new(key, parity);
             let mut k = 0;
             while k < count as usize {
                 // The heads compared as the shape says, the choice made once per stretch.
                 let (j, end) = match words {
-                    Words::Two(_, ws) => scan_far(&span, k, parity, key, &ws),
-                    Words::Four(_, ws) => scan_far(&span, k, parity, key, &ws),
+                    Words::Two(_, ws) => scan_far(&span, k, keys, &ws, sig),
+                    Words::Four(_, ws) => scan_far(&span, k, keys, &ws, sig),
                     Words::Heads => {
                         let heads = ByHead {
                             plan: &plan,
                             ring: &ring,
+                            span: &span,
                             base,
-                            stride,
                         };
-                        scan_far(&span, k, parity, key, &heads)
+                        scan_far(&span, k, keys, &heads, sig)
                     }
                 };
                 // The span's reads against the checked loads of the full comparison, on every
@@ -136,37 +231,37 @@ impl Sq {
                         let same = ring
                             .load_guarded::<DS_SIZE>(base + w * stride)
                             .is_some_and(|c| plan.matches(&ring, base + w * stride, &c));
-                        same == (w < j || matches!(end, End::Signaled(_)))
-                            || (w == j && matches!(end, End::Unowned))
+                        same == (w < j || end == End::Full) || (w == j && end == End::Unowned)
                     }),
                     "the run's comparison disagrees with the checked one from slot {}",
                     first + k as u32 * slots
                 );
+                debug_assert!(
+                    signaled_ones(&ring, base, stride, k..j).eq(sig.slots(&span)),
+                    "the run's completions disagree with the WQEs' C bits from slot {}",
+                    first + k as u32 * slots
+                );
+                if !sig.is_empty() {
+                    let c = sig.complete(&span, ci, slots, qpn, op, credit, cx.cq);
+                    t.cqes += c.cqes;
+                    t.events += c.events;
+                    if let Some(w) = c.full_at {
+                        ci = ci.wrapping_add(w * slots);
+                        n += w;
+                        break 'run;
+                    }
+                }
                 let j32 = j as u32;
                 match end {
                     End::Stretch => break,
                     End::Unowned | End::Other => {
                         ci = ci.wrapping_add(j32 * slots);
                         n += j32;
-                        unowned = matches!(end, End::Unowned);
+                        unowned = end == End::Unowned;
                         break 'run;
                     }
-                    End::Signaled(flags) => {
-                        if !credit.take(cx.cq) {
-                            ci = ci.wrapping_add(j32 * slots);
-                            n += j32;
-                            break 'run;
-                        }
-                        // The plain write of `push_send_cqe`: runs are off while a fault loses
-                        // or repeats completions.
-                        let solicited = flags & SOLICIT_BYTE != 0;
-                        let counter = ci.wrapping_add(j32 * slots) as u16;
-                        if cx.cq.push(tx_cqe(qpn, counter, op, 0, 0), solicited) {
-                            t.events += 1;
-                        }
-                        t.cqes += 1;
-                        k = j + 1;
-                    }
+                    // The WQE there is recorded afresh.
+                    End::Full => k = j,
                 }
             }
             ci = ci.wrapping_add(count * slots);
@@ -204,109 +299,216 @@ impl Sq {
 
 /// How a scan compares a slot's heads, once its control segment matched.
 pub(super) trait Heads {
-    fn hold(&self, span: &Span<'_>, w: usize) -> bool;
+    fn hold(&self, slot: Slot<'_>) -> bool;
 }
 
 /// A few inline header words (offset in the slot, word in memory order read as
 /// little-endian), all of them compared: a fixed count without a branch per word.
 impl<const K: usize> Heads for [(u16, u32); K] {
     #[inline(always)]
-    fn hold(&self, span: &Span<'_>, w: usize) -> bool {
-        self.iter().fold(true, |ok, &(at, v)| {
-            ok & (span.word(w, usize::from(at)) == v)
-        })
+    fn hold(&self, slot: Slot<'_>) -> bool {
+        self.iter()
+            .fold(true, |ok, &(at, v)| ok & (slot.word(usize::from(at)) == v))
     }
 }
 
-/// Any other shape's heads, head by head from ring memory (the WQE at ring byte `base + w *
-/// stride` lies whole before the ring's end).
-struct ByHead<'p, 'r> {
+/// Any other shape's heads, head by head from ring memory (`span` starting at ring byte
+/// `base`, its WQEs lying whole before the ring's end).
+struct ByHead<'p, 'r, 's> {
     plan: &'p Plan<'p>,
     ring: &'r HostMem,
+    span: &'s Span<'r>,
     base: usize,
-    stride: usize,
 }
 
-impl Heads for ByHead<'_, '_> {
+impl Heads for ByHead<'_, '_, '_> {
     #[inline(always)]
-    fn hold(&self, _: &Span<'_>, w: usize) -> bool {
-        self.plan
-            .heads_match(self.ring, self.base + w * self.stride)
+    fn hold(&self, slot: Slot<'_>) -> bool {
+        let off = self.base + self.span.offset(slot.mark());
+        self.plan.heads_match(self.ring, off)
     }
 }
 
-/// The WQEs of `span` from slot `from` on, before slot `to`, that are the device's, of the
-/// shape (`key` and `heads`, the latter asked of a slot only once its control segment
-/// matched) and ask for no completion: how many slots it passed, and what the one it stopped
-/// at is ([`End::Stretch`]: it reached `to`). No WQE's lines past its owner word are read
-/// before that word says the device owns it, so a WQE the driver is still writing keeps its
-/// lines on the driver's core.
+/// What a scan compares a WQE's control segment with: the parity's owner bit and the key's
+/// first qword in its first two dwords, the second qword, which a WQE of the shape matches
+/// with both C bits clear.
+#[derive(Clone, Copy)]
+pub(super) struct Keys {
+    dw0: u32,
+    dw1: u32,
+    hi: u64,
+}
+
+impl Keys {
+    #[inline(always)]
+    pub(super) fn new(key: Key, parity: u8) -> Keys {
+        debug_assert_eq!(key.hi & C_BITS, 0, "a key has no C bits");
+        debug_assert_eq!(
+            KEY_MASK[0] >> 32,
+            u64::from(u32::MAX),
+            "bytes 4-7 compared whole"
+        );
+        Keys {
+            dw0: key.lo as u32 | u32::from(parity),
+            dw1: (key.lo >> 32) as u32,
+            hi: key.hi,
+        }
+    }
+
+    fn parity(self) -> u8 {
+        self.dw0 as u8 & OWNER_BYTE
+    }
+
+    /// The key's first qword.
+    fn lo(self) -> u64 {
+        u64::from(self.dw0 & !u32::from(OWNER_BYTE)) | u64::from(self.dw1) << 32
+    }
+
+    /// Whether a first qword `lo`, whose owner bit was found to be the parity's, is the
+    /// key's: compared as the quick compares do, with nothing more to keep in registers.
+    fn lo_holds(self, lo: u64) -> bool {
+        lo as u32 & DW0_MASK == self.dw0 && (lo >> 32) as u32 == self.dw1
+    }
+}
+
+/// The C bits of `srcrb_flags` in the second qword.
+const C_BITS: u64 = (CQ_UPDATE_BYTE as u64) << 24;
+/// The second qword's bits a WQE of the shape matches with both C bits clear.
+const HI_MASK: u64 = KEY_MASK[1] | C_BITS;
+/// The first dword's bits compared: the owner bit and the key's.
+const DW0_MASK: u32 = KEY_MASK[0] as u32 | OWNER_BYTE as u32;
+
+/// The WQE in `slot` compared as the compares one by one would: `None` if it is the device's,
+/// of the shape and asks for no completion or (then recorded in `sig`) asks for one; else why
+/// the scan stops there.
 #[inline(always)]
-pub(super) fn scan<const LONG: bool>(
+fn sort<const FAR: bool>(
+    slot: Slot<'_>,
+    k: Keys,
+    heads: &impl Heads,
+    sig: &mut Signals,
+) -> Option<End> {
+    if slot.owner()[0] & OWNER_BYTE != k.parity() {
+        return Some(End::Unowned);
+    }
+    let [lo, hi] = slot.ctrl();
+    // A far scan's loop keeps only the quick compares' values in registers.
+    let lo_holds = if FAR {
+        k.lo_holds(lo)
+    } else {
+        lo & KEY_MASK[0] == k.lo()
+    };
+    if !lo_holds || hi & KEY_MASK[1] != k.hi || !heads.hold(slot) {
+        return Some(End::Other);
+    }
+    // Both C bits ask for a completion; one alone does not.
+    if !hi & C_BITS == 0 && !sig.record(slot, (hi >> 24) as u8) {
+        return Some(End::Full);
+    }
+    None
+}
+
+/// The WQEs of `span` from slot `from` on, before slot `to`, that are the device's and of the
+/// shape (`key` and `heads`, the latter asked of a slot only once its control segment
+/// matched), those asking for a completion recorded in `sig`: how many slots it passed, and
+/// what the one it stopped at is ([`End::Stretch`]: it reached `to`). No WQE's lines past its
+/// owner word are read before that word says the device owns it, so a WQE the driver is still
+/// writing keeps its lines on the driver's core. For the two slots after a doorbell, where the
+/// second is most often not posted yet: ownership first, then one compare of each qword.
+#[inline(always)]
+pub(super) fn scan_near(
     span: &Span<'_>,
     (from, to): (usize, usize),
-    parity: u8,
-    key: Key,
+    k: Keys,
     heads: &impl Heads,
+    sig: &mut Signals,
 ) -> (usize, End) {
     let to = to.min(span.len());
-    // The C bits join the compare of the second qword, which `key.hi` passes only with both
-    // clear. `LONG` (a stretch expected to run on): a WQE that continues it passes three
-    // compares, its ownership word (acquired) with the owner bit and the opcode, bytes 4-7,
-    // and the second qword. Else (the two slots after a doorbell, where the second is most
-    // often not posted yet) ownership first, then one compare of each qword. The WQE that
-    // fails them is sorted out below, as the compares one by one would have.
-    let c_bits = u64::from(CQ_UPDATE_BYTE) << 24;
-    let hi_mask = KEY_MASK[1] | c_bits;
-    debug_assert_eq!(key.hi & c_bits, 0, "a key has no C bits");
-    let dw0_mask = KEY_MASK[0] as u32 | u32::from(OWNER_BYTE);
-    let dw0_key = key.lo as u32 | u32::from(parity);
-    let dw1_key = (key.lo >> 32) as u32;
-    debug_assert_eq!(
-        KEY_MASK[0] >> 32,
-        u64::from(u32::MAX),
-        "bytes 4-7 compared whole"
-    );
-    let mut w = from;
-    while w < to {
-        if LONG
-            && u32::from_le_bytes(span.owner(w)) & dw0_mask == dw0_key
-            && span.dword1(w) == dw1_key
-            && span.ctrl(w)[1] & hi_mask == key.hi
-            && heads.hold(span, w)
-        {
-            w += 1;
-            continue;
-        }
-        if span.owner(w)[0] & OWNER_BYTE != parity {
+    for w in from..to {
+        let slot = span.at(w);
+        if slot.owner()[0] & OWNER_BYTE != k.parity() {
             return (w, End::Unowned);
         }
-        let [lo, hi] = span.ctrl(w);
-        if !LONG && lo & KEY_MASK[0] == key.lo && hi & hi_mask == key.hi && heads.hold(span, w) {
-            w += 1;
+        let [lo, hi] = slot.ctrl();
+        if lo & KEY_MASK[0] == k.lo() && hi & HI_MASK == k.hi && heads.hold(slot) {
             continue;
         }
-        if lo & KEY_MASK[0] != key.lo || hi & KEY_MASK[1] != key.hi || !heads.hold(span, w) {
-            return (w, End::Other);
+        if let Some(end) = sort::<false>(slot, k, heads, sig) {
+            return (w, end);
         }
-        // Both C bits ask for a completion; one alone does not.
-        if !hi & c_bits == 0 {
-            return (w, End::Signaled((hi >> 24) as u8));
-        }
-        w += 1;
     }
     (to, End::Stretch)
 }
 
-/// [`scan`] from `from` to the span's end, out of line: the loop has the registers to
-/// itself, its invariants in them (about 15 instructions a WQE of two inline headers).
+/// [`scan_near`] from `from` to the span's end, a stretch expected to run on: where it
+/// stopped. Out of line, the loop has the registers to itself, its invariants in them, and
+/// one pointer for the slot and the loop's end (about 14 instructions a WQE of two inline
+/// headers).
 #[inline(never)]
+fn scan_far_at(
+    span: &Span<'_>,
+    from: usize,
+    k: Keys,
+    heads: &impl Heads,
+    sig: &mut Signals,
+) -> (Mark, End) {
+    let (at, end) = span.pass(from, &mut Far { k, heads, sig });
+    (at, end.unwrap_or(End::Stretch))
+}
+
+/// A far scan's look at each slot. A WQE that continues a stretch passes three compares: its
+/// ownership word (acquired) with the owner bit and the opcode, bytes 4-7, and the second
+/// qword with the C bits, then the heads. A signaled WQE of the shape differs from the key by
+/// its C bits alone; any other WQE that fails them is sorted out by [`sort`].
+struct Far<'h, 's, H> {
+    k: Keys,
+    heads: &'h H,
+    sig: &'s mut Signals,
+}
+
+impl<H: Heads> Step for Far<'_, '_, H> {
+    type Out = End;
+
+    #[inline(always)]
+    fn step(&mut self, slot: Slot<'_>) -> Option<End> {
+        let (k, heads) = (self.k, self.heads);
+        if u32::from_le_bytes(slot.owner()) & DW0_MASK == k.dw0 && slot.dword1() == k.dw1 {
+            if slot.ctrl()[1] & HI_MASK == k.hi && heads.hold(slot) {
+                return None;
+            }
+            // Noted from here, not after `sort`'s compares again: one signaled WQE in 32.
+            let hi = slot.ctrl_hi_again();
+            if hi ^ k.hi == C_BITS && heads.hold(slot) {
+                return (!self.sig.record(slot, (hi >> 24) as u8)).then_some(End::Full);
+            }
+        }
+        sort::<true>(slot, k, heads, self.sig)
+    }
+}
+
+/// [`scan_far_at`], as [`scan_near`] answers.
+#[inline(always)]
 pub(super) fn scan_far(
     span: &Span<'_>,
     from: usize,
-    parity: u8,
-    key: Key,
+    k: Keys,
     heads: &impl Heads,
+    sig: &mut Signals,
 ) -> (usize, End) {
-    scan::<true>(span, (from, span.len()), parity, key, heads)
+    let (at, end) = scan_far_at(span, from, k, heads, sig);
+    (span.index(at), end)
+}
+
+/// The slots among `slots` of the span at ring byte `base` (`stride` apart) whose WQE asks for
+/// a completion (both C bits), read checked: what a scan's [`Signals`] are compared against.
+pub(super) fn signaled_ones(
+    ring: &HostMem,
+    base: usize,
+    stride: usize,
+    slots: std::ops::Range<usize>,
+) -> impl Iterator<Item = u32> + '_ {
+    slots.filter_map(move |w| {
+        let c = ring.load_guarded::<DS_SIZE>(base + w * stride)?;
+        (c[11] & CQ_UPDATE_BYTE == CQ_UPDATE_BYTE).then_some(w as u32)
+    })
 }
