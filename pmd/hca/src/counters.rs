@@ -325,14 +325,20 @@ impl MacTally {
     /// One frame, with its bytes.
     #[inline(always)]
     pub(crate) fn frame(&mut self, frame: &[u8]) {
-        if let Some(dst) = frame.get(..6) {
+        self.frame_of(frame, frame.len());
+    }
+
+    /// [`TxMac::frame`] of a frame of `len` bytes that starts with `head`.
+    #[inline(always)]
+    pub(crate) fn frame_of(&mut self, head: &[u8], len: usize) {
+        if let Some(dst) = head.get(..6) {
             if dst == [0xff; 6] {
                 self.broadcast += 1;
             } else if dst[0] & 1 != 0 {
                 self.multicast += 1;
             }
         }
-        self.sizes[size_bucket(frame.len())] += 1;
+        self.sizes[size_bucket(len)] += 1;
     }
 
     /// `n` frames of `len` bytes whose bytes were not looked at.

@@ -538,9 +538,50 @@ impl Producer {
     /// room for it.
     pub(crate) fn push(&mut self, frame: &[u8]) -> bool {
         let len = frame.len();
+        let Some(at) = self.reserve(len) else {
+            return false;
+        };
+        // SAFETY: `[at, at + len)` is the reserved record's frame, inside the data area and
+        // the producer's while it holds the lock; `frame` is a distinct buffer.
+        unsafe { std::ptr::copy_nonoverlapping(frame.as_ptr(), self.ring.data().add(at), len) };
+        self.commit(len);
+        true
+    }
+
+    /// [`Producer::push`] of the frame that is `spans` of `src` (byte offset, length) in
+    /// order, each copied straight into the frame's record; spans outside `src` are empty.
+    #[inline]
+    pub(crate) fn push_spans(&mut self, src: &[u8], spans: &[(u16, u16)]) -> bool {
+        let part = |&(off, len): &(u16, u16)| {
+            let (off, len) = (usize::from(off), usize::from(len));
+            src.get(off..off + len).unwrap_or_default()
+        };
+        let len = spans.iter().map(|s| part(s).len()).sum();
+        let Some(at) = self.reserve(len) else {
+            return false;
+        };
+        let data = self.ring.data();
+        let mut off = 0;
+        for s in spans {
+            let p = part(s);
+            // SAFETY: `[at, at + len)` is the reserved record's frame, inside the data area
+            // and the producer's while it holds the lock; the parts add up to `len`, so
+            // `off + p.len() <= len`; `src` is a distinct buffer.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), data.add(at + off), p.len()) };
+            off += p.len();
+        }
+        self.commit(len);
+        true
+    }
+
+    /// Room for the record of a frame of `len` bytes at the head, its header written; where
+    /// its frame goes in the data area. `None` (and counted as dropped) when the port is
+    /// down or the ring has no room for it.
+    #[inline(always)]
+    fn reserve(&mut self, len: usize) -> Option<usize> {
         if !self.valid || !self.up || len > self.max_frame {
             self.dropped = self.dropped.wrapping_add(1);
-            return false;
+            return None;
         }
         let cap = self.ring.cap;
         let need = record_step(len);
@@ -555,7 +596,7 @@ impl Producer {
             self.valid = positions_ok(self.head, self.tail, cap);
             if !self.valid || self.full(take) {
                 self.dropped = self.dropped.wrapping_add(1);
-                return false;
+                return None;
             }
         }
         let data = self.ring.data();
@@ -568,18 +609,20 @@ impl Producer {
         }
         // SAFETY: `pos + need <= cap` (no wrap needed, or wrapped to 0 with room checked); the
         // region between head and tail + cap is the producer's while it holds the lock.
-        unsafe {
-            let at = data.add(self.pos);
-            at.cast::<u32>().write(len as u32);
-            std::ptr::copy_nonoverlapping(frame.as_ptr(), at.add(REC_HDR), len);
-        }
+        unsafe { data.add(self.pos).cast::<u32>().write(len as u32) };
+        Some(self.pos + REC_HDR)
+    }
+
+    /// Publish, when the lock is let go, the record [`Producer::reserve`] made for `len` bytes.
+    #[inline(always)]
+    fn commit(&mut self, len: usize) {
+        let need = record_step(len);
         self.head = self.head.wrapping_add(need as u64);
         self.pos += need;
-        if self.pos == cap {
+        if self.pos == self.ring.cap {
             self.pos = 0;
         }
         self.pushed = self.pushed.wrapping_add(1);
-        true
     }
 
     /// Whether `take` more bytes, or one more frame, would overfill the ring as the consumer's

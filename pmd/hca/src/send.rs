@@ -114,8 +114,15 @@ pub(crate) fn decode<const KEEP: bool>(
     if !bf_posted {
         shape.learn(&wqe[0], v, mrs.epoch());
         if KEEP {
+            let ctrl = &wqe[0];
+            let offloads = owner_opcode::IIP | owner_opcode::ILP;
+            let csums = mlx4_prm::srcrb::IP_CSUM | mlx4_prm::srcrb::TCP_UDP_CSUM;
+            let plain = vlan_insert(ctrl, false) == Some(0)
+                && be32(ctrl, 0) & offloads == 0
+                && be32(ctrl, 8) & csums == 0;
             let spans = segs.as_slice().iter();
-            shape.learn_spans(spans.map(|s| (s.mr == INLINE).then_some((s.off, s.len))));
+            let spans = spans.map(|s| (s.mr == INLINE).then_some((s.off, s.len)));
+            shape.learn_spans(spans, plain);
         }
     }
     Ok(v)

@@ -109,6 +109,9 @@ pub(crate) struct Shape {
     /// ([`Shape::inline_spans`]); `None` when not known.
     spans: Option<usize>,
     span_list: [(u16, u16); MAX_SPANS],
+    /// The frame is those spans as they stand, its Ethernet header in the first: no VLAN tag
+    /// to insert, no checksum to fill ([`Shape::plain`]).
+    plain: bool,
 }
 
 /// Inline segments a shape remembers the places of; a WQE with more is decoded in full when
@@ -153,6 +156,7 @@ impl Shape {
             words: Words::Heads,
             spans: None,
             span_list: [(0, 0); MAX_SPANS],
+            plain: false,
         }
     }
 
@@ -237,7 +241,12 @@ impl Shape {
     /// the WQE and length, `None` for bytes elsewhere): remember where, if it is all inline.
     /// Each inline segment's length is in its header, which a recall compares, so a WQE
     /// recalled has its frame in the same places.
-    pub(crate) fn learn_spans(&mut self, segs: impl ExactSizeIterator<Item = Option<(u32, u32)>>) {
+    /// `plain`: the control segment asks for no VLAN tag and no checksum.
+    pub(crate) fn learn_spans(
+        &mut self,
+        segs: impl ExactSizeIterator<Item = Option<(u32, u32)>>,
+        plain: bool,
+    ) {
         if self.key.is_none() || segs.len() > MAX_SPANS {
             return;
         }
@@ -253,6 +262,14 @@ impl Shape {
             n += 1;
         }
         self.spans = Some(n);
+        self.plain = plain && n != 0 && usize::from(self.span_list[0].1) >= 14;
+    }
+
+    /// Whether the frame of a WQE of the remembered shape is its inline spans as they stand
+    /// ([`Shape::inline_spans`]), its Ethernet header in the first.
+    #[inline(always)]
+    pub(crate) fn plain(&self) -> bool {
+        self.spans.is_some() && self.plain
     }
 
     /// Where the frame of a WQE of the remembered shape lies in it (byte offset, length), if

@@ -39,7 +39,7 @@ use crate::counters::Counters;
 use crate::types::{QueueState, Verdict, MAX_FRAME};
 
 pub(crate) use bf::Bf;
-use out::{push_send_cqe, transmit, tx_cqe, Out, Tally};
+use out::{push_send_cqe, transmit, transmit_inline, tx_cqe, Out, Tally};
 
 /// The C field (completion requested) of `srcrb_flags`, in its last byte.
 const CQ_UPDATE_BYTE: u8 = srcrb::CQ_UPDATE as u8;
@@ -469,7 +469,12 @@ impl Sq {
                         t.fetch_bytes += u64::from(hit.wqe_bytes);
                     }
                     if hit.verdict.frames > 0 {
-                        transmit(hit.verdict, bf_posted, &out, &mut t, cx);
+                        let plain = self.shape.plain().then(|| self.shape.inline_spans());
+                        if let (true, Some(Some(spans))) = (out.bytes, plain) {
+                            transmit_inline(hit.verdict, spans, bf_posted, &out, &mut t, cx);
+                        } else {
+                            transmit(hit.verdict, bf_posted, &out, &mut t, cx);
+                        }
                     }
                     if hit.signaled {
                         let op = cqe_owner::SEND | hit.opcode;

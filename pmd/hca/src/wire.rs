@@ -370,6 +370,28 @@ impl WirePort {
         }
     }
 
+    /// [`WirePort::transmit`] of the frame that is `spans` of `src` (byte offset, length),
+    /// copied straight into the receiving port's buffer or the cable; `None` where the wire
+    /// takes frames whole (pcap, TAP, a sink, the null wire), for the caller to assemble.
+    pub(crate) fn transmit_spans(
+        &mut self,
+        own: &RxPort,
+        src: &[u8],
+        spans: &[(u16, u16)],
+    ) -> Option<TxOutcome> {
+        if !matches!(self.link, Link::Loop | Link::Peer { .. } | Link::Cable(_)) {
+            return None;
+        }
+        Some(match self.batch_into(own) {
+            Some(p) => {
+                // Refused frames are the receiving side's drops, counted there.
+                p.push_spans(src, spans);
+                TxOutcome::Sent
+            }
+            None => TxOutcome::Dropped,
+        })
+    }
+
     /// Bring frames from the outside world into the port's receive buffer (TAP only); returns
     /// how many arrived.
     pub(crate) fn poll_rx(&mut self, own: &RxPort, budget: usize) -> usize {

@@ -121,6 +121,40 @@ pub(super) fn transmit(v: Verdict, bf_posted: bool, out: &Out, t: &mut Tally, cx
     }
 }
 
+/// [`transmit`] of a recalled WQE of a [`Shape::plain`](crate::shape::Shape::plain) shape,
+/// fetched into `scratch`: its frame is `spans` of it (its inline segments as they stand),
+/// copied from the WQE straight into the receiving ring where the wire has one, not
+/// assembled first.
+#[inline(always)]
+pub(super) fn transmit_inline(
+    v: Verdict,
+    spans: &[(u16, u16)],
+    bf_posted: bool,
+    out: &Out,
+    t: &mut Tally,
+    cx: &mut TxCtx<'_>,
+) {
+    if !out.link_up || !out.bytes {
+        return transmit(v, bf_posted, out, t, cx);
+    }
+    let flat = cx.scratch.wqe.as_flattened();
+    t.dma += u64::from(v.dma);
+    match cx.wire.transmit_spans(cx.port, flat, spans) {
+        Some(TxOutcome::Sent) => {
+            // A plain shape's first span holds the Ethernet header.
+            let head = spans.first().map_or(&[][..], |&(off, len)| {
+                let (off, len) = (usize::from(off), usize::from(len));
+                flat.get(off..off + len).unwrap_or_default()
+            });
+            t.frames += 1;
+            t.bytes += u64::from(v.len);
+            t.mac.frame_of(head, v.len as usize);
+        }
+        Some(TxOutcome::Dropped) => t.drops += 1,
+        None => put_on_wire(bf_posted, t, cx),
+    }
+}
+
 /// Assemble the frame(s) of the WQE in `scratch` and hand them to the wire.
 fn put_on_wire(bf_posted: bool, t: &mut Tally, cx: &mut TxCtx<'_>) {
     let s = &mut *cx.scratch;
