@@ -548,27 +548,26 @@ impl Producer {
         true
     }
 
-    /// [`Producer::push`] of the frame that is `spans` of `src` (byte offset, length) in
-    /// order, each copied straight into the frame's record; spans outside `src` are empty.
+    /// [`Producer::push`] of the `len`-byte frame that is `spans` of `src` (byte offset,
+    /// length) in order, each copied straight into the frame's record. A span outside `src`,
+    /// or past `len` bytes, is not copied (the caller's spans lie inside and add up to `len`).
     #[inline]
-    pub(crate) fn push_spans(&mut self, src: &[u8], spans: &[(u16, u16)]) -> bool {
-        let part = |&(off, len): &(u16, u16)| {
-            let (off, len) = (usize::from(off), usize::from(len));
-            src.get(off..off + len).unwrap_or_default()
-        };
-        let len = spans.iter().map(|s| part(s).len()).sum();
+    pub(crate) fn push_spans(&mut self, src: &[u8], spans: &[(u16, u16)], len: usize) -> bool {
         let Some(at) = self.reserve(len) else {
             return false;
         };
         let data = self.ring.data();
         let mut off = 0;
-        for s in spans {
-            let p = part(s);
+        for &(from, n) in spans {
+            let (from, n) = (usize::from(from), usize::from(n));
+            let Some(p) = src.get(from..from + n).filter(|_| n <= len - off) else {
+                continue;
+            };
             // SAFETY: `[at, at + len)` is the reserved record's frame, inside the data area
-            // and the producer's while it holds the lock; the parts add up to `len`, so
-            // `off + p.len() <= len`; `src` is a distinct buffer.
-            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), data.add(at + off), p.len()) };
-            off += p.len();
+            // and the producer's while it holds the lock; `off + n <= len`; `src` is a
+            // distinct buffer.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), data.add(at + off), n) };
+            off += n;
         }
         self.commit(len);
         true

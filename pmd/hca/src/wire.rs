@@ -326,23 +326,30 @@ impl WirePort {
     }
 
     /// The receive buffer this batch delivers into, locked at the first frame.
+    #[inline(always)]
     fn batch_into(&mut self, own: &RxPort) -> Option<&mut Producer> {
         if self.batch.is_none() {
-            self.batch = match &mut self.link {
-                Link::Loop => Some((own.inbox.producer(), None)),
-                Link::Peer { name, target } => {
-                    let port = target.as_ref().and_then(Weak::upgrade).or_else(|| {
-                        *target = lookup(name);
-                        target.as_ref().and_then(Weak::upgrade)
-                    })?;
-                    let held = port.enter()?;
-                    Some((held.inbox.producer(), Some(held)))
-                }
-                Link::Cable(c) => Some((c.tx.producer(), None)),
-                _ => None,
-            };
+            self.open_batch(own);
         }
         self.batch.as_mut().map(|(p, _)| p)
+    }
+
+    /// Lock the receive buffer a batch delivers into, at its first frame.
+    #[cold]
+    fn open_batch(&mut self, own: &RxPort) {
+        self.batch = match &mut self.link {
+            Link::Loop => Some((own.inbox.producer(), None)),
+            Link::Peer { name, target } => {
+                let port = target.as_ref().and_then(Weak::upgrade).or_else(|| {
+                    *target = lookup(name);
+                    target.as_ref().and_then(Weak::upgrade)
+                });
+                port.and_then(|p| p.enter())
+                    .map(|held| (held.inbox.producer(), Some(held)))
+            }
+            Link::Cable(c) => Some((c.tx.producer(), None)),
+            _ => None,
+        };
     }
 
     pub(crate) fn transmit(&mut self, own: &RxPort, frame: &[u8]) -> TxOutcome {
@@ -370,14 +377,16 @@ impl WirePort {
         }
     }
 
-    /// [`WirePort::transmit`] of the frame that is `spans` of `src` (byte offset, length),
-    /// copied straight into the receiving port's buffer or the cable; `None` where the wire
-    /// takes frames whole (pcap, TAP, a sink, the null wire), for the caller to assemble.
+    /// [`WirePort::transmit`] of the `len`-byte frame that is `spans` of `src` (byte offset,
+    /// length), copied straight into the receiving port's buffer or the cable; `None` where
+    /// the wire takes frames whole (pcap, TAP, a sink, the null wire), for the caller to
+    /// assemble.
     pub(crate) fn transmit_spans(
         &mut self,
         own: &RxPort,
         src: &[u8],
         spans: &[(u16, u16)],
+        len: usize,
     ) -> Option<TxOutcome> {
         if !matches!(self.link, Link::Loop | Link::Peer { .. } | Link::Cable(_)) {
             return None;
@@ -385,7 +394,7 @@ impl WirePort {
         Some(match self.batch_into(own) {
             Some(p) => {
                 // Refused frames are the receiving side's drops, counted there.
-                p.push_spans(src, spans);
+                p.push_spans(src, spans, len);
                 TxOutcome::Sent
             }
             None => TxOutcome::Dropped,

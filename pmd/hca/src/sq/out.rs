@@ -139,7 +139,7 @@ pub(super) fn transmit_inline(
     }
     let flat = cx.scratch.wqe.as_flattened();
     t.dma += u64::from(v.dma);
-    match cx.wire.transmit_spans(cx.port, flat, spans) {
+    match cx.wire.transmit_spans(cx.port, flat, spans, v.len as usize) {
         Some(TxOutcome::Sent) => {
             // A plain shape's first span holds the Ethernet header.
             let head = spans.first().map_or(&[][..], |&(off, len)| {
