@@ -4,6 +4,33 @@
 
 use super::*;
 
+/// [`TxQueue::post_one`]'s way of ringing, as a const parameter (an enum cannot be one): the
+/// doorbell, BlueFlame by one copy routine ([`ring_bf`]), or whatever the queue has
+/// (`RING_ANY`, for a burst whose end is any burst's).
+pub(super) const RING_DB: u8 = 0;
+pub(super) const RING_ANY: u8 = 5;
+
+/// The way of ringing by BlueFlame with copy routine `c`.
+pub(super) const fn ring_bf(c: Copy64) -> u8 {
+    match c {
+        Copy64::Movdir64b => 1,
+        Copy64::Avx512 => 2,
+        Copy64::Sse => 3,
+        Copy64::Qwords => 4,
+    }
+}
+
+/// The copy routine of a way of ringing by BlueFlame.
+const fn bf_copy(ring: u8) -> Option<Copy64> {
+    match ring {
+        1 => Some(Copy64::Movdir64b),
+        2 => Some(Copy64::Avx512),
+        3 => Some(Copy64::Sse),
+        4 => Some(Copy64::Qwords),
+        _ => None,
+    }
+}
+
 impl<B: TxBuf> TxQueue<B> {
     /// A burst of one packet, what a latency-bound application sends: a plain packet that
     /// fits a straight-line inline WQE before the ring's end is written in place, without
@@ -11,14 +38,18 @@ impl<B: TxBuf> TxQueue<B> {
     /// tally), which a burst of one pays in full for nothing; the end of the burst is the
     /// same. Anything else is a burst like any other ([`TxQueue::post`]).
     ///
-    /// `BF`: the queue has a BF register. Chosen by the caller, so that the doorbell path's
-    /// copy holds no BlueFlame code, whose registers it would save and restore on every call.
+    /// `RING`: how the queue rings (`RING_DB`, [`ring_bf`]), chosen at setup
+    /// ([`TxQueue::one`]), so that the doorbell path's copy holds no BlueFlame code, whose
+    /// registers it would save and restore on every call, and BlueFlame's no dispatch on the
+    /// copy routine.
     #[inline(never)]
-    pub(super) fn post_one<const AVOID: bool, const BF: bool>(
+    pub(super) fn post_one<const AVOID: bool, const RING: u8>(
         &mut self,
         pkt: &B,
         room: u32,
     ) -> usize {
+        const { assert!(!AVOID || RING == RING_ANY) };
+        let bf = bf_copy(RING);
         let pkts = std::slice::from_ref(pkt);
         let Some(data) = pkt.plain() else {
             return self.post::<AVOID>(pkts, room);
@@ -44,7 +75,7 @@ impl<B: TxBuf> TxQueue<B> {
         // so that only its address and owner word live across the copy, in registers the call
         // need not save (113.1 -> 107.2 instructions). The BlueFlame path, whose copy needs
         // more of them, keeps the first order (it measured 0.9 more the other way).
-        let late = !AVOID && !BF;
+        let late = !AVOID && bf.is_none();
         if !late {
             self.write_one(start, data);
         }
@@ -74,10 +105,10 @@ impl<B: TxBuf> TxQueue<B> {
         if late {
             self.write_one(start, data);
         }
-        if BF {
+        if bf.is_some() {
             // The control segment's size word is the one just written: no read of the ring,
             // and a plain WQE has no VLAN tag to keep it off BlueFlame.
-            self.ring_for_with::<true>(last, wqe::plain_inline_dword1(len));
+            self.ring_for_with::<true>(last, wqe::plain_inline_dword1(len), bf);
         } else {
             self.ring_doorbell(last);
         }
@@ -295,18 +326,30 @@ impl<B: TxBuf> TxQueue<B> {
     /// is live and the WQE fits a half, else the doorbell.
     #[inline(always)]
     pub(super) fn ring_for(&mut self, last: LastWqe) {
-        self.ring_for_with::<false>(last, 0);
+        self.ring_for_with::<false>(last, 0, None);
     }
 
     /// [`TxQueue::ring_for`]. `PLAIN`: the WQE is a straight-line one, which carries no VLAN
     /// tag, and bytes 4-7 of its control segment, as stored, are `plain_dword1_be`, so the
-    /// ring is not read back for them.
+    /// ring is not read back for them. `copy`: the register's copy routine, if the caller
+    /// knows it.
     #[inline(always)]
-    fn ring_for_with<const PLAIN: bool>(&mut self, last: LastWqe, plain_dword1_be: u32) {
+    fn ring_for_with<const PLAIN: bool>(
+        &mut self,
+        last: LastWqe,
+        plain_dword1_be: u32,
+        copy: Option<Copy64>,
+    ) {
         let p = &mut self.prod;
         let word = u32::from_be(last.send_be);
         let hw = &mut self.hw;
-        if let Some(half) = hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
+        // A caller that knows the copy routine takes BlueFlame only with it (a queue keeps
+        // its routine, so the doorbell is never taken for that), in one compare.
+        let bf = hw
+            .bf
+            .as_mut()
+            .filter(|bf| copy.is_none_or(|c| bf.copy() == c));
+        if let Some(half) = bf.and_then(|bf| bf.reserve(last.txbbs)) {
             // As stored (big-endian), so that neither it nor the head is swapped.
             let dword1_be = if PLAIN {
                 plain_dword1_be
@@ -322,7 +365,11 @@ impl<B: TxBuf> TxQueue<B> {
                 head[..4].copy_from_slice(&word.to_be_bytes());
                 let size_be = dword1_be & 0xff_u32.to_be();
                 head[4..].copy_from_slice(&(hw.bf_qpn_be | size_be).to_ne_bytes());
-                half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
+                let wqe = hw.sq.publish_blocks(last.start, last.txbbs, word);
+                match copy {
+                    Some(how) => half.write_as(how, head, wqe),
+                    None => half.write(head, wqe),
+                }
                 p.stats.bf_writes += 1;
                 return;
             }
