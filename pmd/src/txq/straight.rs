@@ -49,24 +49,47 @@ impl<B: TxBuf> TxQueue<B> {
         room: u32,
     ) -> usize {
         const { assert!(!AVOID || RING == RING_ANY) };
-        let bf = bf_copy(RING);
         let pkts = std::slice::from_ref(pkt);
         let Some(data) = pkt.plain() else {
             return self.post::<AVOID>(pkts, room);
         };
+        // Every frame of 45 bytes or more (every Ethernet frame) takes two TXBBs: from here on
+        // the size is a constant, and the length's class is not tested again.
+        if data.len() > wqe::FIRST_CHUNK {
+            return self.post_one_of::<AVOID, RING, 2>(pkt, data, room);
+        }
+        std::hint::cold_path();
+        self.post_one_of::<AVOID, RING, 1>(pkt, data, room)
+    }
+
+    /// [`TxQueue::post_one`] for a packet of the length class of `T` TXBBs (`data`, its bytes,
+    /// more than `FIRST_CHUNK` for two).
+    #[inline(always)]
+    fn post_one_of<const AVOID: bool, const RING: u8, const T: u32>(
+        &mut self,
+        pkt: &B,
+        data: &[u8],
+        room: u32,
+    ) -> usize {
+        let bf = bf_copy(RING);
+        let pkts = std::slice::from_ref(pkt);
         let len = data.len();
         let start = self.prod.prod;
-        let txbbs = wqe::plain_inline_txbbs(len);
-        // Two TXBBs before the ring's end whatever the class: the writers' own bound checks
-        // then fold away (a one-TXBB WQE in the last slot is rare, and `post` takes it).
+        // The class's lower bound is the caller's: only one of two TXBBs can be empty.
+        let too_long = if T == 2 {
+            len > self.plain_inline_max
+        } else {
+            len.wrapping_sub(1) >= self.plain_inline_max
+        };
+        // Before the ring's end: the writer's own bound check then folds away.
         let cnt = self.hw.sq.txbb_cnt();
         let slot = start & (cnt - 1);
-        if len.wrapping_sub(1) >= self.plain_inline_max || txbbs > room || slot + 2 > cnt {
+        if too_long || T > room || slot + T > cnt {
             return self.post::<AVOID>(pkts, room);
         }
-        // SAFETY: 1 <= len <= plain_inline_max <= PLAIN_INLINE_MAX, from the compare above and
-        // the clamp at setup; the hint tells the compiler the second chunk's size, in place of
-        // a compare.
+        // SAFETY: 1 <= len <= plain_inline_max <= PLAIN_INLINE_MAX, from the compares above
+        // and the clamp at setup; the hint tells the compiler the second chunk's size, in
+        // place of a compare.
         #[allow(unsafe_code)]
         unsafe {
             std::hint::assert_unchecked(len <= wqe::PLAIN_INLINE_MAX)
@@ -77,7 +100,7 @@ impl<B: TxBuf> TxQueue<B> {
         // more of them, keeps the first order (it measured 0.9 more the other way).
         let late = !AVOID && bf.is_none();
         if !late {
-            self.write_one(start, data);
+            self.write_one::<T>(start, data);
         }
         if AVOID {
             // Every burst decides a doorbell skip and most ask for a completion: the end of
@@ -87,25 +110,25 @@ impl<B: TxBuf> TxQueue<B> {
         // The end of the burst, `end_burst`'s for one WQE that asks for no completion and
         // decides no doorbell skip, in place; the others go out of line.
         let p = &mut self.prod;
-        let (since, since_txbbs) = (p.since_comp + 1, p.txbbs_since_comp + txbbs);
+        let (since, since_txbbs) = (p.since_comp + 1, p.txbbs_since_comp + T);
         if since >= self.comp_every || since_txbbs >= self.comp_txbbs {
             if late {
-                self.write_one(start, data);
+                self.write_one::<T>(start, data);
             }
             return self.end_one::<AVOID>(pkts, len);
         }
         (p.since_comp, p.txbbs_since_comp) = (since, since_txbbs);
-        p.prod = start.wrapping_add(txbbs);
+        p.prod = start.wrapping_add(T);
         p.stats.bytes += len as u64;
         let last = LastWqe {
             start,
-            txbbs,
+            txbbs: T,
             send_be: self.hw.sq.owner_word(start, opcode::SEND).to_be(),
         };
         if late {
-            self.write_one(start, data);
-        }
-        if bf.is_some() {
+            self.write_one_published::<T>(start, data, u32::from_be(last.send_be));
+            self.ring_published();
+        } else if bf.is_some() {
             // The control segment's size word is the one just written: no read of the ring,
             // and a plain WQE has no VLAN tag to keep it off BlueFlame.
             self.ring_for_with::<true>(last, wqe::plain_inline_dword1(len), bf);
@@ -117,11 +140,26 @@ impl<B: TxBuf> TxQueue<B> {
         1
     }
 
-    /// [`TxQueue::post_one`]'s WQE: `data` (1..=`PLAIN_INLINE_MAX` bytes) inline at `start`,
-    /// which has two TXBBs before the ring's end.
+    /// [`TxQueue::write_one`], then the WQE published with `owner` (host order) through its
+    /// writer.
     #[inline(always)]
-    fn write_one(&mut self, start: u32, data: &[u8]) {
-        if data.len() <= wqe::FIRST_CHUNK {
+    fn write_one_published<const T: u32>(&mut self, start: u32, data: &[u8], owner: u32) {
+        if T == 1 {
+            let mut w = self.hw.sq.wqe_fixed::<1>(start);
+            wqe::write_plain_inline1(&mut w, data);
+            w.publish(owner);
+        } else {
+            let mut w = self.hw.sq.wqe_fixed::<2>(start);
+            wqe::write_plain_inline2(&mut w, data);
+            w.publish(owner);
+        }
+    }
+
+    /// [`TxQueue::post_one`]'s WQE of `T` TXBBs: `data` (of that class) inline at `start`,
+    /// which has `T` TXBBs before the ring's end.
+    #[inline(always)]
+    fn write_one<const T: u32>(&mut self, start: u32, data: &[u8]) {
+        if T == 1 {
             wqe::write_plain_inline1(&mut self.hw.sq.wqe_fixed::<1>(start), data);
         } else {
             wqe::write_plain_inline2(&mut self.hw.sq.wqe_fixed::<2>(start), data);
@@ -377,6 +415,14 @@ impl<B: TxBuf> TxQueue<B> {
         hw.sq.publish(last.start, word);
         hw.doorbell.ring();
         p.stats.doorbells += 1;
+    }
+
+    /// [`TxQueue::ring_doorbell`] for a WQE published already.
+    #[inline(always)]
+    fn ring_published(&mut self) {
+        debug_assert!(self.hw.bf.is_none());
+        self.hw.doorbell.ring();
+        self.prod.stats.doorbells += 1;
     }
 
     /// [`TxQueue::ring_for`] on a queue without a BF register.
