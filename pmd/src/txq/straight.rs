@@ -49,9 +49,8 @@ impl<B: TxBuf> TxQueue<B> {
         room: u32,
     ) -> usize {
         const { assert!(!AVOID || RING == RING_ANY) };
-        let pkts = std::slice::from_ref(pkt);
         let Some(data) = pkt.plain() else {
-            return self.post::<AVOID>(pkts, room);
+            return self.post_other::<AVOID>(pkt, room);
         };
         // Every frame of 45 bytes or more (every Ethernet frame) takes two TXBBs: from here on
         // the size is a constant, and the length's class is not tested again.
@@ -60,6 +59,14 @@ impl<B: TxBuf> TxQueue<B> {
         }
         std::hint::cold_path();
         self.post_one_of::<AVOID, RING, 1>(pkt, data, room)
+    }
+
+    /// [`TxQueue::post_one`]'s way out to [`TxQueue::post`], for a packet it does not take:
+    /// a jump with `post_one`'s own arguments, which then stay where they came.
+    #[cold]
+    #[inline(never)]
+    fn post_other<const AVOID: bool>(&mut self, pkt: &B, room: u32) -> usize {
+        self.post::<AVOID>(std::slice::from_ref(pkt), room)
     }
 
     /// [`TxQueue::post_one`] for a packet of the length class of `T` TXBBs (`data`, its bytes,
@@ -85,7 +92,7 @@ impl<B: TxBuf> TxQueue<B> {
         let cnt = self.hw.sq.txbb_cnt();
         let slot = start & (cnt - 1);
         if too_long || T > room || slot + T > cnt {
-            return self.post::<AVOID>(pkts, room);
+            return self.post_other::<AVOID>(pkt, room);
         }
         // SAFETY: 1 <= len <= plain_inline_max <= PLAIN_INLINE_MAX, from the compares above
         // and the clamp at setup; the hint tells the compiler the second chunk's size, in
