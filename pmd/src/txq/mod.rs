@@ -319,7 +319,8 @@ pub struct TxQueue<B: TxBuf> {
     one: PostOne<B>,
 }
 
-/// [`TxQueue::post_one`] as the front calls it: the packet and the room.
+/// [`TxQueue::post_one`] as the front calls it: the packet and the room less one, which the
+/// front has (its sign said there is room).
 type PostOne<B> = fn(&mut TxQueue<B>, &B, u32) -> usize;
 
 /// Largest WQE we build: 63 DS in 16 TXBBs.
@@ -660,7 +661,7 @@ impl<B: TxBuf> TxQueue<B> {
     fn post_any<const AVOID: bool>(&mut self, pkts: &[B], room: u32) -> usize {
         match pkts {
             [pkt] if AVOID => self.post_one::<true, RING_ANY>(pkt, room),
-            [pkt] => (self.one)(self, pkt, room),
+            [pkt] => (self.one)(self, pkt, room - 1),
             _ => self.post::<AVOID>(pkts, room),
         }
     }

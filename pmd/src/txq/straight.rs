@@ -42,30 +42,34 @@ impl<B: TxBuf> TxQueue<B> {
     /// ([`TxQueue::one`]), so that the doorbell path's copy holds no BlueFlame code, whose
     /// registers it would save and restore on every call, and BlueFlame's no dispatch on the
     /// copy routine.
+    ///
+    /// `room_arg`: the room, less one without `AVOID`: the front has that figure (its sign
+    /// said there is room), the detour that avoidance takes has the room.
     #[inline(never)]
     pub(super) fn post_one<const AVOID: bool, const RING: u8>(
         &mut self,
         pkt: &B,
-        room: u32,
+        room_arg: u32,
     ) -> usize {
         const { assert!(!AVOID || RING == RING_ANY) };
         let Some(data) = pkt.plain() else {
-            return self.post_other::<AVOID>(pkt, room);
+            return self.post_other::<AVOID>(pkt, room_arg);
         };
         // Every frame of 45 bytes or more (every Ethernet frame) takes two TXBBs: from here on
         // the size is a constant, and the length's class is not tested again.
         if data.len() > wqe::FIRST_CHUNK {
-            return self.post_one_of::<AVOID, RING, 2>(pkt, data, room);
+            return self.post_one_of::<AVOID, RING, 2>(pkt, data, room_arg);
         }
         std::hint::cold_path();
-        self.post_one_of::<AVOID, RING, 1>(pkt, data, room)
+        self.post_one_of::<AVOID, RING, 1>(pkt, data, room_arg)
     }
 
     /// [`TxQueue::post_one`]'s way out to [`TxQueue::post`], for a packet it does not take:
     /// a jump with `post_one`'s own arguments, which then stay where they came.
     #[cold]
     #[inline(never)]
-    fn post_other<const AVOID: bool>(&mut self, pkt: &B, room: u32) -> usize {
+    fn post_other<const AVOID: bool>(&mut self, pkt: &B, room_arg: u32) -> usize {
+        let room = if AVOID { room_arg } else { room_arg + 1 };
         self.post::<AVOID>(std::slice::from_ref(pkt), room)
     }
 
@@ -76,7 +80,7 @@ impl<B: TxBuf> TxQueue<B> {
         &mut self,
         pkt: &B,
         data: &[u8],
-        room: u32,
+        room_arg: u32,
     ) -> usize {
         let bf = bf_copy(RING);
         let pkts = std::slice::from_ref(pkt);
@@ -91,8 +95,13 @@ impl<B: TxBuf> TxQueue<B> {
         // Before the ring's end: the writer's own bound check then folds away.
         let cnt = self.hw.sq.txbb_cnt();
         let slot = start & (cnt - 1);
-        if too_long || T > room || slot + T > cnt {
-            return self.post_other::<AVOID>(pkt, room);
+        let no_room = if AVOID {
+            T > room_arg
+        } else {
+            T - 1 > room_arg
+        };
+        if too_long || no_room || slot + T > cnt {
+            return self.post_other::<AVOID>(pkt, room_arg);
         }
         // SAFETY: 1 <= len <= plain_inline_max <= PLAIN_INLINE_MAX, from the compares above
         // and the clamp at setup; the hint tells the compiler the second chunk's size, in
