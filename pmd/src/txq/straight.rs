@@ -166,7 +166,9 @@ impl<B: TxBuf> TxQueue<B> {
             w.publish(owner);
         } else {
             let mut w = self.hw.sq.wqe_fixed::<2>(start);
-            wqe::write_plain_inline2(&mut w, data);
+            // The short class's writer (every minimum-size frame) copies the second chunk
+            // with both moves addressed from the WQE and the packet, no pointer derived.
+            wqe::write_plain_inline2_short(&mut w, data);
             w.publish(owner);
         }
     }
@@ -178,6 +180,7 @@ impl<B: TxBuf> TxQueue<B> {
         if T == 1 {
             wqe::write_plain_inline1(&mut self.hw.sq.wqe_fixed::<1>(start), data);
         } else {
+            // Not the short class's writer here: the BlueFlame copy then measured 4.0 more.
             wqe::write_plain_inline2(&mut self.hw.sq.wqe_fixed::<2>(start), data);
         }
     }
