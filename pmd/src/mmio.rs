@@ -333,23 +333,37 @@ impl BfHalf<'_> {
     /// reserved.
     #[inline(always)]
     pub fn write(self, head: [u8; 8], wqe: &[Txbb]) {
+        // One dispatch on the routine for the whole WQE: each arm is its own straight copy.
+        match self.reg.copy {
+            Copy64::Movdir64b => self.write_by(Copy64::Movdir64b, head, wqe),
+            Copy64::Avx512 => self.write_by(Copy64::Avx512, head, wqe),
+            Copy64::Sse => self.write_by(Copy64::Sse, head, wqe),
+            Copy64::Qwords => self.write_by(Copy64::Qwords, head, wqe),
+        }
+    }
+
+    /// [`BfHalf::write`] by `how`, the register's routine ([`BfReg::copy`]), for a caller
+    /// that chose its code for that routine ahead (a constant there): no dispatch.
+    /// Panics if it is not the register's.
+    #[inline(always)]
+    pub fn write_as(self, how: Copy64, head: [u8; 8], wqe: &[Txbb]) {
+        assert!(how == self.reg.copy, "not the register's copy routine");
+        self.write_by(how, head, wqe)
+    }
+
+    /// The copy by `how`, which is the register's routine (`self.reg.copy`, which the CPU runs).
+    #[inline(always)]
+    fn write_by(self, how: Copy64, head: [u8; 8], wqe: &[Txbb]) {
         assert_eq!(wqe.len(), self.txbbs as usize);
+        debug_assert_eq!(how, self.reg.copy);
         let BfHalf { reg, .. } = self;
         io_wmb();
         let dst = reg.base.wrapping_add(reg.offset);
-        // One dispatch on the routine for the whole WQE: each arm is its own straight copy.
         // SAFETY: every block lands inside the current half (`reserve` checked that the
         // reserved size fits it, and `wqe` is that size, at least one block; `new`'s contract
-        // makes both halves ours and 64-byte aligned, and the CPU runs `reg.copy`); every
-        // source block is a 64-byte aligned `Txbb`.
-        unsafe {
-            match reg.copy {
-                Copy64::Movdir64b => copy_wqe(Copy64::Movdir64b, dst, head, wqe),
-                Copy64::Avx512 => copy_wqe(Copy64::Avx512, dst, head, wqe),
-                Copy64::Sse => copy_wqe(Copy64::Sse, dst, head, wqe),
-                Copy64::Qwords => copy_wqe(Copy64::Qwords, dst, head, wqe),
-            }
-        }
+        // makes both halves ours and 64-byte aligned, and the CPU runs `reg.copy`, which is
+        // `how`); every source block is a 64-byte aligned `Txbb`.
+        unsafe { copy_wqe(how, dst, head, wqe) }
         wmb();
         reg.offset ^= reg.half;
     }

@@ -75,6 +75,16 @@ impl<const TXBBS: usize> WqeMut<'_, TXBBS> {
         unsafe { p.cast::<[u8; 8]>().write_unaligned(rest) };
     }
 
+    /// Hands the WQE to the device: as [`crate::ring::SqRing::publish`], through the writer
+    /// that made it, whose address the caller holds already (the ring's is not derived again
+    /// behind the writer's barriers).
+    #[inline(always)]
+    pub fn publish(self, owner_opcode: u32) {
+        // SAFETY: dword 0 of the WQE's first TXBB: 4-byte aligned, reached only atomically.
+        unsafe { AtomicU32::from_ptr(self.base.cast()) }
+            .store(owner_opcode.to_be(), Ordering::Release);
+    }
+
     /// Bytes 4-7 of the control segment (VLAN fields and size), as stored: the word the
     /// device reads beside the owner word, stored atomically.
     #[inline(always)]

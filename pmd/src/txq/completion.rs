@@ -155,6 +155,8 @@ impl<B: TxBuf> TxQueue<B> {
         // Read from the old ring before it goes.
         self.count_lost();
         destroy_hw(dev, std::mem::replace(&mut self.hw, fresh));
+        // The new queue's registers may not be the old one's.
+        self.one = Self::one_for(&self.hw);
         self.restart_counters();
         Ok(())
     }

@@ -313,7 +313,15 @@ pub struct TxQueue<B: TxBuf> {
     /// Data segments of the packet being posted on the general path.
     segs: [(u64, u32, u32); MAX_GATHER_SEGS],
     recovery: Recovery,
+    /// The burst of one's poster for the way this queue rings ([`TxQueue::post_one`]), picked
+    /// with the registers: the front jumps to it, in place of testing for a BF register, and
+    /// the copy routine needs no dispatch.
+    one: PostOne<B>,
 }
+
+/// [`TxQueue::post_one`] as the front calls it: the packet and the room less one, which the
+/// front has (its sign said there is room).
+type PostOne<B> = fn(&mut TxQueue<B>, &B, u32) -> usize;
 
 /// Largest WQE we build: 63 DS in 16 TXBBs.
 const MAX_WQE_TXBBS: u32 = 16;
@@ -365,6 +373,7 @@ impl<B: TxBuf> TxQueue<B> {
         let elts = BufRing::new(elts_n, src).ok_or_else(nomem)?;
         let marks = DmaArray::new(marks_n as usize, CompMark::default(), src).ok_or_else(nomem)?;
         let hw = create_hw(dev, txbb_cnt, marks_n, &cfg)?;
+        let one = Self::one_for(&hw);
         Ok(TxQueue {
             prod: Producer {
                 lkeys,
@@ -390,6 +399,7 @@ impl<B: TxBuf> TxQueue<B> {
             done: BufBatch::default(),
             segs: [(0, 0, 0); MAX_GATHER_SEGS],
             recovery: Recovery::default(),
+            one,
         })
     }
 
@@ -645,13 +655,25 @@ impl<B: TxBuf> TxQueue<B> {
     }
 
     /// A burst of one packet goes its own way: see [`TxQueue::post_one`]. `AVOID`: doorbell
-    /// avoidance is on, and the burst's end decides it.
+    /// avoidance is on, and the burst's end decides it: that end is any burst's, which tests
+    /// the register itself, so one poster serves every queue.
     #[inline(always)]
     fn post_any<const AVOID: bool>(&mut self, pkts: &[B], room: u32) -> usize {
         match pkts {
-            [pkt] if self.hw.bf.is_some() => self.post_one::<AVOID, true>(pkt, room),
-            [pkt] => self.post_one::<AVOID, false>(pkt, room),
+            [pkt] if AVOID => self.post_one::<true, RING_ANY>(pkt, room),
+            [pkt] => (self.one)(self, pkt, room - 1),
             _ => self.post::<AVOID>(pkts, room),
+        }
+    }
+
+    /// The burst of one's poster for the registers of `hw` ([`TxQueue::one`]).
+    fn one_for(hw: &HwQueue) -> PostOne<B> {
+        match hw.bf.as_ref().map(BfReg::copy) {
+            None => Self::post_one::<false, RING_DB>,
+            Some(Copy64::Movdir64b) => Self::post_one::<false, { ring_bf(Copy64::Movdir64b) }>,
+            Some(Copy64::Avx512) => Self::post_one::<false, { ring_bf(Copy64::Avx512) }>,
+            Some(Copy64::Sse) => Self::post_one::<false, { ring_bf(Copy64::Sse) }>,
+            Some(Copy64::Qwords) => Self::post_one::<false, { ring_bf(Copy64::Qwords) }>,
         }
     }
 

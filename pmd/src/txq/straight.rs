@@ -4,6 +4,33 @@
 
 use super::*;
 
+/// [`TxQueue::post_one`]'s way of ringing, as a const parameter (an enum cannot be one): the
+/// doorbell, BlueFlame by one copy routine ([`ring_bf`]), or whatever the queue has
+/// (`RING_ANY`, for a burst whose end is any burst's).
+pub(super) const RING_DB: u8 = 0;
+pub(super) const RING_ANY: u8 = 5;
+
+/// The way of ringing by BlueFlame with copy routine `c`.
+pub(super) const fn ring_bf(c: Copy64) -> u8 {
+    match c {
+        Copy64::Movdir64b => 1,
+        Copy64::Avx512 => 2,
+        Copy64::Sse => 3,
+        Copy64::Qwords => 4,
+    }
+}
+
+/// The copy routine of a way of ringing by BlueFlame.
+const fn bf_copy(ring: u8) -> Option<Copy64> {
+    match ring {
+        1 => Some(Copy64::Movdir64b),
+        2 => Some(Copy64::Avx512),
+        3 => Some(Copy64::Sse),
+        4 => Some(Copy64::Qwords),
+        _ => None,
+    }
+}
+
 impl<B: TxBuf> TxQueue<B> {
     /// A burst of one packet, what a latency-bound application sends: a plain packet that
     /// fits a straight-line inline WQE before the ring's end is written in place, without
@@ -11,31 +38,74 @@ impl<B: TxBuf> TxQueue<B> {
     /// tally), which a burst of one pays in full for nothing; the end of the burst is the
     /// same. Anything else is a burst like any other ([`TxQueue::post`]).
     ///
-    /// `BF`: the queue has a BF register. Chosen by the caller, so that the doorbell path's
-    /// copy holds no BlueFlame code, whose registers it would save and restore on every call.
+    /// `RING`: how the queue rings (`RING_DB`, [`ring_bf`]), chosen at setup
+    /// ([`TxQueue::one`]), so that the doorbell path's copy holds no BlueFlame code, whose
+    /// registers it would save and restore on every call, and BlueFlame's no dispatch on the
+    /// copy routine.
+    ///
+    /// `room_arg`: the room, less one without `AVOID`: the front has that figure (its sign
+    /// said there is room), the detour that avoidance takes has the room.
     #[inline(never)]
-    pub(super) fn post_one<const AVOID: bool, const BF: bool>(
+    pub(super) fn post_one<const AVOID: bool, const RING: u8>(
         &mut self,
         pkt: &B,
-        room: u32,
+        room_arg: u32,
     ) -> usize {
-        let pkts = std::slice::from_ref(pkt);
+        const { assert!(!AVOID || RING == RING_ANY) };
         let Some(data) = pkt.plain() else {
-            return self.post::<AVOID>(pkts, room);
+            return self.post_other::<AVOID>(pkt, room_arg);
         };
+        // Every frame of 45 bytes or more (every Ethernet frame) takes two TXBBs: from here on
+        // the size is a constant, and the length's class is not tested again.
+        if data.len() > wqe::FIRST_CHUNK {
+            return self.post_one_of::<AVOID, RING, 2>(pkt, data, room_arg);
+        }
+        std::hint::cold_path();
+        self.post_one_of::<AVOID, RING, 1>(pkt, data, room_arg)
+    }
+
+    /// [`TxQueue::post_one`]'s way out to [`TxQueue::post`], for a packet it does not take:
+    /// a jump with `post_one`'s own arguments, which then stay where they came.
+    #[cold]
+    #[inline(never)]
+    fn post_other<const AVOID: bool>(&mut self, pkt: &B, room_arg: u32) -> usize {
+        let room = if AVOID { room_arg } else { room_arg + 1 };
+        self.post::<AVOID>(std::slice::from_ref(pkt), room)
+    }
+
+    /// [`TxQueue::post_one`] for a packet of the length class of `T` TXBBs (`data`, its bytes,
+    /// more than `FIRST_CHUNK` for two).
+    #[inline(always)]
+    fn post_one_of<const AVOID: bool, const RING: u8, const T: u32>(
+        &mut self,
+        pkt: &B,
+        data: &[u8],
+        room_arg: u32,
+    ) -> usize {
+        let bf = bf_copy(RING);
+        let pkts = std::slice::from_ref(pkt);
         let len = data.len();
         let start = self.prod.prod;
-        let txbbs = wqe::plain_inline_txbbs(len);
-        // Two TXBBs before the ring's end whatever the class: the writers' own bound checks
-        // then fold away (a one-TXBB WQE in the last slot is rare, and `post` takes it).
+        // The class's lower bound is the caller's: only one of two TXBBs can be empty.
+        let too_long = if T == 2 {
+            len > self.plain_inline_max
+        } else {
+            len.wrapping_sub(1) >= self.plain_inline_max
+        };
+        // Before the ring's end: the writer's own bound check then folds away.
         let cnt = self.hw.sq.txbb_cnt();
         let slot = start & (cnt - 1);
-        if len.wrapping_sub(1) >= self.plain_inline_max || txbbs > room || slot + 2 > cnt {
-            return self.post::<AVOID>(pkts, room);
+        let no_room = if AVOID {
+            T > room_arg
+        } else {
+            T - 1 > room_arg
+        };
+        if too_long || no_room || slot + T > cnt {
+            return self.post_other::<AVOID>(pkt, room_arg);
         }
-        // SAFETY: 1 <= len <= plain_inline_max <= PLAIN_INLINE_MAX, from the compare above and
-        // the clamp at setup; the hint tells the compiler the second chunk's size, in place of
-        // a compare.
+        // SAFETY: 1 <= len <= plain_inline_max <= PLAIN_INLINE_MAX, from the compares above
+        // and the clamp at setup; the hint tells the compiler the second chunk's size, in
+        // place of a compare.
         #[allow(unsafe_code)]
         unsafe {
             std::hint::assert_unchecked(len <= wqe::PLAIN_INLINE_MAX)
@@ -44,9 +114,9 @@ impl<B: TxBuf> TxQueue<B> {
         // so that only its address and owner word live across the copy, in registers the call
         // need not save (113.1 -> 107.2 instructions). The BlueFlame path, whose copy needs
         // more of them, keeps the first order (it measured 0.9 more the other way).
-        let late = !AVOID && !BF;
+        let late = !AVOID && bf.is_none();
         if !late {
-            self.write_one(start, data);
+            self.write_one::<T>(start, data);
         }
         if AVOID {
             // Every burst decides a doorbell skip and most ask for a completion: the end of
@@ -56,28 +126,28 @@ impl<B: TxBuf> TxQueue<B> {
         // The end of the burst, `end_burst`'s for one WQE that asks for no completion and
         // decides no doorbell skip, in place; the others go out of line.
         let p = &mut self.prod;
-        let (since, since_txbbs) = (p.since_comp + 1, p.txbbs_since_comp + txbbs);
+        let (since, since_txbbs) = (p.since_comp + 1, p.txbbs_since_comp + T);
         if since >= self.comp_every || since_txbbs >= self.comp_txbbs {
             if late {
-                self.write_one(start, data);
+                self.write_one::<T>(start, data);
             }
             return self.end_one::<AVOID>(pkts, len);
         }
         (p.since_comp, p.txbbs_since_comp) = (since, since_txbbs);
-        p.prod = start.wrapping_add(txbbs);
+        p.prod = start.wrapping_add(T);
         p.stats.bytes += len as u64;
         let last = LastWqe {
             start,
-            txbbs,
+            txbbs: T,
             send_be: self.hw.sq.owner_word(start, opcode::SEND).to_be(),
         };
         if late {
-            self.write_one(start, data);
-        }
-        if BF {
+            self.write_one_published::<T>(start, data, u32::from_be(last.send_be));
+            self.ring_published();
+        } else if bf.is_some() {
             // The control segment's size word is the one just written: no read of the ring,
             // and a plain WQE has no VLAN tag to keep it off BlueFlame.
-            self.ring_for_with::<true>(last, wqe::plain_inline_dword1(len));
+            self.ring_for_with::<true>(last, wqe::plain_inline_dword1(len), bf);
         } else {
             self.ring_doorbell(last);
         }
@@ -86,13 +156,31 @@ impl<B: TxBuf> TxQueue<B> {
         1
     }
 
-    /// [`TxQueue::post_one`]'s WQE: `data` (1..=`PLAIN_INLINE_MAX` bytes) inline at `start`,
-    /// which has two TXBBs before the ring's end.
+    /// [`TxQueue::write_one`], then the WQE published with `owner` (host order) through its
+    /// writer.
     #[inline(always)]
-    fn write_one(&mut self, start: u32, data: &[u8]) {
-        if data.len() <= wqe::FIRST_CHUNK {
+    fn write_one_published<const T: u32>(&mut self, start: u32, data: &[u8], owner: u32) {
+        if T == 1 {
+            let mut w = self.hw.sq.wqe_fixed::<1>(start);
+            wqe::write_plain_inline1(&mut w, data);
+            w.publish(owner);
+        } else {
+            let mut w = self.hw.sq.wqe_fixed::<2>(start);
+            // The short class's writer (every minimum-size frame) copies the second chunk
+            // with both moves addressed from the WQE and the packet, no pointer derived.
+            wqe::write_plain_inline2_short(&mut w, data);
+            w.publish(owner);
+        }
+    }
+
+    /// [`TxQueue::post_one`]'s WQE of `T` TXBBs: `data` (of that class) inline at `start`,
+    /// which has `T` TXBBs before the ring's end.
+    #[inline(always)]
+    fn write_one<const T: u32>(&mut self, start: u32, data: &[u8]) {
+        if T == 1 {
             wqe::write_plain_inline1(&mut self.hw.sq.wqe_fixed::<1>(start), data);
         } else {
+            // Not the short class's writer here: the BlueFlame copy then measured 4.0 more.
             wqe::write_plain_inline2(&mut self.hw.sq.wqe_fixed::<2>(start), data);
         }
     }
@@ -295,18 +383,30 @@ impl<B: TxBuf> TxQueue<B> {
     /// is live and the WQE fits a half, else the doorbell.
     #[inline(always)]
     pub(super) fn ring_for(&mut self, last: LastWqe) {
-        self.ring_for_with::<false>(last, 0);
+        self.ring_for_with::<false>(last, 0, None);
     }
 
     /// [`TxQueue::ring_for`]. `PLAIN`: the WQE is a straight-line one, which carries no VLAN
     /// tag, and bytes 4-7 of its control segment, as stored, are `plain_dword1_be`, so the
-    /// ring is not read back for them.
+    /// ring is not read back for them. `copy`: the register's copy routine, if the caller
+    /// knows it.
     #[inline(always)]
-    fn ring_for_with<const PLAIN: bool>(&mut self, last: LastWqe, plain_dword1_be: u32) {
+    fn ring_for_with<const PLAIN: bool>(
+        &mut self,
+        last: LastWqe,
+        plain_dword1_be: u32,
+        copy: Option<Copy64>,
+    ) {
         let p = &mut self.prod;
         let word = u32::from_be(last.send_be);
         let hw = &mut self.hw;
-        if let Some(half) = hw.bf.as_mut().and_then(|bf| bf.reserve(last.txbbs)) {
+        // A caller that knows the copy routine takes BlueFlame only with it (a queue keeps
+        // its routine, so the doorbell is never taken for that), in one compare.
+        let bf = hw
+            .bf
+            .as_mut()
+            .filter(|bf| copy.is_none_or(|c| bf.copy() == c));
+        if let Some(half) = bf.and_then(|bf| bf.reserve(last.txbbs)) {
             // As stored (big-endian), so that neither it nor the head is swapped.
             let dword1_be = if PLAIN {
                 plain_dword1_be
@@ -322,7 +422,11 @@ impl<B: TxBuf> TxQueue<B> {
                 head[..4].copy_from_slice(&word.to_be_bytes());
                 let size_be = dword1_be & 0xff_u32.to_be();
                 head[4..].copy_from_slice(&(hw.bf_qpn_be | size_be).to_ne_bytes());
-                half.write(head, hw.sq.publish_blocks(last.start, last.txbbs, word));
+                let wqe = hw.sq.publish_blocks(last.start, last.txbbs, word);
+                match copy {
+                    Some(how) => half.write_as(how, head, wqe),
+                    None => half.write(head, wqe),
+                }
                 p.stats.bf_writes += 1;
                 return;
             }
@@ -330,6 +434,14 @@ impl<B: TxBuf> TxQueue<B> {
         hw.sq.publish(last.start, word);
         hw.doorbell.ring();
         p.stats.doorbells += 1;
+    }
+
+    /// [`TxQueue::ring_doorbell`] for a WQE published already.
+    #[inline(always)]
+    fn ring_published(&mut self) {
+        debug_assert!(self.hw.bf.is_none());
+        self.hw.doorbell.ring();
+        self.prod.stats.doorbells += 1;
     }
 
     /// [`TxQueue::ring_for`] on a queue without a BF register.
