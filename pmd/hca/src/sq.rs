@@ -392,7 +392,7 @@ impl Sq {
         let inferred = std::mem::take(&mut self.inferred);
         self.walk = Walk::Idle;
         // Runs need the shape as learnt and no fault to count WQEs or completions for.
-        let runs = fast && !cx.faults.per_send_wqe();
+        let runs = (fast || bytes_fast) && !cx.faults.per_send_wqe();
         let budget = WALK_BUDGET;
         let resume = match stop {
             None => Walk::All,

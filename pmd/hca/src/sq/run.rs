@@ -148,6 +148,10 @@ impl Sq {
         let Some(plan) = self.shape.plan(epoch) else {
             return (0, false, false);
         };
+        // Frames wanted: only a shape whose frame lies in known places in the WQE.
+        if out.bytes && self.shape.inline_spans().is_none() {
+            return (0, false, false);
+        }
         let hit = plan.hit;
         let (slot_mask, shift, cnt) = (self.cnt - 1, self.txbb_shift, self.cnt);
         let slots = self.slots(hit.txbbs);
@@ -272,7 +276,7 @@ impl Sq {
             }
         }
         let at_stop = n == max_n && stops_on_last;
-        self.ci = ci;
+        let from = std::mem::replace(&mut self.ci, ci);
         if n > 0 {
             self.stalled = false;
             let n64 = u64::from(n);
@@ -281,7 +285,10 @@ impl Sq {
             t.txbbs += n64 * u64::from(hit.txbbs);
             // As `transmit` for each (NOPs have no frames and leave the wire alone).
             let v = hit.verdict;
-            if v.frames > 0 {
+            if v.frames > 0 && out.bytes {
+                let wqe = (slots, hit.wqe_bytes as usize, v);
+                self.put_run_on_wire(from, n, wqe, out, t, cx);
+            } else if v.frames > 0 {
                 t.dma += n64 * u64::from(v.dma);
                 if out.link_up {
                     t.frames += n64 * u64::from(v.frames);
@@ -294,6 +301,39 @@ impl Sq {
             }
         }
         (n as usize, at_stop, unowned)
+    }
+}
+
+impl Sq {
+    /// Put the frames of the `n` WQEs of the remembered shape a run passed from counter
+    /// `from` on the wire, each (`slots` slots, `wqe_bytes` whole before the ring's end, as a
+    /// run's WQEs are, with verdict `v`) fetched and put out from the places the shape
+    /// remembers.
+    fn put_run_on_wire(
+        &self,
+        from: u32,
+        n: u32,
+        (slots, wqe_bytes, v): (u32, usize, Verdict),
+        out: &Out,
+        t: &mut Tally,
+        cx: &mut TxCtx<'_>,
+    ) {
+        let Some(spans) = self.shape.inline_spans() else {
+            return;
+        };
+        let plain = self.shape.plain();
+        cx.scratch.segs.set_inline(spans);
+        for i in 0..n {
+            let at = self.first_txbb(from.wrapping_add(i * slots)) as usize * TXBB_SIZE;
+            let wqe = cx.scratch.wqe.as_flattened_mut();
+            let len = wqe_bytes.min(wqe.len());
+            self.ring.read(at, &mut wqe[..len]);
+            if plain {
+                transmit_inline(v, spans, false, out, t, cx);
+            } else {
+                transmit(v, false, out, t, cx);
+            }
+        }
     }
 }
 
