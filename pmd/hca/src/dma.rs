@@ -105,13 +105,13 @@ impl HostMem {
 
     /// This memory as a ring of `count` slots (a power of two) of `stride` bytes, checked
     /// once: `None` unless they all lie inside, 8-aligned with whole qwords.
-    pub(crate) fn slots(&self, count: u32, stride: usize) -> Option<Slots<'_>> {
+    pub(crate) fn slots(&self, count: u32, stride: usize) -> Option<SlotRing<'_>> {
         let fits = count.is_power_of_two()
             && stride >= 16
             && stride % 8 == 0
             && self.base % 8 == 0
             && (count as usize).checked_mul(stride)? <= self.len;
-        fits.then_some(Slots {
+        fits.then_some(SlotRing {
             mem: self,
             mask: count - 1,
             stride,
@@ -296,13 +296,13 @@ impl HostMem {
 /// Invariant: `(mask + 1) * stride <= mem.len`, `stride >= 16` and both `stride` and the
 /// base are multiples of 8.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Slots<'a> {
+pub(crate) struct SlotRing<'a> {
     mem: &'a HostMem,
     mask: u32,
     stride: usize,
 }
 
-impl Slots<'_> {
+impl SlotRing<'_> {
     /// The first two qwords of slot `i` (taken modulo the count), in memory order, each
     /// loaded atomically (the driver may be writing them).
     #[inline(always)]

@@ -408,12 +408,9 @@ impl<'a> RqRun<'a> {
                 return Rx::Done;
             }
         }
-        if rq.ci & 0xffff == rq.posted {
-            rq.posted = rq.db.load_be32(0).unwrap_or(0) & 0xffff;
-            if rq.ci & 0xffff == rq.posted {
-                counters.rx_drops_no_wqe += 1;
-                return Rx::Done;
-            }
+        if rq.ready_wqes() == 0 {
+            counters.rx_drops_no_wqe += 1;
+            return Rx::Done;
         }
         if !cq.has_room() {
             // Wait (a driver may repost buffers before it moves the consumer index), but not

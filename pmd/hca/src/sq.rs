@@ -469,11 +469,11 @@ impl Sq {
                         t.fetch_bytes += u64::from(hit.wqe_bytes);
                     }
                     if hit.verdict.frames > 0 {
-                        let plain = self.shape.plain().then(|| self.shape.inline_spans());
-                        if let (true, Some(Some(spans))) = (out.bytes, plain) {
-                            transmit_inline(hit.verdict, spans, bf_posted, &out, &mut t, cx);
-                        } else {
-                            transmit(hit.verdict, bf_posted, &out, &mut t, cx);
+                        match self.shape.inline_spans() {
+                            Some(spans) if out.bytes && self.shape.plain() => {
+                                transmit_inline(hit.verdict, spans, bf_posted, &out, &mut t, cx)
+                            }
+                            _ => transmit(hit.verdict, bf_posted, &out, &mut t, cx),
                         }
                     }
                     if hit.signaled {

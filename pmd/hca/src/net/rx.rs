@@ -107,19 +107,7 @@ pub(crate) fn headers(frame: &[u8], lay: Option<Layout>) -> Headers {
 /// which covers the payload, is verified here.
 #[inline(always)]
 pub(crate) fn rx_status_with(frame: &[u8], h: &Headers) -> (u32, u16) {
-    let mut st = h.status;
-    let mut csum = 0;
-    if let Some(c) = &h.l4 {
-        if let Some(data) = frame.get(c.off..c.off + c.len) {
-            let stored = be16(data, c.field);
-            // Without a checksum there is nothing to verify: the verdict is OK either way.
-            if (c.zero_means_none && stored == 0) || fold(sum16(c.pseudo, data)) == 0xffff {
-                st |= rx_status::TCP_UDP_CSUM_OK;
-                csum = 0xffff;
-            }
-        }
-    }
-    (st, csum)
+    h.verdict_for(frame.len()).of(frame)
 }
 
 /// [`rx_status_with`] for the frames of one flow and one length, the checksum's place found
@@ -143,6 +131,7 @@ impl L4Verdict {
             return (self.status, 0);
         };
         let ok = match frame.get(field..field + 2) {
+            // Without a checksum there is nothing to verify: the verdict is OK either way.
             Some(&[0, 0]) if self.zero_means_none => true,
             _ => frame
                 .get(off..off + len)
