@@ -449,8 +449,7 @@ impl<B: TxBuf> TxQueue<B> {
     fn ring_doorbell(&mut self, last: LastWqe) {
         debug_assert!(self.hw.bf.is_none());
         self.hw.sq.publish(last.start, u32::from_be(last.send_be));
-        self.hw.doorbell.ring();
-        self.prod.stats.doorbells += 1;
+        self.ring_published();
     }
 
     /// With doorbell avoidance on: whether the burst ending at `end`, of `n` packets, may
