@@ -207,6 +207,20 @@ impl CqCredit {
         self.0 -= 1;
         true
     }
+
+    /// Room for up to `n` CQEs to be written together, none of them yet: how many fit,
+    /// re-reading the consumer index only when the credit does not cover them all. (Taking
+    /// them one by one would re-read it with the granted ones still unwritten, and grant
+    /// their room twice.)
+    #[inline]
+    pub(crate) fn take_up_to(&mut self, cq: &Cq, n: u32) -> u32 {
+        if self.0 < n {
+            self.0 = cq.room();
+        }
+        let k = n.min(self.0);
+        self.0 -= k;
+        k
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
-//! The same-shape run: WQEs that share the layout of the last inline WQE (`shape.rs`) on a
-//! wire that wants no frame bytes are executed without being fetched or decoded.
+//! The same-shape run: WQEs that share the layout of the last inline WQE (`shape.rs`) are
+//! executed without being decoded, and on a wire that wants no frame bytes without being
+//! fetched. On one that wants them, each WQE's frame is fetched from the places the shape
+//! remembers before the completion that covers it is written.
 
 use super::span::{Mark, Slot, Span, Step};
 use super::*;
@@ -85,8 +87,28 @@ impl Signals {
         self.at[..self.n].iter().map(|&m| span.index(m) as u32)
     }
 
+    /// How many of the recorded completions, in order, the CQ has room for, their room taken
+    /// from `credit`: the first that finds none, and its WQE and those after it, stay
+    /// unexecuted.
+    #[inline(always)]
+    pub(super) fn grant(&self, credit: &mut CqCredit, cq: &Cq) -> usize {
+        credit.take_up_to(cq, self.n as u32) as usize
+    }
+
+    /// The WQEs of `span` that writing the first `granted` recorded completions executes: up
+    /// to the last of them, or up to the WQE of the first one not granted.
+    #[inline(always)]
+    pub(super) fn executed(&self, span: &Span<'_>, granted: usize) -> u32 {
+        match self.at[..self.n].get(granted) {
+            Some(&m) => span.index(m) as u32,
+            None => self.at[..granted]
+                .last()
+                .map_or(0, |&m| span.index(m) as u32 + 1),
+        }
+    }
+
     /// Write the recorded WQEs' completions, in order, `span`'s first slot being at counter
-    /// `ci`: each takes its room from `credit` first. The plain write of `push_send_cqe`:
+    /// `ci`, their room taken from `credit` first ([`Signals::grant`]). The plain write of `push_send_cqe`:
     /// runs are off while a fault loses or repeats completions. Leaves nothing recorded.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
@@ -100,22 +122,33 @@ impl Signals {
         credit: &mut CqCredit,
         cq: &mut Cq,
     ) -> Completed {
-        let mut done = Completed {
-            cqes: 0,
-            events: 0,
-            full_at: None,
-        };
+        let granted = self.grant(credit, cq);
+        self.write_granted(span, ci, slots, (qpn, op), granted, cq)
+    }
+
+    /// [`Signals::complete`] of the first `granted` completions, whose room was taken
+    /// ([`Signals::grant`]).
+    #[inline(always)]
+    pub(super) fn write_granted(
+        &mut self,
+        span: &Span<'_>,
+        ci: u32,
+        slots: u32,
+        (qpn, op): (u32, u8),
+        granted: usize,
+        cq: &mut Cq,
+    ) -> Completed {
         let n = std::mem::take(&mut self.n);
-        for (&m, &flags) in self.at[..n].iter().zip(&self.flags[..n]) {
+        let mut done = Completed {
+            cqes: granted as u64,
+            events: 0,
+            full_at: self.at[..n].get(granted).map(|&m| span.index(m) as u32),
+        };
+        for (&m, &flags) in self.at[..granted].iter().zip(&self.flags[..granted]) {
             let w = span.index(m) as u32;
-            if !credit.take(cq) {
-                done.full_at = Some(w);
-                break;
-            }
             let counter = ci.wrapping_add(w * slots) as u16;
             done.events +=
                 u64::from(cq.push(tx_cqe(qpn, counter, op, 0, 0), flags & SOLICIT_BYTE != 0));
-            done.cqes += 1;
         }
         done
     }
@@ -195,6 +228,24 @@ impl Sq {
         let mut ci = self.ci;
         let mut n = 0u32;
         let mut unowned = false;
+        // With frame bytes wanted, each WQE's frame is read before a completion that covers
+        // it is written: the completion gives its slot back to the driver, which may stamp it
+        // and write the next pass's WQE there at once (a threaded device's driver does).
+        let mut frames = match self.shape.inline_spans() {
+            Some(spans) if out.bytes && hit.verdict.frames > 0 => {
+                cx.scratch.segs.set_inline(spans);
+                Some(RunFrames {
+                    spans,
+                    plain: self.shape.plain(),
+                    from: ci,
+                    geometry: (slots, slot_mask, shift),
+                    wqe_bytes: hit.wqe_bytes as usize,
+                    v: hit.verdict,
+                    sent: 0,
+                })
+            }
+            _ => None,
+        };
         let sig = &mut self.signals;
         // A stretch at a time: from the consumer to the last slot a whole WQE fits before, up
         // to the ring's end (then on from its start, in the next pass's parity) or the first
@@ -246,7 +297,11 @@ impl Sq {
                     first + k as u32 * slots
                 );
                 if !sig.is_empty() {
-                    let c = sig.complete(&span, ci, slots, qpn, op, credit, cx.cq);
+                    let granted = sig.grant(credit, cx.cq);
+                    if let Some(f) = frames.as_mut() {
+                        f.put_upto(&ring, n + sig.executed(&span, granted), out, t, cx);
+                    }
+                    let c = sig.write_granted(&span, ci, slots, (qpn, op), granted, cx.cq);
                     t.cqes += c.cqes;
                     t.events += c.events;
                     if let Some(w) = c.full_at {
@@ -276,7 +331,10 @@ impl Sq {
             }
         }
         let at_stop = n == max_n && stops_on_last;
-        let from = std::mem::replace(&mut self.ci, ci);
+        self.ci = ci;
+        if let Some(f) = frames.as_mut() {
+            f.put_upto(&ring, n, out, t, cx);
+        }
         if n > 0 {
             self.stalled = false;
             let n64 = u64::from(n);
@@ -285,10 +343,7 @@ impl Sq {
             t.txbbs += n64 * u64::from(hit.txbbs);
             // As `transmit` for each (NOPs have no frames and leave the wire alone).
             let v = hit.verdict;
-            if v.frames > 0 && out.bytes {
-                let wqe = (slots, hit.wqe_bytes as usize, v);
-                self.put_run_on_wire(from, n, wqe, out, t, cx);
-            } else if v.frames > 0 {
+            if v.frames > 0 && !out.bytes {
                 t.dma += n64 * u64::from(v.dma);
                 if out.link_up {
                     t.frames += n64 * u64::from(v.frames);
@@ -304,36 +359,39 @@ impl Sq {
     }
 }
 
-impl Sq {
-    /// Put the frames of the `n` WQEs of the remembered shape a run passed from counter
-    /// `from` on the wire, each (`slots` slots, `wqe_bytes` whole before the ring's end, as a
-    /// run's WQEs are, with verdict `v`) fetched and put out from the places the shape
-    /// remembers.
-    fn put_run_on_wire(
-        &self,
-        from: u32,
-        n: u32,
-        (slots, wqe_bytes, v): (u32, usize, Verdict),
-        out: &Out,
-        t: &mut Tally,
-        cx: &mut TxCtx<'_>,
-    ) {
-        let Some(spans) = self.shape.inline_spans() else {
-            return;
-        };
-        let plain = self.shape.plain();
-        cx.scratch.segs.set_inline(spans);
-        for i in 0..n {
-            let at = self.first_txbb(from.wrapping_add(i * slots)) as usize * TXBB_SIZE;
+/// The frames of a run's WQEs of the remembered shape, put on the wire in order as the run
+/// goes, each fetched and put out from the places the shape remembers.
+struct RunFrames<'s> {
+    spans: &'s [(u16, u16)],
+    plain: bool,
+    /// Counter of the run's first WQE.
+    from: u32,
+    /// Slots a WQE takes, the ring's slot mask and its TXBBs' shift per slot.
+    geometry: (u32, u32, u32),
+    /// Bytes of each WQE, whole before the ring's end as a run's WQEs are.
+    wqe_bytes: usize,
+    v: Verdict,
+    /// WQEs of the run whose frames are on the wire.
+    sent: u32,
+}
+
+impl RunFrames<'_> {
+    /// Put the frames of the run's WQEs before its `n`th on the wire, those not put yet.
+    fn put_upto(&mut self, ring: &HostMem, n: u32, out: &Out, t: &mut Tally, cx: &mut TxCtx<'_>) {
+        let (slots, slot_mask, shift) = self.geometry;
+        for i in self.sent..n {
+            let c = self.from.wrapping_add(i * slots);
+            let at = ((c & slot_mask) << shift) as usize * TXBB_SIZE;
             let wqe = cx.scratch.wqe.as_flattened_mut();
-            let len = wqe_bytes.min(wqe.len());
-            self.ring.read(at, &mut wqe[..len]);
-            if plain {
-                transmit_inline(v, spans, false, out, t, cx);
+            let len = self.wqe_bytes.min(wqe.len());
+            ring.read(at, &mut wqe[..len]);
+            if self.plain {
+                transmit_inline(self.v, self.spans, false, out, t, cx);
             } else {
-                transmit(v, false, out, t, cx);
+                transmit(self.v, false, out, t, cx);
             }
         }
+        self.sent = self.sent.max(n);
     }
 }
 
