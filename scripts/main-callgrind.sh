@@ -15,6 +15,7 @@
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$top/scripts/as-root.sh"
+. "$top/scripts/main-job.sh"
 secs=${SECS:-20}
 bash "$top/scripts/setup.sh"
 command -v valgrind >/dev/null || { echo "main-callgrind: valgrind is missing (apt-get install valgrind)" >&2; exit 1; }
@@ -36,9 +37,8 @@ run() {
     for _ in $(seq 1 240); do grep -q "testpmd> " "$tag.log" 2>/dev/null && break; sleep 0.5; done
     echo start; sleep "$secs"; echo stop; sleep 2; echo quit
   } | LD_LIBRARY_PATH="$lib" timeout $((secs + 240)) valgrind --tool=callgrind --separate-threads=yes \
-      --fair-sched=yes --callgrind-out-file="$work/cg.$tag.%p" dpdk-testpmd -l 0-1 --no-huge \
-      -m 512 --no-pci --file-prefix="mlx4rs-cg-$$-$tag" -d librte_net_mlx4rs.so "$@" \
-      -- -i --forward-mode=txonly --txpkts=64 --burst=32 --total-num-mbufs=16384 \
+      --fair-sched=yes --callgrind-out-file="$work/cg.$tag.%p" dpdk-testpmd "${main_job_eal[@]}" \
+      --file-prefix="mlx4rs-cg-$$-$tag" -d librte_net_mlx4rs.so "$@" -- "${main_job_app[@]}" \
       > "$tag.log" 2>&1 || { tail -40 "$tag.log"; echo "main-callgrind: the $tag run failed" >&2; exit 1; }
   python3 - "$work" "$tag" <<'PY'
 import glob, re, subprocess, sys

@@ -24,6 +24,7 @@ trap 'rm -rf "$work" "/var/run/dpdk/mlx4rs-run-$$"' EXIT
 cd "$work"
 
 . "$top/scripts/lcore-cpu.sh"
+. "$top/scripts/main-job.sh"
 fwd_cpu_ns() { lcore_cpu_ns "mlx4rs-run-$$"; }
 
 # One txonly run: $1 = log file, the rest = --vdev arguments. The forwarding lcore's CPU time
@@ -37,9 +38,8 @@ txonly() {
     fwd_cpu_ns >> "$log.cpu"; echo "show port stats all"; echo stop
     echo "show port xstats all"; echo quit
   } | LD_LIBRARY_PATH="${CARGO_TARGET_DIR:-$top/target}/release" timeout $((secs + 60)) stdbuf -oL dpdk-testpmd \
-      -l 0-1 --no-huge -m 512 --no-pci --file-prefix="mlx4rs-run-$$" \
-      -d librte_net_mlx4rs.so "$@" \
-      -- -i --forward-mode=txonly --txpkts=64 --burst=32 --total-num-mbufs=16384 \
+      "${main_job_eal[@]}" --file-prefix="mlx4rs-run-$$" -d librte_net_mlx4rs.so "$@" \
+      -- "${main_job_app[@]}" \
       > "$log" 2>&1 || { cat "$log"; exit 1; }
 }
 
