@@ -99,9 +99,34 @@ impl Drop for IntrHandle {
         // in progress, so none runs once the handle is gone. (Dropping it from inside its own
         // handler would wait forever: the handlers here never do.)
         unsafe {
-            sys::rte_intr_callback_unregister_sync(h, Some(self.handler), self.arg as *mut c_void);
+            unregister_waiting(h, self.handler, self.arg);
             sys::rte_intr_vec_list_free(h);
             sys::rte_intr_instance_free(h);
         }
+    }
+}
+
+/// How long an unregister that found the handler running sleeps before it asks again.
+const UNREGISTER_RETRY: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// Unregister `handler(arg)` from `h`, waiting for a run in progress to end.
+///
+/// Not `rte_intr_callback_unregister_sync`, which asks again after a pause: each ask holds
+/// EAL's interrupt lock for most of its length, and the interrupt thread needs that lock to
+/// end the run. Where the two threads share a CPU (one core, or valgrind, which runs one
+/// thread at a time) it rarely gets it, and close hung under callgrind with the interrupt
+/// thread spinning on the lock. Sleeping between asks leaves the lock free.
+///
+/// # Safety
+/// `h` is a live interrupt handle.
+unsafe fn unregister_waiting(h: *mut sys::rte_intr_handle, handler: Handler, arg: usize) {
+    loop {
+        // SAFETY: `h` is live (the caller's contract); EAL answers -EAGAIN while the handler
+        // runs, and removes nothing then.
+        let rc = unsafe { sys::rte_intr_callback_unregister(h, Some(handler), arg as *mut c_void) };
+        if rc != -libc::EAGAIN {
+            return;
+        }
+        std::thread::sleep(UNREGISTER_RETRY);
     }
 }
