@@ -36,7 +36,7 @@ run() {
   {
     for _ in $(seq 1 240); do grep -q "testpmd> " "$tag.log" 2>/dev/null && break; sleep 0.5; done
     echo start; sleep "$secs"; echo stop; sleep 2; echo quit
-  } | LD_LIBRARY_PATH="$lib" timeout $((secs + 240)) valgrind --tool=callgrind --separate-threads=yes \
+  } | LD_LIBRARY_PATH="$lib" timeout --kill-after=30 $((secs + 240)) valgrind --tool=callgrind --separate-threads=yes \
       --fair-sched=yes --callgrind-out-file="$work/cg.$tag.%p" dpdk-testpmd "${main_job_eal[@]}" \
       --file-prefix="mlx4rs-cg-$$-$tag" -d librte_net_mlx4rs.so "$@" -- "${main_job_app[@]}" \
       > "$tag.log" 2>&1 || { tail -40 "$tag.log"; echo "main-callgrind: the $tag run failed" >&2; exit 1; }

@@ -37,7 +37,7 @@ txonly() {
     sleep "$secs"
     fwd_cpu_ns >> "$log.cpu"; echo "show port stats all"; echo stop
     echo "show port xstats all"; echo quit
-  } | LD_LIBRARY_PATH="${CARGO_TARGET_DIR:-$top/target}/release" timeout $((secs + 60)) stdbuf -oL dpdk-testpmd \
+  } | LD_LIBRARY_PATH="${CARGO_TARGET_DIR:-$top/target}/release" timeout --kill-after=30 $((secs + 60)) stdbuf -oL dpdk-testpmd \
       "${main_job_eal[@]}" --file-prefix="mlx4rs-run-$$" -d librte_net_mlx4rs.so "$@" \
       -- "${main_job_app[@]}" \
       > "$log" 2>&1 || { cat "$log"; exit 1; }
