@@ -341,6 +341,16 @@ impl MacTally {
         self.sizes[size_bucket(len)] += 1;
     }
 
+    /// The destination of a frame whose first 8 bytes are `head` (memory order, read as
+    /// little-endian), [`MacTally::frame_of`]'s test in two compares; its size is counted
+    /// apart ([`MacTally::sized`]).
+    #[inline(always)]
+    pub(crate) fn dst_word(&mut self, head: u64) {
+        let dst = head & 0xffff_ffff_ffff;
+        self.broadcast += u64::from(dst == 0xffff_ffff_ffff);
+        self.multicast += u64::from(dst != 0xffff_ffff_ffff && dst & 1 != 0);
+    }
+
     /// `n` frames of `len` bytes whose bytes were not looked at.
     #[inline(always)]
     pub(crate) fn sized(&mut self, len: usize, n: u64) {

@@ -74,6 +74,31 @@ impl HostMem {
         true
     }
 
+    /// The first of `n` bytes at offset `off`, valid for reads (the region's invariant), if
+    /// they lie inside: for a copy out of ring memory that reads it in place. Other threads
+    /// may write the bytes meanwhile (the driver's WQEs): read them with raw copies, never
+    /// through a reference.
+    #[inline(always)]
+    pub(crate) fn range(&self, off: usize, n: usize) -> Option<*const u8> {
+        self.check(off, n).map(|p| p.cast_const())
+    }
+
+    /// Copy `n` bytes from offset `off` to `dst`, memory that is not the region's (a frame
+    /// ring's record); false, with nothing copied, if out of range.
+    ///
+    /// # Safety
+    /// `dst` must be valid for `n` bytes of writes and not overlap the region.
+    #[inline(always)]
+    pub(crate) unsafe fn read_to(&self, off: usize, n: usize, dst: *mut u8) -> bool {
+        let Some(p) = self.check(off, n) else {
+            return false;
+        };
+        // SAFETY: the range is inside the region (checked above), valid for reads by the
+        // invariant; the caller vouches for `dst`.
+        unsafe { std::ptr::copy_nonoverlapping(p, dst, n) };
+        true
+    }
+
     /// Copy `src` to offset `off`; false if out of range.
     pub(crate) fn write(&self, off: usize, src: &[u8]) -> bool {
         let Some(p) = self.check(off, src.len()) else {
@@ -200,6 +225,15 @@ impl HostMem {
         // SAFETY: in range, 8-aligned, valid for reads; see `load_be32`.
         let v = unsafe { AtomicU64::from_ptr(p as *mut u64) }.load(Ordering::Acquire);
         Some(v.to_ne_bytes())
+    }
+
+    /// The 8 bytes at `off`, read as a little-endian word, at any alignment: a frame's first
+    /// bytes, as the device reads them for its MAC counters (torn by a concurrent write, they
+    /// only miscount one frame).
+    pub(crate) fn load_bytes8_unaligned(&self, off: usize) -> Option<u64> {
+        let p = self.check(off, 8)?;
+        // SAFETY: in range and valid for reads by the invariant; a raw copy, no reference.
+        Some(u64::from_le(unsafe { p.cast::<u64>().read_unaligned() }))
     }
 
     /// Replace the 8 bytes at `off` with zero if they still hold `expected`: consuming a

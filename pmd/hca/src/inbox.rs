@@ -624,6 +624,18 @@ impl Producer {
         self.pushed = self.pushed.wrapping_add(1);
     }
 
+    /// How many more records of `need` bytes fit after the one just reserved, as the
+    /// consumer's position last read shows, none of them past the ring's end.
+    #[inline(always)]
+    fn fit(&self, need: usize) -> u64 {
+        let used = self.head.wrapping_add(need as u64).wrapping_sub(self.tail);
+        let bytes = (self.ring.cap as u64).saturating_sub(used) / need as u64;
+        let frames = self
+            .max_frames
+            .saturating_sub(self.pushed.wrapping_sub(self.popped).wrapping_add(1));
+        bytes.min(frames)
+    }
+
     /// Whether `take` more bytes, or one more frame, would overfill the ring as the consumer's
     /// position last read shows it.
     #[inline(always)]
@@ -648,6 +660,8 @@ impl Drop for Producer {
         r.half(hdr::LOCK).store(0, Ordering::Release);
     }
 }
+
+mod run;
 
 #[cfg(test)]
 mod tests;

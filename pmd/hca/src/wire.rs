@@ -401,6 +401,16 @@ impl WirePort {
         })
     }
 
+    /// Where a run's frames go on a wire that takes them straight into a receive buffer (the
+    /// loop, a peer, a cable): `None` on any other wire, `Some(None)` when nothing receives
+    /// (the frames are dropped), else the open batch's producer.
+    pub(crate) fn run_into(&mut self, own: &RxPort) -> Option<Option<&mut Producer>> {
+        if !matches!(self.link, Link::Loop | Link::Peer { .. } | Link::Cable(_)) {
+            return None;
+        }
+        Some(self.batch_into(own))
+    }
+
     /// Bring frames from the outside world into the port's receive buffer (TAP only); returns
     /// how many arrived.
     pub(crate) fn poll_rx(&mut self, own: &RxPort, budget: usize) -> usize {
