@@ -138,12 +138,81 @@ impl Cq {
         self.credit
     }
 
-    /// [`Cq::push`] of a CQE of the `n` that [`Cq::quiet_room`] allowed: no event can be due.
+    /// [`Cq::push`] of `n` CQEs, no more than [`Cq::quiet_room`] allowed, so that no event
+    /// can be due: `tmpl` (whose `wqe_index` is 0) for the WQEs from index `wqe` on, one
+    /// after the other, as a receive queue completes them. Those of a line's even and odd
+    /// slot are built from the template's qwords and written together, with no CQE held in
+    /// between; a CQE left alone at either end goes through [`Cq::put`], which pairs it with
+    /// the one held before or holds it for the next.
     #[inline(always)]
-    pub(crate) fn push_quiet(&mut self, cqe: [u8; CQE_SIZE]) {
-        debug_assert!(self.armed.is_none() && self.credit != 0);
-        self.put(cqe);
-        self.credit -= 1;
+    pub(crate) fn push_quiet_run(&mut self, n: u32, tmpl: &[u8; CQE_SIZE], wqe: u16) {
+        debug_assert!(self.armed.is_none() && n <= self.credit);
+        let at = |i: u32| {
+            let mut e = *tmpl;
+            Cqe::new_unchecked(&mut e[..]).set_wqe_index(wqe.wrapping_add(i as u16));
+            e
+        };
+        let mut i = 0;
+        if self.cnt < 2 {
+            while i < n {
+                self.put(at(i));
+                i += 1;
+            }
+        }
+        if i < n && self.pi & 1 != 0 {
+            self.put(at(i));
+            i += 1;
+        }
+        let words = |e: [u8; CQE_SIZE]| {
+            let mut w = [0u64; 4];
+            for (q, c) in w.iter_mut().zip(e.chunks_exact(8)) {
+                *q = u64::from_ne_bytes(c.try_into().expect("8 bytes"));
+            }
+            w
+        };
+        // The template's qwords once; per CQE only its index's and owner's bits are added.
+        let mut owner_byte = [0u8; 8];
+        owner_byte[OWNER_AT % 8] = cqe_owner::OWNER;
+        let owner_bit = u64::from_ne_bytes(owner_byte);
+        let mut base = words(*tmpl);
+        base[OWNER_AT / 8] &= !owner_bit;
+        let index = |i: u32| {
+            let mut e = [0u8; CQE_SIZE];
+            Cqe::new_unchecked(&mut e[..]).set_wqe_index(wqe.wrapping_add(i as u16));
+            words(e)
+        };
+        // The ring as lines of two CQEs, checked once; a ring that is not whole lines
+        // (a foreign layout) takes the CQEs one by one.
+        let lines = if n - i >= 2 {
+            self.ring.slots(self.cnt / 2, 2 * CQE_SIZE)
+        } else {
+            None
+        };
+        if let Some(lines) = lines {
+            let mut pi = self.pi;
+            while i + 2 <= n {
+                // An even slot: its partner is of the same pass (`cnt` is even).
+                debug_assert!(!self.holding && pi & 1 == 0);
+                let owner = if pi & self.cnt != 0 { owner_bit } else { 0 };
+                let (mut a, mut b) = (base, base);
+                a[OWNER_AT / 8] |= owner;
+                b[OWNER_AT / 8] |= owner;
+                for (k, (ia, ib)) in index(i).into_iter().zip(index(i + 1)).enumerate() {
+                    a[k] |= ia;
+                    b[k] |= ib;
+                }
+                lines.write_pair_publish_last(pi / 2, a, b);
+                pi = pi.wrapping_add(2);
+                i += 2;
+            }
+            self.pi = pi;
+        }
+        // What is left: the last CQE, for an even slot, is held for its partner.
+        while i < n {
+            self.put(at(i));
+            i += 1;
+        }
+        self.credit -= n;
     }
 
     /// Write `cqe` with its owner bit (or hold it for its partner) and move the producer on;

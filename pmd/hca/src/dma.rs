@@ -354,6 +354,31 @@ impl SlotRing<'_> {
     }
 }
 
+impl SlotRing<'_> {
+    /// Write slot `i` (taken modulo the count), two 32-byte entries given as qwords (each
+    /// entry's four in memory order: two CQEs of a line): six plain stores, then each
+    /// entry's last qword, which holds its last byte, with a release store, the first
+    /// entry's before the second's. A reader that sees an entry's last byte sees the entry.
+    #[inline(always)]
+    pub(crate) fn write_pair_publish_last(&self, i: u32, a: [u64; 4], b: [u64; 4]) {
+        assert!(self.stride >= 64, "a ring of 64-byte lines");
+        let off = (i & self.mask) as usize * self.stride;
+        let p = (self.mem.base + off) as *mut u64;
+        // SAFETY: with a stride of 64 bytes or more, `off + 64 <= (mask + 1) * stride <=
+        // len` by the invariant, inside the memory, 8-aligned; each qword is a valid aligned
+        // place, and the last of each entry is stored atomically so that the byte a reader
+        // polls arrives with (after) the rest.
+        unsafe {
+            for k in 0..3 {
+                p.add(k).write_volatile(a[k]);
+                p.add(4 + k).write_volatile(b[k]);
+            }
+            AtomicU64::from_ptr(p.add(3)).store(a[3], Ordering::Release);
+            AtomicU64::from_ptr(p.add(7)).store(b[3], Ordering::Release);
+        }
+    }
+}
+
 /// A span of memory shared with other threads or processes (rings, device pages, counters):
 /// zeroed heap memory this value owns, or memory someone else provides and keeps alive.
 ///

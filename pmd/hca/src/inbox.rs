@@ -419,23 +419,35 @@ impl Records<'_> {
         let max = max.min(self.budget - self.n);
         let (mut pos, mut left) = (self.pos, self.head.wrapping_sub(self.tail));
         let mut took = 0;
-        while took < max && step as u64 <= left && step <= cap - pos {
-            // SAFETY: `pos` is 8-aligned and `pos + step <= cap`, inside the data area; read
-            // atomically, as the producer may be another program.
-            let rec = unsafe { AtomicU32::from_ptr(data.add(pos).cast()) }.load(Ordering::Relaxed);
-            if rec as usize != len {
+        // The bounds (the data area's end, what is published, `max`) are worked out once per
+        // stretch of records up to the end of the data area, not once per record.
+        'run: loop {
+            let k = ((cap - pos) / step)
+                .min((left / step as u64) as usize)
+                .min(max - took);
+            if k == 0 {
                 break;
             }
-            // SAFETY: the record of `len` bytes lies inside the data area (`pos + step <=
-            // cap`), between tail and head (`step <= head - tail`), where records belong to
-            // the consumer; the slice does not outlive this call.
-            let frame = unsafe { std::slice::from_raw_parts(data.add(pos + REC_HDR), len) };
-            if !f(frame) {
-                break;
+            for _ in 0..k {
+                // SAFETY: `pos` is 8-aligned and `pos + step <= cap` (`k` records of `step`
+                // bytes fit before the end), inside the data area; read atomically, as the
+                // producer may be another program.
+                let rec =
+                    unsafe { AtomicU32::from_ptr(data.add(pos).cast()) }.load(Ordering::Relaxed);
+                if rec as usize != len {
+                    break 'run;
+                }
+                // SAFETY: the record of `len` bytes lies inside the data area (`pos + step <=
+                // cap`), between tail and head (`k * step <= head - tail`), where records
+                // belong to the consumer; the slice does not outlive this call.
+                let frame = unsafe { std::slice::from_raw_parts(data.add(pos + REC_HDR), len) };
+                if !f(frame) {
+                    break 'run;
+                }
+                took += 1;
+                pos += step;
             }
-            took += 1;
-            left -= step as u64;
-            pos += step;
+            left -= (k * step) as u64;
             if pos == cap {
                 pos = 0;
             }

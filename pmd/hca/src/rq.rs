@@ -306,9 +306,11 @@ impl<'a> RqRun<'a> {
     /// WQEs announced, room in a CQ that is not armed, each WQE's first scatter entry in the
     /// region of the run's last lkey and holding the frame, no FCS kept, no VXLAN inner
     /// verdict, no error to inject. Those are decided once for the stretch rather than per
-    /// frame, and the CQEs differ only in the WQE index, the L4 verdict and the owner bit.
-    /// The first frame that leaves the common case is left to [`RqRun::receive`]. Only for
-    /// a delivery without flow rules, whose hits count per frame.
+    /// frame. The stretch takes the frames of the first one's L4 verdict, so that their CQEs
+    /// differ only in the WQE index and the owner bit; they are written after the frames,
+    /// two to a line ([`Cq::push_quiet_run`]). The first frame that leaves the common case
+    /// is left to [`RqRun::receive`]. Only for a delivery without flow rules, whose hits
+    /// count per frame.
     #[inline(always)]
     pub(crate) fn stretch(&mut self, recs: &mut Records<'_>, memo: &RxMemo, hash: u32) {
         let (rq, cq) = (&mut *self.rq, &mut *self.cq);
@@ -350,7 +352,9 @@ impl<'a> RqRun<'a> {
             w.set_byte_cnt(len as u32);
             w.set_owner_sr_opcode(cqe_opcode::RX_SEND);
         }
-        let base = mem.base() as u64;
+        let mut passes = None;
+        let (base, first) = (mem.base() as u64, rq.ci);
+        let mut ci = first;
         let done = recs.take_run(
             len,
             n as usize,
@@ -359,9 +363,13 @@ impl<'a> RqRun<'a> {
                 if !frame.starts_with(key) {
                     return false;
                 }
+                let good = verdict.passes(frame);
+                if *passes.get_or_insert(good) != good {
+                    return false;
+                }
                 // The entry as two qwords: four loads and swaps where a byte array's accessors
                 // would load byte by byte.
-                let [lo, hi] = wqes.qwords2(rq.ci);
+                let [lo, hi] = wqes.qwords2(ci);
                 let mut raw = [0u8; RxDataSeg::<&[u8]>::LEN];
                 raw[..8].copy_from_slice(&lo.to_ne_bytes());
                 raw[8..].copy_from_slice(&hi.to_ne_bytes());
@@ -371,17 +379,18 @@ impl<'a> RqRun<'a> {
                 if d.lkey() != lkey || !mem.write_within(off, d.length().into(), frame) {
                     return false;
                 }
-                let (status, csum) = verdict.of(frame);
-                let mut cqe = tmpl;
-                let mut w = Cqe::new_unchecked(&mut cqe[..]);
-                w.set_wqe_index(rq.ci as u16);
-                w.set_status(status);
-                w.set_checksum(csum);
-                cq.push_quiet(cqe);
-                rq.ci = rq.ci.wrapping_add(1);
+                ci = ci.wrapping_add(1);
                 true
             },
         );
+        rq.ci = ci;
+        if let Some(good) = passes {
+            let (status, csum) = verdict.fields(good);
+            let mut w = Cqe::new_unchecked(&mut tmpl[..]);
+            w.set_status(status);
+            w.set_checksum(csum);
+            cq.push_quiet_run(done as u32, &tmpl, first as u16);
+        }
         self.frames += done as u64;
     }
 

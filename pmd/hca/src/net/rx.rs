@@ -127,17 +127,28 @@ impl L4Verdict {
     /// length the verdict is for.
     #[inline(always)]
     pub(crate) fn of(&self, frame: &[u8]) -> (u32, u16) {
+        self.fields(self.passes(frame))
+    }
+
+    /// Whether `frame`'s L4 checksum is verified good (false where there is none to verify).
+    #[inline(always)]
+    pub(crate) fn passes(&self, frame: &[u8]) -> bool {
         let Some((off, len, field)) = self.check else {
-            return (self.status, 0);
+            return false;
         };
-        let ok = match frame.get(field..field + 2) {
+        match frame.get(field..field + 2) {
             // Without a checksum there is nothing to verify: the verdict is OK either way.
             Some(&[0, 0]) if self.zero_means_none => true,
             _ => frame
                 .get(off..off + len)
                 .is_some_and(|data| fold(sum16(self.pseudo, data)) == 0xffff),
-        };
-        if ok {
+        }
+    }
+
+    /// The CQE status word and checksum field of a frame that [`L4Verdict::passes`] or not.
+    #[inline(always)]
+    pub(crate) fn fields(&self, passes: bool) -> (u32, u16) {
+        if passes {
             (self.status | rx_status::TCP_UDP_CSUM_OK, 0xffff)
         } else {
             (self.status, 0)
