@@ -612,6 +612,17 @@ fn a_connectx3_pro_offers_tunnel_offloads_keep_crc_and_the_firmware_version() {
     }
     let m = model(&dev, &out);
     assert!(m["rx_frames"] > 32, "frames circulated: {m:?}");
-    assert_eq!(m["rx_frames"], m["tx_frames"], "{m:?}");
+    // The 32 frames of `start tx_first` circulate; those in flight when `port stop all` took
+    // the rules away are dropped and counted (as `io_on_a_looped_wire_...` explains).
+    let dropped: u64 = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("rx_drops_"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(m["rx_frames"] + dropped, m["tx_frames"], "{m:?}");
+    assert!(
+        dropped <= 32,
+        "at most the circulating frames dropped: {m:?}"
+    );
     assert_eq!(m["error_cqes"], 0, "{m:?}");
 }
