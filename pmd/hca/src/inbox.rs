@@ -402,8 +402,9 @@ impl Records<'_> {
     /// (returns true); returns how many it took. The first record that is not such a frame
     /// (another length, a wrap marker, past the end of the data area or of what was
     /// published), or that `f` refuses, ends the call, for [`Records::peek`] to find. The
-    /// ring's positions stay in registers for the run. Nothing on a guarded ring, whose
-    /// frames are copied out one by one, or while a frame is found and not taken.
+    /// ring's positions stay in registers for the run. A frame [`Records::peek`] found and
+    /// not taken is the first offered. Nothing on a guarded ring, whose frames are copied
+    /// out one by one.
     #[inline(always)]
     pub(crate) fn take_run(
         &mut self,
@@ -412,9 +413,11 @@ impl Records<'_> {
         mut f: impl FnMut(&[u8]) -> bool,
     ) -> usize {
         let ring = self.ring;
-        if ring.guarded || self.step != 0 {
+        if ring.guarded {
             return 0;
         }
+        // A frame found and not taken is the record at `pos` (the tail has not moved past
+        // it): it is read again as the run's first.
         let (data, cap, step) = (ring.data(), ring.cap, record_step(len));
         let max = max.min(self.budget - self.n);
         let (mut pos, mut left) = (self.pos, self.head.wrapping_sub(self.tail));
@@ -451,6 +454,9 @@ impl Records<'_> {
             if pos == cap {
                 pos = 0;
             }
+        }
+        if took != 0 {
+            self.step = 0;
         }
         self.n += took;
         self.tail = self.tail.wrapping_add((took * step) as u64);

@@ -301,8 +301,9 @@ impl<'a> RqRun<'a> {
         counters.count_rx(mac, n);
     }
 
-    /// Receive the frames after the one just received that the remembered headers `memo`
-    /// recall, with the RSS hash `hash`, while only the common case can happen: the RQ ready,
+    /// Receive the next frames, which the remembered headers `memo` recall (the first
+    /// already routed), with the RSS hash `hash`; returns how many were received. Only while
+    /// the common case alone can happen: the RQ ready,
     /// WQEs announced, room in a CQ that is not armed, each WQE's first scatter entry in the
     /// region of the run's last lkey and holding the frame, no FCS kept, no VXLAN inner
     /// verdict, no error to inject. Those are decided once for the stretch rather than per
@@ -312,35 +313,45 @@ impl<'a> RqRun<'a> {
     /// is left to [`RqRun::receive`]. Only for a delivery without flow rules, whose hits
     /// count per frame.
     #[inline(always)]
-    pub(crate) fn stretch(&mut self, recs: &mut Records<'_>, memo: &RxMemo, hash: u32) {
+    pub(crate) fn stretch(&mut self, recs: &mut Records<'_>, memo: &RxMemo, hash: u32) -> usize {
         let (rq, cq) = (&mut *self.rq, &mut *self.cq);
-        let Some((lkey, mem)) = self.last else {
-            return;
-        };
         if rq.state != QueueState::Ready || rq.scatter_fcs || self.inject.armed() {
-            return;
+            return 0;
         }
         if rq.tunnels {
             // Whether a frame is VXLAN depends on its length and its bytes up to the ports,
             // which every frame the memo recalls shares.
             match recs.peek() {
                 Some(frame) if net::vxlan(frame).is_none() => {}
-                _ => return,
+                _ => return 0,
             }
         }
         let len = self.len;
         let Some(key) = memo.key_for(len) else {
-            return;
+            return 0;
         };
         let n = rq.ready_wqes().min(cq.quiet_room());
         if n == 0 {
-            return;
+            return 0;
         }
         let Some(wqes) = rq
             .ring
             .slots(rq.cnt, rq.sges as usize * RxDataSeg::<&[u8]>::LEN)
         else {
-            return;
+            return 0;
+        };
+        // The region of the run's last lkey, or else of the first WQE's (the frames of a
+        // WQE with another key are left to `receive`).
+        let (lkey, mem) = match self.last {
+            Some(last) => last,
+            None => {
+                let [lo, _] = wqes.qwords2(rq.ci);
+                let lkey = RxDataSeg::new_unchecked(&lo.to_ne_bytes()[..]).lkey();
+                let Some(mem) = self.mrs.region(lkey) else {
+                    return 0;
+                };
+                *self.last.insert((lkey, mem))
+            }
         };
         rq.full_since = None;
         let verdict = memo.heads().verdict_for(len);
@@ -392,6 +403,7 @@ impl<'a> RqRun<'a> {
             cq.push_quiet_run(done as u32, &tmpl, first as u16);
         }
         self.frames += done as u64;
+        done
     }
 
     /// Receive `frame` (its headers `heads`, RSS hash `hash`) into the RQ's next posted WQE.

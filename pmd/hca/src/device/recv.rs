@@ -75,22 +75,26 @@ impl DevState {
             };
             let mut run = RqRun::new(rq, cq, &self.mrs, &mut self.faults.rx_error, first.len());
             let (heads, counters) = (self.rx.memo.heads(), &mut self.counters);
-            let mut frame = first;
+            // The routed frame is the run's first; the stretch may take it and those after
+            // it, and the frame it stops at, if the run's, goes through the full receive.
+            let mut routed = true;
             loop {
+                if self.flows.is_empty() && run.stretch(&mut recs, &self.rx.memo, to.hash) != 0 {
+                    routed = false;
+                }
+                let Some(frame) = recs.peek() else {
+                    break;
+                };
+                let of_run = routed || (self.flows.is_empty() && self.rx.memo.recalls(frame));
+                if !of_run {
+                    break;
+                }
+                routed = false;
                 if run.receive(frame, heads, to.hash, counters) == Rx::Wait {
                     run.end(heads.mac, counters);
                     break 'frames;
                 }
                 recs.take();
-                if self.flows.is_empty() {
-                    run.stretch(&mut recs, &self.rx.memo, to.hash);
-                }
-                match recs.peek() {
-                    Some(next) if self.flows.is_empty() && self.rx.memo.recalls(next) => {
-                        frame = next
-                    }
-                    _ => break,
-                }
             }
             run.end(heads.mac, counters);
         }
