@@ -301,17 +301,16 @@ impl<'a> RqRun<'a> {
         counters.count_rx(mac, n);
     }
 
-    /// Receive the next frames, which the remembered headers `memo` recall (the first
-    /// already routed), with the RSS hash `hash`; returns how many were received. Only while
-    /// the common case alone can happen: the RQ ready,
-    /// WQEs announced, room in a CQ that is not armed, each WQE's first scatter entry in the
-    /// region of the run's last lkey and holding the frame, no FCS kept, no VXLAN inner
-    /// verdict, no error to inject. Those are decided once for the stretch rather than per
-    /// frame. The stretch takes the frames of the first one's L4 verdict, so that their CQEs
-    /// differ only in the WQE index and the owner bit; they are written after the frames,
-    /// two to a line ([`Cq::push_quiet_run`]). The first frame that leaves the common case
-    /// is left to [`RqRun::receive`]. Only for a delivery without flow rules, whose hits
-    /// count per frame.
+    /// Receive the next frames, which the remembered headers `memo` recall (the first of
+    /// them already routed), with the RSS hash `hash`; returns how many. Only while the
+    /// common case alone can happen: the RQ ready, WQEs announced, room in a CQ that is not
+    /// armed, each WQE's first scatter entry in the region of the run's lkey and holding the
+    /// frame, no FCS kept, no VXLAN inner verdict, no error to inject. Those are decided once
+    /// for the stretch rather than per frame. The stretch takes the frames of the next one's
+    /// L4 verdict, so that their CQEs differ only in the WQE index and the owner bit; they
+    /// are written after the frames, two to a line ([`Cq::push_quiet_run`]). The first frame
+    /// that leaves the common case is left to [`RqRun::receive`]. Only for a delivery without
+    /// flow rules, whose hits count per frame.
     #[inline(always)]
     pub(crate) fn stretch(&mut self, recs: &mut Records<'_>, memo: &RxMemo, hash: u32) -> usize {
         let (rq, cq) = (&mut *self.rq, &mut *self.cq);
@@ -355,15 +354,22 @@ impl<'a> RqRun<'a> {
         };
         rq.full_since = None;
         let verdict = memo.heads().verdict_for(len);
+        // The stretch takes the frames of the next one's L4 verdict: their CQEs are alike but
+        // for the WQE index and the owner bit.
+        let Some(good) = recs.peek().map(|frame| verdict.passes(frame)) else {
+            return 0;
+        };
         let mut tmpl = [0u8; CQE_SIZE];
         {
+            let (status, csum) = verdict.fields(good);
             let mut w = Cqe::new_unchecked(&mut tmpl[..]);
             w.set_vlan_my_qpn(rq.qpn);
             w.set_immed_rss_invalid(hash);
+            w.set_status(status);
             w.set_byte_cnt(len as u32);
+            w.set_checksum(csum);
             w.set_owner_sr_opcode(cqe_opcode::RX_SEND);
         }
-        let mut passes = None;
         let (base, first) = (mem.base() as u64, rq.ci);
         let mut ci = first;
         let done = recs.take_run(
@@ -374,8 +380,7 @@ impl<'a> RqRun<'a> {
                 if !frame.starts_with(key) {
                     return false;
                 }
-                let good = verdict.passes(frame);
-                if *passes.get_or_insert(good) != good {
+                if verdict.passes(frame) != good {
                     return false;
                 }
                 // The entry as two qwords: four loads and swaps where a byte array's accessors
@@ -395,13 +400,7 @@ impl<'a> RqRun<'a> {
             },
         );
         rq.ci = ci;
-        if let Some(good) = passes {
-            let (status, csum) = verdict.fields(good);
-            let mut w = Cqe::new_unchecked(&mut tmpl[..]);
-            w.set_status(status);
-            w.set_checksum(csum);
-            cq.push_quiet_run(done as u32, &tmpl, first as u16);
-        }
+        cq.push_quiet_run(done as u32, &tmpl, first as u16);
         self.frames += done as u64;
         done
     }
