@@ -529,6 +529,14 @@ impl Hca {
         self.state().set_shape_cache(on);
     }
 
+    /// Whether the receive delivery may take the frames of a run (one flow to one RQ) in
+    /// stretches, with what cannot change within one decided once: on by default. Off, every
+    /// frame goes through the general receive, the reference the stretches are tested
+    /// against.
+    pub fn set_rx_stretches(&self, on: bool) {
+        self.state().set_rx_stretches(on);
+    }
+
     /// The faults being injected.
     pub fn faults(&self) -> Faults {
         self.state().faults()

@@ -107,6 +107,9 @@ pub(crate) struct DevState {
     /// A send queue may execute a WQE of the shape it last decoded from its headers
     /// ([`crate::Hca::set_shape_cache`]).
     shape_cache: bool,
+    /// The receive delivery may take a run's frames in stretches
+    /// ([`crate::Hca::set_rx_stretches`]).
+    rx_stretches: bool,
 }
 
 fn cq_slot(cqn: u32) -> usize {
@@ -157,6 +160,7 @@ impl DevState {
             wire_rx: false,
             rx_cq: None,
             shape_cache: true,
+            rx_stretches: true,
         }
     }
 

@@ -1,6 +1,7 @@
 //! A run of alike all-inline WQEs on a wire into a receive buffer (here the loop) goes from the
-//! ring into the buffer's records in one batch, not WQE by WQE. The same stream on an adapter
-//! that decodes every WQE in full must give the same frames and counters: the bytes each RX
+//! ring into the buffer's records in one batch, not WQE by WQE, and is received in stretches.
+//! The same stream on an adapter that decodes every WQE in full and receives every frame the
+//! general way must give the same frames and counters: the bytes each RX
 //! buffer gets, the MAC's broadcast, multicast and size counts on both sides, the filter's
 //! drops, and the frames a receive buffer too small for a round refuses.
 
@@ -33,6 +34,8 @@ impl Side {
         };
         let (hca, txcq, sq) = sq_rig(cfg, TXBBS, 256);
         hca.set_shape_cache(cache);
+        // The reference receives every frame the general way too.
+        hca.set_rx_stretches(cache);
         hca.set_wire(mlx4_hca::Wire::Loop).unwrap();
         // Unicast to another address is filtered; broadcast and every multicast pass.
         hca.set_rx_filter(OURS, false, true);

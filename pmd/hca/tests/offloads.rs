@@ -160,42 +160,6 @@ fn csum(data: &[u8]) -> u16 {
     s as u16
 }
 
-/// A VXLAN frame: outer IPv4/UDP to 4789 (UDP checksum 0), VXLAN VNI 42, inner Ethernet/IPv4/
-/// TCP with both inner checksums and the outer IP checksum left zero.
-fn vxlan_frame() -> Vec<u8> {
-    let payload = b"inner payload!";
-    let mut tcp = vec![0u8; 20];
-    tcp[0..2].copy_from_slice(&1234u16.to_be_bytes());
-    tcp[2..4].copy_from_slice(&80u16.to_be_bytes());
-    tcp[12] = 0x50;
-    tcp[13] = 0x18;
-    tcp.extend_from_slice(payload);
-    let ip = |proto: u8, src: [u8; 4], dst: [u8; 4], len: usize| {
-        let mut h = vec![0u8; 20];
-        h[0] = 0x45;
-        h[2..4].copy_from_slice(&((20 + len) as u16).to_be_bytes());
-        h[8] = 64;
-        h[9] = proto;
-        h[12..16].copy_from_slice(&src);
-        h[16..20].copy_from_slice(&dst);
-        h
-    };
-    let mut inner = vec![2, 0, 0, 0, 0, 0xb, 2, 0, 0, 0, 0, 0xa, 0x08, 0x00];
-    inner.extend(ip(6, [192, 168, 0, 1], [192, 168, 0, 2], tcp.len()));
-    inner.extend(&tcp);
-    let mut vx = vec![0x08, 0, 0, 0, 0, 0, 42, 0];
-    vx.extend(&inner);
-    let mut udp = vec![0u8; 8];
-    udp[0..2].copy_from_slice(&40000u16.to_be_bytes());
-    udp[2..4].copy_from_slice(&4789u16.to_be_bytes());
-    udp[4..6].copy_from_slice(&((8 + vx.len()) as u16).to_be_bytes());
-    udp.extend(&vx);
-    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
-    f.extend(ip(17, [10, 0, 0, 1], [10, 0, 0, 2], udp.len()));
-    f.extend(&udp);
-    f
-}
-
 /// Offsets in `vxlan_frame()`: outer IP 14, outer UDP 34, VXLAN 42, inner Ethernet 50,
 /// inner IP 64, inner TCP 84.
 const OUTER_IP: usize = 14;

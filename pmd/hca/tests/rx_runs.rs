@@ -1,7 +1,8 @@
 //! The receive delivery's runs (frames of one flow delivered to one RQ with its state found
 //! once) against the per-frame path: the same frames, sent all at once so that they are
-//! delivered in runs, or one at a time so that every run is one frame long, must leave the
-//! same CQEs, the same bytes in the receive buffers and the same counters.
+//! delivered in runs and stretches, or one at a time through the general receive
+//! ([`Hca::set_rx_stretches`] off), must leave the same CQEs, the same bytes in the receive
+//! buffers and the same counters.
 
 mod common;
 
@@ -52,6 +53,8 @@ struct Case {
     /// A WQE whose buffer runs past the end of its region, though the frame would fit.
     long_buf_at: Option<u32>,
     faults: Faults,
+    /// A ConnectX-3 Pro: VXLAN frames get inner verdicts and tunnel bits.
+    pro: bool,
 }
 
 /// What the driver sees once every frame is done with.
@@ -63,12 +66,19 @@ struct Seen {
 }
 
 /// Loop `frames` back into an RQ set up as `case` says, `together` (one doorbell per frame,
-/// the device run once they are all posted) or one frame at a time (the device run until
-/// each is done with before the next is sent).
+/// the device run once they are all posted, receiving in stretches) or one frame at a time
+/// (the device run until each is done with before the next is sent, every frame through the
+/// general receive).
 fn deliver(case: Case, frames: &[Vec<u8>], together: bool) -> Seen {
     assert!(frames.len() <= TXBBS as usize);
-    let (hca, mut txcq, mut sq) = sq_rig(step_cfg(), TXBBS, 64);
+    let cfg = mlx4_hca::HcaConfig {
+        pro: case.pro,
+        ..step_cfg()
+    };
+    let (hca, mut txcq, mut sq) = sq_rig(cfg, TXBBS, 64);
     hca.set_wire(Wire::Loop).unwrap();
+    // One frame at a time, every frame goes through the general receive: the reference.
+    hca.set_rx_stretches(together);
     let mut rxcq = TestCq::new(&hca, case.cqes);
     let mut rq = TestRq::new(&hca, RX_WQES, 1, rxcq.cqn);
     let pkts = Pkts::new(&hca, 64 * 2048 + RX_WQES as usize * BUF as usize);
@@ -204,6 +214,7 @@ fn plain(cqes: u32, posted: u32) -> Case {
         bad_lkey_at: None,
         long_buf_at: None,
         faults: Faults::default(),
+        pro: false,
     }
 }
 
@@ -292,4 +303,48 @@ fn an_injected_error_mid_run_errs_the_rq_alike() {
     assert_eq!(s.cqes.len(), 13);
     assert_eq!(counter(&s, "inj_rx_errors"), 1);
     assert_eq!(counter(&s, "rx_frames"), 12);
+}
+
+/// On a ConnectX-3 Pro the plain frames' runs go through the stretch too (its check that a
+/// run is not VXLAN looks at the next frame), and a VXLAN run is received frame by frame
+/// with its inner verdicts and tunnel bits: both alike when delivered one at a time.
+#[test]
+fn a_pros_plain_and_vxlan_runs_are_delivered_alike() {
+    let vx = vxlan_frame();
+    let mut vx_bad = vx.clone();
+    *vx_bad.last_mut().unwrap() ^= 0x10;
+    let mut frames = mixed();
+    for (at, f) in [
+        (3, &vx),
+        (4, &vx),
+        (5, &vx_bad),
+        (6, &vx),
+        (20, &vx),
+        (21, &vx),
+    ] {
+        frames.insert(at, f.clone());
+    }
+    frames.truncate(RX_WQES as usize);
+    let pro = same_both_ways(
+        Case {
+            pro: true,
+            ..plain(64, 64)
+        },
+        &frames,
+    );
+    assert_eq!(counter(&pro, "rx_frames"), frames.len() as u64);
+    let tunnel = |c: &Vec<u8>| be32(c, 0) & (1 << 27) != 0;
+    let tunnelled: Vec<usize> = (0..frames.len())
+        .filter(|&i| tunnel(&pro.cqes[i]))
+        .collect();
+    assert_eq!(
+        tunnelled,
+        [3, 4, 5, 6, 20, 21],
+        "the VXLAN frames' CQEs say so"
+    );
+    // The plain frames' CQEs are what a ConnectX-3 writes for them.
+    let cx3 = same_both_ways(plain(64, 64), &frames);
+    for i in (0..frames.len()).filter(|i| !tunnelled.contains(i)) {
+        assert_eq!(pro.cqes[i], cx3.cqes[i], "frame {i}");
+    }
 }

@@ -345,6 +345,10 @@ impl DevState {
         self.shape_cache = on;
     }
 
+    pub(crate) fn set_rx_stretches(&mut self, on: bool) {
+        self.rx_stretches = on;
+    }
+
     pub(crate) fn faults(&self) -> Faults {
         self.faults.cfg
     }

@@ -79,7 +79,8 @@ impl DevState {
             // it, and the frame it stops at, if the run's, goes through the full receive.
             let mut routed = true;
             loop {
-                if self.flows.is_empty() && run.stretch(&mut recs, &self.rx.memo, to.hash) != 0 {
+                let stretch = self.flows.is_empty() && self.rx_stretches;
+                if stretch && run.stretch(&mut recs, &self.rx.memo, to.hash) != 0 {
                     routed = false;
                 }
                 let Some(frame) = recs.peek() else {
