@@ -20,12 +20,12 @@ unsafe fn copy_short(src: *const u8, dst: *mut u8, n: usize) {
     #[inline(always)]
     unsafe fn two<const W: usize>(src: *const u8, dst: *mut u8, n: usize) {
         // SAFETY: W <= n, so both moves lie inside the `n` bytes the caller vouches for.
+        // Each move is loaded and stored before the next: the buffers do not overlap, and
+        // holding both moves spills them to the stack.
         unsafe {
-            let (a, b) = (
-                src.cast::<[u8; W]>().read_unaligned(),
-                src.add(n - W).cast::<[u8; W]>().read_unaligned(),
-            );
+            let a = src.cast::<[u8; W]>().read_unaligned();
             dst.cast::<[u8; W]>().write_unaligned(a);
+            let b = src.add(n - W).cast::<[u8; W]>().read_unaligned();
             dst.add(n - W).cast::<[u8; W]>().write_unaligned(b);
         }
     }
