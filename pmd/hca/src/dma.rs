@@ -352,9 +352,7 @@ impl SlotRing<'_> {
             ]
         }
     }
-}
 
-impl SlotRing<'_> {
     /// Write slot `i` (taken modulo the count), two 32-byte entries given as qwords (each
     /// entry's four in memory order: two CQEs of a line): six plain stores, then each
     /// entry's last qword, which holds its last byte, with a release store, the first
