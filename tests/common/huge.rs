@@ -20,6 +20,7 @@ impl Hugepages {
     /// mounted it (a machine without systemd), or fails saying why; `who` names what needs
     /// them in that message.
     pub fn reserve(need: u64, who: &str) -> Hugepages {
+        cleanup::sweep_dead_prefixes();
         if !hugetlbfs_mounted() {
             let _ = std::fs::create_dir_all("/dev/hugepages");
             let out = Command::new("mount")
@@ -53,10 +54,17 @@ impl Hugepages {
             pages.restore = Some(total);
             // On a busy machine memory is fragmented: compacting gives the kernel whole 2 MiB
             // runs to hand out, and each new attempt takes what the last compaction freed.
+            // Compaction only once a plain attempt fell short: it drains every CPU's page
+            // lists, waiting for a worker on each, and on a machine whose cores busy-poll that
+            // wait was seen to last minutes.
             let start = Instant::now();
             let (mut wrote, mut now);
+            let mut compact = false;
             loop {
-                let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
+                if compact {
+                    let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
+                }
+                compact = true;
                 wrote = std::fs::write(path, want.to_string());
                 now = meminfo("HugePages_Free:");
                 if now >= need || wrote.is_err() || start.elapsed() > Duration::from_secs(10) {

@@ -199,34 +199,73 @@ pub mod cleanup {
     /// EAL's runtime directory for `prefix` (as root `/var/run/dpdk/<prefix>`; otherwise under
     /// `XDG_RUNTIME_DIR`, else `/tmp`), and every `<prefix>map_*` file in a hugetlbfs mount.
     pub fn remove_eal_prefix(prefix: &str) {
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc_geteuid() } == 0;
-        let base = if root {
-            PathBuf::from("/var/run/dpdk")
-        } else {
-            std::env::var_os("XDG_RUNTIME_DIR")
-                .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from)
-                .join("dpdk")
-        };
-        let _ = std::fs::remove_dir_all(base.join(prefix));
-        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-        for m in mounts
-            .lines()
-            .filter(|l| l.split(' ').nth(2) == Some("hugetlbfs"))
-        {
-            let Some(dir) = m.split(' ').nth(1) else {
-                continue;
-            };
+        let _ = std::fs::remove_dir_all(eal_runtime_base().join(prefix));
+        let mine = format!("{prefix}map_");
+        for dir in hugetlbfs_mounts() {
             let Ok(rd) = std::fs::read_dir(dir) else {
                 continue;
             };
-            let mine = format!("{prefix}map_");
             for e in rd.flatten() {
                 if e.file_name().to_string_lossy().starts_with(&mine) {
                     let _ = std::fs::remove_file(e.path());
                 }
             }
         }
+    }
+
+    /// Removes what the tests' prefixes (`mlx4rs-<tag>-<pid>-<n>`, see [`super::file_prefix`])
+    /// left behind when the test binary that chose them is gone: a killed run skips its
+    /// exit handler, and its hugepage files would hold memory the next run needs.
+    pub fn sweep_dead_prefixes() {
+        let mut dead = std::collections::BTreeSet::new();
+        let mut consider = |name: &str| {
+            let Some(rest) = name.strip_prefix("mlx4rs-") else {
+                return;
+            };
+            let prefix = rest.split_once("map_").map_or(rest, |(p, _)| p);
+            let mut fields = prefix.rsplit('-');
+            let (Some(n), Some(pid)) = (fields.next(), fields.next()) else {
+                return;
+            };
+            let alive = Path::new("/proc").join(pid).exists();
+            if n.parse::<u32>().is_ok() && pid.parse::<u32>().is_ok() && !alive {
+                dead.insert(format!("mlx4rs-{prefix}"));
+            }
+        };
+        for dir in [eal_runtime_base()]
+            .into_iter()
+            .chain(hugetlbfs_mounts().into_iter().map(PathBuf::from))
+        {
+            if let Ok(rd) = std::fs::read_dir(dir) {
+                for e in rd.flatten() {
+                    consider(&e.file_name().to_string_lossy());
+                }
+            }
+        }
+        for p in dead {
+            remove_eal_prefix(&p);
+        }
+    }
+
+    fn eal_runtime_base() -> PathBuf {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc_geteuid() } == 0;
+        if root {
+            PathBuf::from("/var/run/dpdk")
+        } else {
+            std::env::var_os("XDG_RUNTIME_DIR")
+                .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from)
+                .join("dpdk")
+        }
+    }
+
+    fn hugetlbfs_mounts() -> Vec<String> {
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        mounts
+            .lines()
+            .filter(|l| l.split(' ').nth(2) == Some("hugetlbfs"))
+            .filter_map(|l| l.split(' ').nth(1).map(str::to_owned))
+            .collect()
     }
 
     extern "C" {
