@@ -176,20 +176,10 @@ fn proc_info(prefix: &str, args: &[&str]) -> String {
         .stderr(file(&err_path))
         .spawn()
         .expect("dpdk-proc-info not found: run scripts/setup.sh");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if start.elapsed() > PROC_INFO_LIMIT {
-            let threads = thread_states(child.id());
-            let _ = child.kill();
-            panic!(
-                "dpdk-proc-info {args:?} still running after {PROC_INFO_LIMIT:?}; its \
-                 threads:\n{threads}"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = common::wait_until(&mut child, PROC_INFO_LIMIT) else {
+        let threads = thread_states(child.id());
+        let _ = child.kill();
+        panic!("dpdk-proc-info {args:?} still running after {PROC_INFO_LIMIT:?}; its threads:\n{threads}");
     };
     let all = format!(
         "{}\n{}",
@@ -214,7 +204,8 @@ fn thread_states(pid: u32) -> String {
     for t in tasks.flatten() {
         let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
         let stat = read("stat");
-        let state = stat.rsplit_once(") ").map_or("?", |(_, r)| &r[..1]);
+        let state = stat.rsplit_once(") ").and_then(|(_, r)| r.get(..1));
+        let state = state.unwrap_or("?");
         s += &format!(
             "{} {} {state}\n{}",
             read("comm").trim(),
@@ -223,21 +214,6 @@ fn thread_states(pid: u32) -> String {
         );
     }
     s
-}
-
-/// Whole records in a capture another process is still writing (its last may be partial).
-fn whole_pcap_records(path: &Path) -> u64 {
-    let b = std::fs::read(path).unwrap_or_default();
-    let (mut i, mut n) = (24, 0);
-    while i + 16 <= b.len() {
-        let incl = u32::from_le_bytes([b[i + 8], b[i + 9], b[i + 10], b[i + 11]]) as usize;
-        if i + 16 + incl > b.len() {
-            break;
-        }
-        i += 16 + incl;
-        n += 1;
-    }
-    n
 }
 
 /// The block of `text` after `marker` for port `port`, up to the next port's.
@@ -649,7 +625,12 @@ fn symmetric_mp_round_trip_through_a_secondary_conserves_every_frame() {
     // minutes in the kernel's reaping. A third process then reads the device's count.
     let start = Instant::now();
     loop {
-        let sent = whole_pcap_records(&wire);
+        let b = std::fs::read(&wire).unwrap_or_default();
+        let sent = if b.len() < 24 {
+            0
+        } else {
+            common::pcap_records(&b).0.len() as u64
+        };
         if sent >= frames {
             break;
         }

@@ -53,10 +53,10 @@ impl Hugepages {
             let want = total + (need - free);
             pages.restore = Some(total);
             // On a busy machine memory is fragmented: compacting gives the kernel whole 2 MiB
-            // runs to hand out, and each new attempt takes what the last compaction freed.
-            // Compaction only once a plain attempt fell short: it drains every CPU's page
-            // lists, waiting for a worker on each, and on a machine whose cores busy-poll that
-            // wait was seen to last minutes.
+            // runs to hand out, and each new attempt takes what the last compaction freed. It
+            // comes only after a plain attempt fell short, since it drains every CPU's page
+            // lists, waiting for a worker on each, which was seen to take minutes while the
+            // cores busy-poll.
             let start = Instant::now();
             let (mut wrote, mut now);
             let mut compact = false;

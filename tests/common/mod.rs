@@ -573,14 +573,24 @@ fn repeat(
 
 /// Waits for `child` to exit, killing it once `limit` has passed.
 pub fn wait_or_kill(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    wait_until(child, limit).unwrap_or_else(|| {
+        let _ = child.kill();
+        child.wait().unwrap()
+    })
+}
+
+/// Waits for `child` to exit for at most `limit`; `None` if it still runs.
+pub fn wait_until(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
     let start = Instant::now();
     loop {
         if let Some(st) = child.try_wait().unwrap() {
-            return st;
+            return Some(st);
         }
         if start.elapsed() > limit {
-            let _ = child.kill();
-            return child.wait().unwrap();
+            return None;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -694,6 +704,14 @@ pub fn port_xstat(all: &str, port: u32, name: &str) -> u64 {
 /// Frames of a classic pcap file (microsecond, either byte order).
 pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
     let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let (out, end) = pcap_records(&b);
+    assert_eq!(end, b.len(), "no trailing bytes");
+    out
+}
+
+/// The whole frames of a pcap file another process may still be writing (its last record may
+/// be partial), and where they end.
+pub fn pcap_records(b: &[u8]) -> (Vec<Vec<u8>>, usize) {
     assert!(b.len() >= 24, "pcap header");
     let le = match &b[..4] {
         [0xd4, 0xc3, 0xb2, 0xa1] => true,
@@ -715,11 +733,13 @@ pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
         let incl = u32_at(i + 8) as usize;
         let orig = u32_at(i + 12) as usize;
         assert_eq!(incl, orig, "frames are never truncated");
+        if i + 16 + incl > b.len() {
+            break;
+        }
         out.push(b[i + 16..i + 16 + incl].to_vec());
         i += 16 + incl;
     }
-    assert_eq!(i, b.len(), "no trailing bytes");
-    out
+    (out, i)
 }
 
 /// A scratch directory that is not world-writable (EAL and our pcap paths live there); removed
